@@ -1,0 +1,33 @@
+# One command sets everything up on a fresh machine, then does its job. Both targets are idempotent.
+VENV    := .venv
+PY      := $(VENV)/bin/python
+RUNTIME := scripts/malloy_evals/runtime
+PYTHON  ?= python3
+
+.PHONY: test demo setup python-env node-runtime
+
+test: setup
+	$(PY) -m pytest -q
+
+setup: python-env node-runtime
+
+python-env: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+# The Node Malloy runtime (SPEC 6). `npm install`, not `npm ci`: the lockfile made on this registry
+# lacks other platforms' optional DuckDB bindings, which `npm ci` insists on.
+node-runtime:
+	@if [ ! -f $(RUNTIME)/package.json ]; then exit 0; fi; \
+	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+	  echo "malloy-evals: node and npm (Node 20 or newer) are needed for Malloy re-execution; install them (Debian: apt-get install nodejs npm) and run make again. Tests that need Node will skip." >&2; \
+	  exit 0; \
+	fi; \
+	if [ ! -f $(RUNTIME)/node_modules/.installed ] || [ $(RUNTIME)/package-lock.json -nt $(RUNTIME)/node_modules/.installed ]; then \
+	  (cd $(RUNTIME) && npm install --no-fund --no-audit --loglevel=error) && \
+	  rm -rf $(RUNTIME)/node_modules/@duckdb/duckdb-wasm $(RUNTIME)/node_modules/@motherduck && \
+	  touch $(RUNTIME)/node_modules/.installed; \
+	fi
