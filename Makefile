@@ -9,6 +9,10 @@ PYTHON  ?= python3
 test: setup
 	$(PY) -m pytest -q
 
+# Scores the sample set's two recorded runs offline into a scratch folder outside the checkout.
+demo: setup
+	$(PY) scripts/demo.py
+
 setup: python-env node-runtime
 
 python-env: $(VENV)/.installed

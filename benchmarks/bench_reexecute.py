@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Benchmark: milliseconds per re-execution, warm (one endpoint, many queries) vs cold (SPEC 10).
+
+Warm: serve_local.py --http runs once over a package; the kit's MCP client sends N executeQuery
+calls (a rotation of ad-hoc queries and named views) and we take the median wall time per call.
+Cold: for each of M queries, a fresh endpoint process is started over stdio, connected, asked
+once and stopped (what `reexecute.py --local` pays per attempt); and, for reference, a fresh
+`node runner.mjs` that loads the package, runs one query and exits.
+
+Examples:
+  .venv/bin/python benchmarks/bench_reexecute.py
+  .venv/bin/python benchmarks/bench_reexecute.py --warm 200 --cold 10 --json
+  .venv/bin/python benchmarks/bench_reexecute.py --package mini --warm 200 --cold 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from malloy_evals.mcp_client import connect
+from malloy_evals.runtime import RUNNER_SCRIPT, MalloyRuntime, default_allow
+
+SERVE = ROOT / "skills" / "eval-answer" / "scripts" / "serve_local.py"
+BOOKSHOP = ROOT / "evals" / "bookshop" / "model"
+MINI = ROOT / "tests" / "fixtures" / "mini_pkg" / "model"
+
+BOOKSHOP_CALLS = [
+    {"query": "run: orders -> { group_by: status; aggregate: n is count() }"},
+    {"sourceName": "order_items", "queryName": "by_genre"},
+    {"sourceName": "order_items", "queryName": "monthly_revenue"},
+    {"queryName": "top_customers"},
+    {"query": "run: customers -> { group_by: region; aggregate: customer_count }"},
+    {"sourceName": "customers", "queryName": "by_region"},
+    {"query": "run: books -> { group_by: genre; aggregate: n is count(); order_by: genre }"},
+    {"sourceName": "order_items", "queryName": "by_channel"},
+]
+MINI_CALLS = [
+    {"query": "run: orders -> { group_by: status; aggregate: order_count, total_revenue }"},
+    {"sourceName": "orders", "queryName": "by_region"},
+    {"queryName": "shipped_by_month"},
+    {"sourceName": "orders", "queryName": "top_categories"},
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _args(pkg: str, model: str, call: dict) -> dict:
+    return {"environmentName": "samples", "packageName": pkg, "modelPath": model, **call}
+
+
+def bench_warm(pkg_dir: Path, pkg: str, model: str, calls: list[dict], n: int) -> list[float]:
+    """ms per executeQuery through one long-lived HTTP endpoint (after one warm-up call)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(SERVE), "--package", f"samples/{pkg}={pkg_dir}",
+                             "--http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("endpoint did not start") from None
+                time.sleep(0.1)
+        with connect(url=f"http://127.0.0.1:{port}/mcp", timeout=120) as client:
+            client.call_ok("execute_query", _args(pkg, model, calls[0]))  # compile + DuckDB start
+            times = []
+            for i in range(n):
+                t = time.perf_counter()
+                client.call_ok("execute_query", _args(pkg, model, calls[i % len(calls)]))
+                times.append((time.perf_counter() - t) * 1000)
+        return times
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def bench_warm_direct(pkg_dir: Path, model: str, calls: list[dict], n: int) -> list[float]:
+    """ms per query through MalloyRuntime alone (no MCP): the runner's share of a warm call."""
+    with MalloyRuntime(pkg_dir, allow=default_allow(pkg_dir)) as rt:
+        rt.describe()
+        times = []
+        for i in range(n):
+            call = calls[i % len(calls)]
+            t = time.perf_counter()
+            rt.execute(call.get("query"), model_path=model, source_name=call.get("sourceName"),
+                       query_name=call.get("queryName"))
+            times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
+def bench_cold_endpoint(pkg_dir: Path, pkg: str, model: str, calls: list[dict], n: int) -> list[float]:
+    """ms per query when each query starts its own stdio endpoint (spawn, connect, query, stop)."""
+    times = []
+    for i in range(n):
+        t = time.perf_counter()
+        with connect(command=[sys.executable, str(SERVE), "--package", f"samples/{pkg}={pkg_dir}"],
+                     timeout=120) as client:
+            client.call_ok("execute_query", _args(pkg, model, calls[i % len(calls)]))
+        times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
+def bench_cold_runner(pkg_dir: Path, model: str, calls: list[dict], n: int) -> list[float]:
+    """ms per query for a bare `node runner.mjs` process: load the package, run one query, exit."""
+    times = []
+    for i in range(n):
+        call = calls[i % len(calls)]
+        req = {"id": 2, "op": "execute", "model_path": model, "query": call.get("query"),
+               "source_name": call.get("sourceName"), "query_name": call.get("queryName")}
+        lines = [json.dumps({"id": 1, "op": "load", "package_dir": str(pkg_dir),
+                             "allow": [str(a) for a in default_allow(pkg_dir)]}), json.dumps(req)]
+        t = time.perf_counter()
+        out = subprocess.run(["node", str(RUNNER_SCRIPT)], input="\n".join(lines) + "\n",
+                             capture_output=True, text=True, check=True, timeout=120)
+        times.append((time.perf_counter() - t) * 1000)
+        if '"ok":true' not in out.stdout.splitlines()[-1]:
+            raise SystemExit(f"cold runner query failed: {out.stdout[-300:]}")
+    return times
+
+
+def _summary(times: list[float]) -> dict:
+    ordered = sorted(times)
+    return {"n": len(times), "median_ms": round(statistics.median(times), 1),
+            "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+            "min_ms": round(ordered[0], 1), "max_ms": round(ordered[-1], 1)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[8:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--warm", type=int, default=200, help="warm queries (default 200)")
+    p.add_argument("--cold", type=int, default=10, help="cold queries per cold mode (default 10)")
+    p.add_argument("--package", choices=["bookshop", "mini"], default="bookshop",
+                   help="evals/bookshop/model (default) or the tests' tiny mini package")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    args = p.parse_args()
+    if args.package == "bookshop" and (BOOKSHOP / "bookshop.malloy").is_file():
+        pkg_dir, pkg, model, calls = BOOKSHOP, "bookshop", "bookshop.malloy", BOOKSHOP_CALLS
+    else:
+        pkg_dir, pkg, model, calls = MINI, "mini", "shop.malloy", MINI_CALLS
+    result = {
+        "package": f"samples/{pkg}", "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
+        "warm_endpoint_http": _summary(bench_warm(pkg_dir, pkg, model, calls, args.warm)),
+        "warm_runtime_direct": _summary(bench_warm_direct(pkg_dir, model, calls, args.warm)),
+        "cold_endpoint_stdio": _summary(bench_cold_endpoint(pkg_dir, pkg, model, calls, args.cold)),
+        "cold_node_runner": _summary(bench_cold_runner(pkg_dir, model, calls, args.cold)),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

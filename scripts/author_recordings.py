@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Write hand-authored judge recordings through the exact request-building code path.
+
+A recording's request digest covers the whole packet (doctrine, question, golden, rubric, answer,
+rows, model sources), so it cannot be typed by hand. This tool takes the replies a person wrote and
+runs the real code (judge calibration, regression fixtures, and with --run a run's attempts, scored
+in a scratch copy) with the `hand:` provider under --record: every recording gets the digest and
+prompt version a replay will compute, and `source: "hand-authored"`. Re-run it after any change to
+the doctrine, a rubric, a golden or the model to regenerate the recordings.
+
+Input (--replies): JSON lines, one per recording key:
+  {"key": "calib.<qid>.<answer>", "replies": [<reply>, ...]}
+  {"key": "regress.<fixtureId>", "replies": [<reply>]}
+  {"key": "<runId>.<qid>.<sample or _>", "replies": [<reply>]}
+A reply is the judge's verdict object ({"why", "verdict", "confidence", "column_pairing",
+"gold_status", "gold_note"}) or a string (raw reply text, parsed like any model's). The k-th call
+of a key gets replies[k]; the last reply repeats, so one reply serves every --samples call.
+Exit 0 when every recording was written and ends as it must (calibration: the expected verdicts;
+fixtures: the settled ones), 1 when an authored reply leads somewhere else, 3 when a key could not
+be built. Coverage and diagnose recordings are authored the same way through their own scripts:
+`--reader hand:FILE --record` / `--diagnoser hand:FILE --record`.
+
+Examples:
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies replies.jsonl --samples 3 --out /tmp/rec --json
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies run-replies.jsonl --run evals/bookshop/runs/baseline --local
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the library, runnable by path
+
+from malloy_evals import cli
+from malloy_evals.calibration import author_judge_recordings, render_author
+from malloy_evals.sets import load_set
+
+
+def main(argv=None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--set", required=True, help="the set folder")
+    p.add_argument("--role", default="judge", choices=["judge"],
+                   help="judge (coverage and diagnose: see above)")
+    p.add_argument("--replies", required=True, help="the authored replies (JSON lines)")
+    p.add_argument("--out", default=None, help="recordings folder (default <set>/recordings/judge)")
+    p.add_argument("--samples", type=int, default=3, help="calibration samples per answer")
+    p.add_argument("--repeat", type=int, default=1, help="judgements per regression fixture")
+    p.add_argument("--run", default=None, help="also author the judge recordings of this run")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--mcp-url", help="with --run: re-execute through this endpoint")
+    where.add_argument("--local", action="store_true", help="with --run: the kit's own endpoint")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    report = author_judge_recordings(
+        load_set(args.set), Path(args.replies), out_dir=Path(args.out) if args.out else None,
+        samples=args.samples, repeat=args.repeat, run_dir=Path(args.run) if args.run else None,
+        mcp_url=args.mcp_url, local=args.local)
+    cli.emit(report, as_json=args.json, render=render_author)
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

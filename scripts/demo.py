@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The kit end to end on the sample set, offline: what `make demo` runs.
+
+Copies the two recorded runs of evals/bookshop (baseline, leaky) into a scratch folder outside the
+checkout, measures coverage by replaying the recorded coverage reader, then scores each run with
+score_run.py against the kit's local endpoint over the sample model (--local: real Malloy
+re-execution) and the recorded judge (--judge replay), and prints both summaries. The checkout is
+left as it was; the scratch folder is printed so RESULTS.md, summary.json and the ledgers can be
+read afterwards.
+
+Examples:
+  .venv/bin/python scripts/demo.py
+  .venv/bin/python scripts/demo.py --keep-going --scratch /tmp/demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KIT = Path(__file__).resolve().parents[1]
+SET_DIR = KIT / "evals" / "bookshop"
+RUNS = ("baseline", "leaky")
+SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
+
+
+def rel(path: Path) -> str:
+    """A path as a person would type it from the kit's root."""
+    try:
+        return str(path.relative_to(KIT))
+    except ValueError:
+        return str(path)
+
+
+def run_step(title: str, argv: list[str], *, quiet_stdout: bool = False) -> int:
+    """Run one kit command from the kit's root, echoing the command line first."""
+    shown = " ".join([".venv/bin/python" if a == sys.executable else rel(Path(a))
+                      if a.startswith(str(KIT)) else a for a in argv])
+    print(f"\n$ {shown}", flush=True)
+    proc = subprocess.run(argv, cwd=KIT, check=False, text=True,
+                          stdout=subprocess.PIPE if quiet_stdout else None)
+    if proc.returncode not in (0,):
+        print(f"[{title}: exit {proc.returncode}]", flush=True)
+    return proc.returncode
+
+
+def git_status() -> str | None:
+    """`git status --porcelain` of the checkout, or None when this is not a git checkout."""
+    if shutil.which("git") is None or not (KIT / ".git").exists():
+        return None
+    proc = subprocess.run(["git", "status", "--porcelain"], cwd=KIT, check=False,
+                          capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    doc = __doc__.strip()
+    p = argparse.ArgumentParser(description=doc.splitlines()[0],
+                                epilog=doc[doc.index("Examples:"):],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scratch", type=Path, help="use this folder instead of a new temporary one "
+                   "(it must be outside the checkout)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="score the second run even when the first could not be scored")
+    args = p.parse_args(argv)
+
+    started = time.monotonic()
+    before = git_status()
+    scratch = (args.scratch.resolve() if args.scratch
+               else Path(tempfile.mkdtemp(prefix="malloy-evals-demo-")))
+    if scratch == KIT or KIT in scratch.parents:
+        p.error(f"--scratch {scratch} is inside the checkout; the demo never writes there")
+    missing = [r for r in RUNS if not (SET_DIR / "runs" / r / "run.json").is_file()]
+    if missing:
+        print(f"demo: the sample set has no recorded run {', '.join(missing)} in "
+              f"{rel(SET_DIR / 'runs')}", file=sys.stderr)
+        return 3
+    print(f"malloy-evals demo: scratch folder {scratch}")
+    runs_dir = scratch / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for name in RUNS:
+        target = runs_dir / name
+        if target.exists():
+            shutil.rmtree(target)
+        # Only the recorded inputs travel: results from an earlier scoring are derived, not input.
+        shutil.copytree(SET_DIR / "runs" / name, target,
+                        ignore=shutil.ignore_patterns("RESULTS.md", "summary.json"))
+
+    coverage: Path | None = scratch / "coverage.json"
+    if (SCRIPTS / "check_coverage.py").is_file() and (SET_DIR / "recordings" / "coverage").is_dir():
+        code = run_step("coverage", [sys.executable, str(SCRIPTS / "check_coverage.py"),
+                                     "--set", str(SET_DIR), "--model", str(SET_DIR / "model"),
+                                     "--reader", "replay", "--out", str(coverage)],
+                        quiet_stdout=True)
+        if code != 0 or not coverage.is_file():
+            print("demo: coverage could not be measured; scoring with the authored coverage",
+                  flush=True)
+            coverage = None
+        else:
+            print(f"coverage report: {coverage}", flush=True)
+    else:
+        coverage = None
+
+    codes = {}
+    for name in RUNS:
+        print(f"\n{'=' * 30} {name} {'=' * 30}", flush=True)
+        argv_score = [sys.executable, str(SCRIPTS / "score_run.py"), "--run", str(runs_dir / name),
+                      "--set", str(SET_DIR), "--judge", "replay", "--local"]
+        if coverage is not None:
+            argv_score += ["--coverage", str(coverage)]
+        codes[name] = run_step(f"score_run {name}", argv_score)
+        if codes[name] != 0 and not args.keep_going:
+            break
+
+    after = git_status()
+    print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run)")
+    if after is not None:
+        if after and after != before:
+            print("demo: the checkout changed while the demo ran:\n" + after, file=sys.stderr)
+            return 1
+        print("checkout untouched (git status shows nothing new)")
+    print(f"demo finished in {time.monotonic() - started:.0f}s")
+    return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Build the bookshop set's recorded runs from its hand-written transcripts, as a user would.
+
+For each run folder under evals/bookshop/transcripts/ (baseline, leaky) this calls
+`new_run.py --set evals/bookshop --out evals/bookshop/runs/<run> --answerer-model <m> --run-id <run>`
+and then `record_attempt.py` once per transcript (`<qid>.jsonl`), or per host log
+(`<qid>.hostlog.json` with its `<qid>.answer.md`). Nothing is scored here: score_run.py does that.
+
+Transcripts may say `@KIT_ROOT@` where the answerer's working directory was this checkout (the
+leaky run's recursive grep); it is replaced by the checkout's real path in a temporary copy
+before recording, so the contamination check sees the session where it would have run.
+
+Examples:
+  .venv/bin/python scripts/make_sample_runs.py --force
+  .venv/bin/python scripts/make_sample_runs.py --only leaky --out-root /tmp/bookshop-runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+KIT = Path(__file__).resolve().parents[1]
+SET = KIT / "evals" / "bookshop"
+SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
+PLACEHOLDER = "@KIT_ROOT@"
+ANSWERER = "claude-sonnet-4-5"
+
+
+def _run(args: list[str]) -> None:
+    """Run one kit script by path, echoing the command; any failure stops the build."""
+    shown = " ".join(str(a) for a in args[1:])
+    print(f"$ {Path(args[0]).name} {shown}", file=sys.stderr)
+    done = subprocess.run([str(a) for a in args], check=False, cwd=KIT, text=True, capture_output=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"failed (exit {done.returncode}): {shown}")
+
+
+def _localise(src: Path, tmp: Path) -> Path:
+    """A copy of `src` with the checkout placeholder filled in (the original when it has none)."""
+    text = src.read_text(encoding="utf-8")
+    if PLACEHOLDER not in text:
+        return src
+    out = tmp / src.name
+    out.write_text(text.replace(PLACEHOLDER, str(KIT)), encoding="utf-8")
+    return out
+
+
+def build_run(name: str, out_root: Path, force: bool) -> Path:
+    """Create run `name` and record every transcript and host log found for it."""
+    source = SET / "transcripts" / name
+    out = out_root / name
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise SystemExit(f"{out} exists and is not empty; pass --force to rebuild it")
+        shutil.rmtree(out)
+    py = sys.executable
+    _run([py, SCRIPTS / "new_run.py", "--set", SET, "--out", out, "--answerer-model", ANSWERER,
+          "--run-id", name])
+    with tempfile.TemporaryDirectory(prefix=f"bookshop-{name}-") as tmpdir:
+        tmp = Path(tmpdir)
+        for transcript in sorted(source.glob("*.jsonl")):
+            _run([py, SCRIPTS / "record_attempt.py", "--run", out, "--set", SET,
+                  "--qid", transcript.stem, "--transcript", _localise(transcript, tmp)])
+        for log in sorted(source.glob("*.hostlog.json")):
+            qid = log.name.removesuffix(".hostlog.json")
+            answer = log.with_name(f"{qid}.answer.md")
+            _run([py, SCRIPTS / "record_attempt.py", "--run", out, "--set", SET, "--qid", qid,
+                  "--host-log", _localise(log, tmp), "--answer-file", answer])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the runs named by --only (default: every folder under transcripts/)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Examples:" + __doc__.split("Examples:")[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", action="append", metavar="RUN",
+                        help="build only this run (repeatable; default: all)")
+    parser.add_argument("--out-root", type=Path, default=SET / "runs",
+                        help="where run folders go (default: evals/bookshop/runs)")
+    parser.add_argument("--force", action="store_true", help="rebuild a run folder that exists")
+    args = parser.parse_args(argv)
+    names = args.only or sorted(p.name for p in (SET / "transcripts").iterdir() if p.is_dir())
+    for name in names:
+        out = build_run(name, args.out_root, args.force)
+        print(f"{name}: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

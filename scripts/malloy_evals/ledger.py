@@ -1,0 +1,798 @@
+"""The run folder: run.json, the append-only ledger `events.jsonl`, and write-once artifacts (SPEC 3).
+
+Writers go through `Run.append`, which validates every event against its kind's schema, keeps one
+phase per run and one live score / retrieval_score per attempt key, and writes each batch of whole
+lines with one `write` under an exclusive lock, then fsyncs, so concurrent writers never interleave
+or tear lines. Nothing rewrites or deletes a line: a `void` event retracts one.
+
+Readers are tolerant (`read_ledger`): a torn last line (a crash mid-write) is reported as
+`events.jsonl:N: torn line` and the whole events before it are returned. `validate_run` is the
+strict check behind validate.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import schemas, vocab
+from .errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError
+
+if TYPE_CHECKING:
+    from .sets import EvalSet
+
+RUN_FILE = "run.json"
+EVENTS_FILE = "events.jsonl"
+ARTIFACTS_DIR = "artifacts"
+SCHEMA_VERSION = 1
+NULL_SAMPLE_SEGMENT = "_"
+UNIQUE_KINDS = ("score", "retrieval_score")  # at most one live per attempt key (SPEC 3 rule 5)
+# run.json keys that are the run's identity: update_info may not change them.
+IDENTITY_KEYS = ("runId", "phase", "schemaVersion", "started")
+
+AttemptKey = tuple[str, "int | None", str]
+
+
+class LedgerError(InputError):
+    """An append the ledger's rules refuse: another phase, a second live score, a bad void."""
+
+
+# --------------------------------------------------------------------------------------------
+# small pure helpers
+
+def now() -> str:
+    """The current UTC time as RFC 3339 with milliseconds and `Z`."""
+    t = datetime.now(UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def new_event_id() -> str:
+    """A fresh unique event id (uuid4, hex)."""
+    return uuid.uuid4().hex
+
+
+def check_qid(qid: object) -> str:
+    """Return `qid` when it is a safe case id, else raise InputError; call before building any path."""
+    if not vocab.is_qid(qid):
+        raise InputError(None, None, f"qid {qid!r} is not a safe id (it names a folder; "
+                                     f"allowed: {vocab.QID_PATTERN})")
+    return qid  # type: ignore[return-value]
+
+
+def check_sample(sample: object) -> int | None:
+    """Return `sample` when it is a non-negative int or None, else raise InputError."""
+    if sample is None or (isinstance(sample, int) and not isinstance(sample, bool) and sample >= 0):
+        return sample  # type: ignore[return-value]
+    raise InputError(None, None, f"sample {sample!r} must be a non-negative integer or null")
+
+
+def sample_segment(sample: int | None) -> str:
+    """The folder name of a sample: its number, or `_` for a null sample."""
+    sample = check_sample(sample)
+    return NULL_SAMPLE_SEGMENT if sample is None else str(sample)
+
+
+def attempt_key(event: dict[str, Any]) -> AttemptKey:
+    """An event's attempt key (qid, sample, phase)."""
+    return (event.get("qid"), event.get("sample"), event.get("phase"))  # type: ignore[return-value]
+
+
+def _well_formed_key(event: dict[str, Any]) -> AttemptKey | None:
+    """The attempt key when its parts have the right types (a hand-edited line may not), else None."""
+    qid, sample, phase = attempt_key(event)
+    ok_sample = sample is None or (isinstance(sample, int) and not isinstance(sample, bool))
+    if isinstance(qid, str) and ok_sample and isinstance(phase, str):
+        return (qid, sample, phase)
+    return None
+
+
+def _check_name(name: str) -> list[str]:
+    """The segments of an artifact name, each a safe file name (so no name climbs out of the run)."""
+    segments = name.split("/") if isinstance(name, str) else []
+    if not segments or not all(vocab.QID_RE.fullmatch(s) for s in segments):
+        raise InputError(None, None, f"artifact name {name!r} is not a safe relative file name")
+    return segments
+
+
+def _numbered(name: str, n: int) -> str:
+    """`prediction.csv` -> `prediction.2.csv`; `judge` -> `judge.2` (n >= 2)."""
+    base, dot, ext = name.partition(".")
+    return f"{base}.{n}{dot}{ext}" if dot else f"{name}.{n}"
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+@dataclass(frozen=True)
+class LineProblem:
+    """A problem found in a file of a run or set folder, naming the file and, when known, the line."""
+
+    file: str             # file name relative to the folder, e.g. "events.jsonl"
+    line: int | None
+    message: str
+    level: str = "error"  # "error" or "warning"
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class LedgerRead:
+    """What a tolerant read of events.jsonl found: the whole events, and the lines it could not use."""
+
+    events: list[dict[str, Any]]
+    problems: list[LineProblem]
+    line_numbers: list[int] = field(default_factory=list)  # 1-based line of each event
+
+    @property
+    def torn(self) -> bool:
+        """Whether the last line was cut mid-write."""
+        return any(p.message.startswith("torn line") for p in self.problems)
+
+
+def parse_ledger(data: bytes, file: str = EVENTS_FILE) -> LedgerRead:
+    """Parse ledger bytes: every line that is a whole JSON object becomes an event; others are problems."""
+    events: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    problems: list[LineProblem] = []
+    # Split on b"\n" only: str.splitlines would also split on U+2028 inside a JSON string.
+    lines = data.split(b"\n")
+    last_is_partial = lines[-1] != b""
+    if not last_is_partial:
+        lines.pop()
+    for index, raw in enumerate(lines):
+        number = index + 1
+        torn = last_is_partial and index == len(lines) - 1
+        try:
+            text = raw.decode("utf-8")
+            obj = json.loads(text) if text.strip() else None
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            obj = ValueError
+        if torn:
+            # A last line without its newline was cut mid-write; its content is whole only if it parses.
+            problems.append(LineProblem(file, number, "torn line (the last line has no newline; "
+                                                      "a write was cut off)"))
+            if isinstance(obj, dict):
+                events.append(obj)
+                numbers.append(number)
+            continue
+        if obj is ValueError:
+            problems.append(LineProblem(file, number, "not valid JSON"))
+        elif obj is None and not raw.strip():
+            problems.append(LineProblem(file, number, "empty line"))
+        elif not isinstance(obj, dict):
+            problems.append(LineProblem(file, number, "not a JSON object"))
+        else:
+            events.append(obj)
+            numbers.append(number)
+    return LedgerRead(events, problems, numbers)
+
+
+def read_ledger(path: str | Path) -> LedgerRead:
+    """Read an events.jsonl tolerantly, under a shared lock so no append is seen half-written."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+            try:
+                data = fh.read()
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except FileNotFoundError:
+        return LedgerRead([], [LineProblem(path.name, None, "missing")], [])
+    return parse_ledger(data, path.name)
+
+
+def live_view(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events still standing: every non-void event no void retracts, in ledger order."""
+    events = list(events)
+    voided = {e.get("target_event_id") for e in events if e.get("kind") == "void"}
+    return [e for e in events if e.get("kind") != "void" and e.get("event_id") not in voided]
+
+
+def latest_by_key(events: Iterable[dict[str, Any]], kind: str) -> dict[AttemptKey, dict[str, Any]]:
+    """The last event of `kind` per attempt key, from events already live-filtered."""
+    out: dict[AttemptKey, dict[str, Any]] = {}
+    for e in events:
+        if e.get("kind") == kind:
+            out[attempt_key(e)] = e
+    return out
+
+
+def latest_issue_status(events: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """issue_id -> its latest status, from live events (SPEC 3: the latest per issue wins)."""
+    return {e["issue_id"]: e["status"] for e in events
+            if e.get("kind") == "issue_status" and "issue_id" in e and "status" in e}
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+
+class _Index:
+    """What an appender must know of the ledger to enforce rule 5 and void targets, read incrementally."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.ids: set[str] = set()
+        self.kind_of: dict[str, str] = {}
+        self.voided: set[str] = set()
+        self.live_unique: dict[tuple[str, AttemptKey], str] = {}
+        self.unique_key_of: dict[str, tuple[str, AttemptKey]] = {}
+
+    def add(self, event: dict[str, Any]) -> None:
+        eid = event.get("event_id")
+        if not isinstance(eid, str):
+            return
+        kind = event.get("kind")
+        self.ids.add(eid)
+        self.kind_of[eid] = kind if isinstance(kind, str) else ""
+        if kind == "void":
+            target = event.get("target_event_id")
+            if not isinstance(target, str):
+                return
+            self.voided.add(target)
+            slot = self.unique_key_of.get(target)
+            if slot and self.live_unique.get(slot) == target:
+                del self.live_unique[slot]
+        elif kind in UNIQUE_KINDS and (key := _well_formed_key(event)) is not None:
+            slot = (kind, key)
+            self.live_unique[slot] = eid
+            self.unique_key_of[eid] = slot
+
+    def refresh(self, path: Path) -> None:
+        """Take in the whole lines appended since the last refresh (called under the lock)."""
+        with path.open("rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1
+        for event in parse_ledger(data[:end]).events:
+            self.add(event)
+        self.offset += end
+
+
+class Run:
+    """One run folder: its run.json, its ledger and its artifacts."""
+
+    def __init__(self, directory: Path, info: dict[str, Any]):
+        self.dir = directory
+        self._info = info
+        self._index: _Index | None = None
+
+    # ---- creating and opening
+
+    @classmethod
+    def create(cls, out_dir: str | Path, eval_set: EvalSet | str | Path, answerer_model: str,
+               phase: str = "baseline", run_id: str | None = None, **pins: Any) -> Run:
+        """Make a new run folder at `out_dir` (run.json + an empty ledger); refuses an existing run."""
+        from . import __version__
+        from .sets import EvalSet, load_set
+
+        es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
+        out = Path(out_dir).resolve()
+        if phase not in vocab.PHASES:
+            raise InputError(None, None, f"phase {phase!r} is not one of {list(vocab.PHASES)}")
+        if (out / RUN_FILE).exists():
+            raise InputError(out / RUN_FILE, None, "already exists: this folder is a run; "
+                                                   "choose a new --out")
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise InputError(out, None, "exists and is not an empty folder; choose a new --out")
+        started = now()
+        if run_id is None:
+            stamp = started[:19].replace("-", "").replace(":", "")
+            run_id = f"{es.name}-{phase}-{stamp}Z"
+        if not vocab.QID_RE.fullmatch(run_id):
+            raise InputError(None, None, f"run id {run_id!r} is not a safe id "
+                                         f"(allowed: {vocab.QID_PATTERN})")
+        config = es.config
+        info: dict[str, Any] = {
+            "runId": run_id, "phase": phase, "started": started, "answererModel": answerer_model,
+            "setName": es.name, "datasetVersion": config.get("datasetVersion"),
+            "schemaVersion": SCHEMA_VERSION, "datasetSha": es.dataset_sha, "kitVersion": __version__,
+            "environment": config.get("environment") or "samples",
+            "package": config.get("targetPackage"), "modelPath": config.get("targetModelPath"),
+        }
+        for key in ("mcpUrl", "publisherUrl"):
+            if isinstance(config.get(key), str):
+                info[key] = config[key]
+        info.update(pins)
+        problems = schemas.validate("run", info)
+        if problems:
+            raise schemas.SchemaViolation("run.json", problems, out / RUN_FILE)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(out / RUN_FILE, info)
+        (out / EVENTS_FILE).touch()
+        return cls(out, info)
+
+    @classmethod
+    def open(cls, directory: str | Path) -> Run:
+        """Open an existing run folder; raises InputError (exit 3) when it has no readable run.json."""
+        d = Path(directory).resolve()
+        if not d.is_dir():
+            raise InputError(directory, None, "not a folder")
+        info = _load_run_json(d / RUN_FILE)
+        if info.get("phase") not in vocab.PHASES:
+            raise InputError(d / RUN_FILE, None, f"phase: {info.get('phase')!r} is not one of "
+                                                 f"{list(vocab.PHASES)}")
+        return cls(d, info)
+
+    # ---- identity
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """A copy of run.json as last read or written."""
+        return dict(self._info)
+
+    @property
+    def phase(self) -> str:
+        """The run's one phase; every case-scoped event carries it."""
+        return self._info["phase"]
+
+    @property
+    def run_id(self) -> str:
+        """run.json's runId (the folder name if a hand-made run.json lacks it)."""
+        return self._info.get("runId", self.dir.name)
+
+    @property
+    def events_path(self) -> Path:
+        """`<run>/events.jsonl`."""
+        return self.dir / EVENTS_FILE
+
+    @property
+    def info_path(self) -> Path:
+        """`<run>/run.json`."""
+        return self.dir / RUN_FILE
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r}, phase={self.phase!r})"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[int]:
+        """An exclusive lock on events.jsonl, held by the fd yielded (opened for appending)."""
+        fd = os.open(self.events_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def update_info(self, **pins: Any) -> dict[str, Any]:
+        """Set run.json pins (refusing unknown keys and identity keys); rewrites it atomically."""
+        known = schemas.known_fields("run")
+        for key in pins:
+            if key not in known:
+                raise InputError(self.info_path, None, f"{key}: unknown run.json key "
+                                                       f"(known: {', '.join(sorted(known))})")
+            if key in IDENTITY_KEYS:
+                raise InputError(self.info_path, None, f"{key}: part of the run's identity; "
+                                                       "start a new run instead")
+        with self._locked():
+            info = _load_run_json(self.info_path)
+            info.update(pins)
+            problems = schemas.validate("run", info)
+            errors = [p for p in problems if p.field.split(".")[0].split("[")[0] in pins
+                      or not p.unknown]
+            if errors:
+                raise schemas.SchemaViolation("run.json", errors, self.info_path)
+            _write_json_atomic(self.info_path, info)
+            self._info = info
+        return dict(info)
+
+    # ---- appending
+
+    def _prepare(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A validated copy of `event` with event_id, at and (for case-scoped kinds) phase filled in."""
+        if not isinstance(event, dict):
+            raise LedgerError(self.events_path, None, f"an event must be a dict, not {type(event).__name__}")
+        kind = event.get("kind")
+        out: dict[str, Any] = {"kind": kind, "event_id": event.get("event_id") or new_event_id(),
+                               "at": event.get("at") or now()}
+        if kind in vocab.CASE_SCOPED_KINDS:
+            check_qid(event.get("qid"))
+            if "sample" not in event:
+                raise schemas.SchemaViolation(kind, [schemas.Problem("sample", "required field missing "
+                                              "(null for a case answered once)")], self.events_path)
+            phase = event.get("phase", self.phase)
+            if phase != self.phase:
+                raise LedgerError(self.events_path, None,
+                                  f"{kind}: phase {phase!r} differs from the run's phase "
+                                  f"{self.phase!r}; a run has one phase")
+            out.update(qid=event["qid"], sample=event["sample"], phase=phase)
+        for key, value in event.items():
+            out.setdefault(key, value)
+        problems = schemas.validate_event(out)
+        if problems:
+            raise schemas.SchemaViolation(kind if kind in vocab.EVENT_KINDS else "event", problems,
+                                          self.events_path)
+        return out
+
+    def _check_batch(self, batch: list[dict[str, Any]], index: _Index) -> None:
+        """Refuse duplicate ids, bad void targets and a second live score per key (rule 5)."""
+        ids = set(index.ids)
+        kinds = dict(index.kind_of)
+        voided = set(index.voided)
+        live = dict(index.live_unique)
+        key_of = dict(index.unique_key_of)
+        for e in batch:
+            eid, kind = e["event_id"], e["kind"]
+            if eid in ids:
+                raise LedgerError(self.events_path, None, f"event_id {eid!r} is already in the ledger")
+            if kind == "void":
+                target = e["target_event_id"]
+                if target not in ids:
+                    raise LedgerError(self.events_path, None,
+                                      f"void: target_event_id {target!r} is not an event of this ledger")
+                if kinds.get(target) == "void":
+                    raise LedgerError(self.events_path, None, f"void: {target!r} is itself a void; "
+                                                              "append the retracted event again instead")
+                if target in voided:
+                    raise LedgerError(self.events_path, None, f"void: {target!r} is already voided")
+                voided.add(target)
+                slot = key_of.get(target)
+                if slot and live.get(slot) == target:
+                    del live[slot]
+            elif kind in UNIQUE_KINDS:
+                slot = (kind, attempt_key(e))
+                if slot in live:
+                    qid, sample, phase = slot[1]
+                    raise LedgerError(self.events_path, None,
+                                      f"{kind}: attempt ({qid}, sample {sample}, {phase}) already has "
+                                      f"a live {kind} ({live[slot]}); void it in the same batch first")
+                live[slot] = eid
+                key_of[eid] = slot
+            ids.add(eid)
+            kinds[eid] = kind
+
+    def append(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Validate and append a batch of events atomically; returns them as written (ids, times)."""
+        events = list(events)
+        batch = [self._prepare(e) for e in events]
+        if not batch:
+            return []
+        try:
+            data = b"".join(json.dumps(e, ensure_ascii=False, separators=(",", ":"),
+                                       allow_nan=False).encode("utf-8") + b"\n" for e in batch)
+        except ValueError as exc:  # NaN or infinity: not JSON
+            raise LedgerError(self.events_path, None, f"event is not valid JSON: {exc}") from None
+        # The index is only needed for rules about other events; plain appends skip reading the file.
+        # A caller-supplied event_id must be checked for uniqueness; uuid4 ids need no check.
+        needs_index = any(e["kind"] in ("void", *UNIQUE_KINDS) for e in batch) or any(
+            src.get("event_id") for src in events)
+        with self._locked() as fd:
+            if needs_index:
+                if self._index is None:
+                    self._index = _Index()
+                self._index.refresh(self.events_path)
+                self._check_batch(batch, self._index)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn last line: start on a fresh line so this batch is not glued onto it.
+                data = b"\n" + data
+            view = memoryview(data)
+            while view:  # one write in practice; loop only if the kernel writes short (disk full)
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+            if self._index is not None and needs_index:
+                for e in batch:
+                    self._index.add(e)
+                self._index.offset = size + len(data)
+        return batch
+
+    def append_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Append one event; returns it as written."""
+        return self.append([event])[0]
+
+    def void(self, event_id: str, reason: str) -> dict[str, Any]:
+        """Append a void retracting `event_id`."""
+        return self.append_event({"kind": "void", "target_event_id": event_id, "reason": reason})
+
+    # ---- reading
+
+    def read(self) -> LedgerRead:
+        """Every whole event of the ledger and the problems of the lines that are not (tolerant)."""
+        return read_ledger(self.events_path)
+
+    def live(self) -> list[dict[str, Any]]:
+        """The live events (voids applied), in ledger order."""
+        return live_view(self.read().events)
+
+    def _live_for(self, kind: str, qid: str, sample: int | None,
+                  events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        events = self.live() if events is None else events
+        key = (qid, sample, self.phase)
+        return [e for e in events if e.get("kind") == kind and attempt_key(e) == key]
+
+    def attempt(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+                ) -> dict[str, Any] | None:
+        """The latest live attempt event of (qid, sample) in this run's phase, or None."""
+        found = self._live_for("attempt", qid, sample, events)
+        return found[-1] if found else None
+
+    def attempts(self, events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """One live attempt per key (the latest), in order of first appearance."""
+        events = self.live() if events is None else events
+        return list(latest_by_key(events, "attempt").values())
+
+    def tool_calls(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+                   ) -> list[dict[str, Any]]:
+        """The live tool_call events of (qid, sample), ordered by call_index."""
+        calls = self._live_for("tool_call", qid, sample, events)
+        return sorted(calls, key=lambda e: e.get("call_index") if isinstance(e.get("call_index"), int)
+                      else 0)
+
+    def score(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+              ) -> dict[str, Any] | None:
+        """The live score of (qid, sample), or None."""
+        found = self._live_for("score", qid, sample, events)
+        return found[-1] if found else None
+
+    def retrieval_score(self, qid: str, sample: int | None,
+                        events: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+        """The live retrieval_score of (qid, sample), or None."""
+        found = self._live_for("retrieval_score", qid, sample, events)
+        return found[-1] if found else None
+
+    # ---- artifacts
+
+    def artifact_dir(self, qid: str, sample: int | None) -> Path:
+        """`<run>/artifacts/<qid>/<sample or _>/`, built only from a validated qid and sample."""
+        d = self.dir / ARTIFACTS_DIR / check_qid(qid) / sample_segment(sample)
+        if not d.resolve().is_relative_to(self.dir.resolve()):  # defence in depth against symlinks
+            raise InputError(d, None, "resolves outside the run folder")
+        return d
+
+    def write_artifact(self, qid: str, sample: int | None, name: str, data: bytes | str | dict | list
+                       ) -> Path:
+        """Write a new artifact file, never overwriting: a second `x.csv` becomes `x.2.csv`, then `x.3.csv`."""
+        segments = _check_name(name)
+        parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
+        parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, (dict, list)):
+            data = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        n = 1
+        while True:
+            target = parent / (segments[-1] if n == 1 else _numbered(segments[-1], n))
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                n += 1
+                continue
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return target
+
+    def new_artifact_dir(self, qid: str, sample: int | None, name: str) -> Path:
+        """Create a fresh artifact folder: `judge/`, or `judge.2/` when that exists, and so on."""
+        segments = _check_name(name)
+        parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
+        parent.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            target = parent / (segments[-1] if n == 1 else _numbered(segments[-1], n))
+            try:
+                target.mkdir()
+            except FileExistsError:
+                n += 1
+                continue
+            return target
+
+    def relpath(self, path: str | Path) -> str:
+        """`path` relative to the run folder, as recorded in events (posix separators)."""
+        return Path(path).resolve().relative_to(self.dir.resolve()).as_posix()
+
+    def resolve(self, relative: str) -> Path:
+        """The absolute path of an artifact path recorded in an event; refuses one outside the run."""
+        p = (self.dir / relative).resolve()
+        if not p.is_relative_to(self.dir.resolve()):
+            raise InputError(relative, None, "points outside the run folder")
+        return p
+
+
+def _load_run_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, None, "missing: not a run folder (create one with new_run.py)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot be read: {exc}") from None
+    try:
+        info = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, f"not valid JSON: {exc.msg}") from None
+    if not isinstance(info, dict):
+        raise InputError(path, None, "must be a JSON object")
+    return info
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to a temp file beside `path`, fsync, then rename over it: readers never see half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        json.dump(obj, fh, ensure_ascii=False, indent=2)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------
+# validation (validate.py)
+
+@dataclass(frozen=True)
+class RunCheck:
+    """What validate found in one run folder."""
+
+    dir: str
+    readable: bool
+    events: int
+    errors: list[str]
+    warnings: list[str]
+
+    @property
+    def status(self) -> str:
+        if not self.readable:
+            return "unreadable"
+        return "invalid" if self.errors else "ok"
+
+    @property
+    def exit_code(self) -> int:
+        if not self.readable:
+            return EXIT_UNMEASURED
+        return EXIT_FINDING if self.errors else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dir": self.dir, "status": self.status, "events": self.events,
+                "errors": self.errors, "warnings": self.warnings}
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """validate.py's result over several run folders."""
+
+    runs: list[RunCheck]
+
+    @property
+    def exit_code(self) -> int:
+        codes = [r.exit_code for r in self.runs]
+        if EXIT_UNMEASURED in codes:
+            return EXIT_UNMEASURED
+        return EXIT_FINDING if EXIT_FINDING in codes else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.exit_code == EXIT_OK, "exit_code": self.exit_code,
+                "runs": [r.to_json() for r in self.runs]}
+
+
+def validate_run(directory: str | Path) -> RunCheck:
+    """Check one run folder strictly: run.json, every line, phases, voids, one live score per key."""
+    d = Path(directory)
+    errors: list[LineProblem] = []
+    warnings: list[LineProblem] = []
+    if not d.is_dir():
+        return RunCheck(str(directory), False, 0, [f"{directory}: not a folder"], [])
+    try:
+        os.listdir(d)
+    except OSError as exc:
+        return RunCheck(str(directory), False, 0, [f"{directory}: cannot be read: {exc.strerror}"], [])
+
+    phase = None
+    try:
+        info = _load_run_json(d / RUN_FILE)
+    except InputError as exc:
+        errors.append(LineProblem(RUN_FILE, exc.line, exc.message))
+    else:
+        phase = info.get("phase")
+        for p in schemas.validate("run", info):
+            (warnings if p.unknown else errors).append(LineProblem(RUN_FILE, None, str(p)))
+
+    try:
+        with (d / EVENTS_FILE).open("rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        errors.append(LineProblem(EVENTS_FILE, None, "missing"))
+        data = None
+    except OSError as exc:
+        return RunCheck(str(directory), False, 0,
+                        [f"{EVENTS_FILE}: cannot be read: {exc.strerror}"], [])
+    n_events = 0
+    if data is not None:
+        read = parse_ledger(data)
+        n_events = len(read.events)
+        errors.extend(read.problems)
+        e_more, w_more = _check_events(read, phase)
+        errors.extend(e_more)
+        warnings.extend(w_more)
+    errors.sort(key=lambda p: (p.file != RUN_FILE, p.line or 0))
+    warnings.sort(key=lambda p: (p.file != RUN_FILE, p.line or 0))
+    return RunCheck(str(directory), True, n_events, [str(p) for p in errors],
+                    [str(p) for p in warnings])
+
+
+def _check_events(read: LedgerRead, phase: str | None) -> tuple[list[LineProblem], list[LineProblem]]:
+    """Per-event schema checks and the cross-event rules of SPEC 3 (phase, voids, rule 5)."""
+    errors: list[LineProblem] = []
+    warnings: list[LineProblem] = []
+    first_line: dict[str, int] = {}
+    kind_of: dict[str, Any] = {}
+    for event, line in zip(read.events, read.line_numbers, strict=True):
+        eid = event.get("event_id")
+        if isinstance(eid, str):
+            if eid in first_line:
+                errors.append(LineProblem(EVENTS_FILE, line, f"event_id {eid!r} repeats line "
+                                                             f"{first_line[eid]}"))
+            else:
+                first_line[eid] = line
+                kind_of[eid] = event.get("kind")
+    voided: dict[str, int] = {}
+    live_unique: dict[tuple[str, AttemptKey], tuple[str, int]] = {}
+    slots: dict[str, tuple[str, AttemptKey]] = {}
+    for event, line in zip(read.events, read.line_numbers, strict=True):
+        kind = event.get("kind")
+        label = kind if isinstance(kind, str) else "event"
+        for p in schemas.validate_event(event):
+            (warnings if p.unknown else errors).append(LineProblem(EVENTS_FILE, line, f"{label}: {p}"))
+        if kind in vocab.CASE_SCOPED_KINDS:
+            if "qid" in event and not vocab.is_qid(event["qid"]):
+                errors.append(LineProblem(EVENTS_FILE, line, f"{label}: qid: {event['qid']!r} is not "
+                                                             "a safe id"))
+            if phase is not None and "phase" in event and event["phase"] != phase:
+                errors.append(LineProblem(EVENTS_FILE, line, f"{label}: phase {event['phase']!r} differs "
+                                                             f"from run.json's {phase!r}"))
+        if kind == "attempt":
+            rc, htu = event.get("reported_calls"), event.get("host_tool_uses")
+            if isinstance(rc, int) and isinstance(htu, int) and rc > htu:
+                warnings.append(LineProblem(EVENTS_FILE, line, f"attempt {event.get('qid')}: "
+                                            f"reported_calls {rc} > host_tool_uses {htu} (the host "
+                                            "log misses calls; check_contamination treats this as "
+                                            "contamination)"))
+        if kind == "void":
+            target = event.get("target_event_id")
+            if isinstance(target, str):
+                tline = first_line.get(target)
+                if tline is None:
+                    errors.append(LineProblem(EVENTS_FILE, line, f"void: target_event_id {target!r} "
+                                                                 "is not an event of this ledger"))
+                elif tline > line:
+                    errors.append(LineProblem(EVENTS_FILE, line, f"void: target {target!r} comes "
+                                                                 f"later (line {tline})"))
+                elif kind_of.get(target) == "void":
+                    errors.append(LineProblem(EVENTS_FILE, line, f"void: target {target!r} (line "
+                                                                 f"{tline}) is itself a void"))
+                else:
+                    voided[target] = line
+                    slot = slots.get(target)
+                    if slot and live_unique.get(slot, ("", 0))[0] == target:
+                        del live_unique[slot]
+        elif (kind in UNIQUE_KINDS and isinstance(event.get("event_id"), str)
+              and (key := _well_formed_key(event)) is not None):
+            slot = (kind, key)
+            if slot in live_unique:
+                qid, sample, ph = slot[1]
+                errors.append(LineProblem(EVENTS_FILE, line, f"{kind}: a second live {kind} for "
+                                          f"({qid}, sample {sample}, {ph}); line "
+                                          f"{live_unique[slot][1]} is not voided"))
+            live_unique[slot] = (event["event_id"], line)
+            slots[event["event_id"]] = slot
+    return errors, warnings
+
+
+def validate_runs(directories: Iterable[str | Path]) -> ValidationReport:
+    """validate_run over several folders."""
+    return ValidationReport([validate_run(d) for d in directories])

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Decide whether an answerer's host tool-use log shows contamination (SPEC 5.1): exit 1 when contaminated or unknown.
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log transcript.jsonl --set evals/bookshop --json
+  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log host_log.json --set evals/bookshop --run evals/bookshop/runs/r1 --reported-calls 4
+  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --set evals/bookshop --json   # no log: "unknown", exit 1
+
+Exit codes: 0 clean, 1 contaminated (true or "unknown"), 2 usage (a needle under 3 characters),
+3 the log cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.contamination import check_contamination, render_text
+from malloy_evals.toollog import read_tool_uses
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return number
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--log", help="host tool-use log (JSON) or Claude Code transcript (.jsonl); "
+                   "omitted: the verdict is \"unknown\"")
+    p.add_argument("--set", required=True, dest="set_dir",
+                   help="the set folder: it and everything under it are protected (need not exist here)")
+    p.add_argument("--run", dest="run_dir", help="the run folder (protected; need not exist here)")
+    p.add_argument("--model-path", action="append", default=[],
+                   help="the model file under test (repeatable)")
+    p.add_argument("--truth-package", help="the truth package's name (default: set.json truthPackage)")
+    p.add_argument("--gold-path", action="append", default=[],
+                   help="an extra gold needle (repeatable; extends the defaults)")
+    p.add_argument("--eval-path", action="append", default=[],
+                   help="an extra eval-area needle (repeatable; extends the defaults)")
+    p.add_argument("--reported-calls", type=_count,
+                   help="the calls the answerer reported (overrides the log's reportedCalls)")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+
+    log = read_tool_uses(args.log) if args.log else None
+    for warning in log.warnings if log else []:
+        cli.progress(f"warning: {warning}")
+    result = check_contamination(
+        log=log,  # None: no log, the verdict is "unknown"
+        set_dir=args.set_dir,
+        run_dir=args.run_dir,
+        model_paths=args.model_path,
+        truth_package=args.truth_package,
+        gold_paths=args.gold_path,
+        eval_paths=args.eval_path,
+        reported_calls=args.reported_calls,
+    )
+    cli.emit(result, as_json=args.json, render=render_text)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Check a submitted query's text for forbidden fields (golden.mustNotUse, SPEC 5.2): exit 1 on any hit (a veto).
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query-file final.malloy products.list_price "list_price as revenue" --json
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: orders -> { aggregate: books.list_price.sum() }' books.list_price
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query-file final.malloy --set evals/bookshop --qid bk_total_revenue --json
+
+Exit codes: 0 no hit (leaf hits and prose entries are for the judge), 1 a hit, 2 usage,
+3 the query file or the set cannot be read. An empty query means no query: every entry is unchecked.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.errors import InputError, UsageError
+from malloy_evals.must_not_use import check_must_not_use, render_text
+
+
+def _read_query(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, f"not UTF-8 text (byte {exc.start})") from None
+
+
+def _set_entries(set_dir: str, qid: str) -> list[str]:
+    from malloy_evals.sets import CASES_FILE, load_set
+
+    case = load_set(set_dir).case(qid)
+    entries = case.must_not_use
+    bad = [e for e in entries if not isinstance(e, str)]
+    if bad:
+        raise InputError(Path(set_dir) / CASES_FILE, getattr(case, "line", None),
+                         f"golden.mustNotUse: expected strings, got {bad[0]!r}")
+    return entries
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--query-file", help="file holding the submitted (final) query")
+    source.add_argument("--query", help="the submitted query as text")
+    p.add_argument("entries", nargs="*", help="mustNotUse entries (field paths or prose)")
+    p.add_argument("--set", dest="set_dir", help="the set folder: read golden.mustNotUse of --qid")
+    p.add_argument("--qid", help="the case whose golden.mustNotUse to read (with --set)")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    if (args.set_dir is None) != (args.qid is None):
+        raise UsageError("--set and --qid go together")
+
+    query = _read_query(args.query_file) if args.query_file is not None else args.query
+    entries = list(args.entries)
+    if args.set_dir is not None:
+        entries += _set_entries(args.set_dir, args.qid)
+    result = check_must_not_use(query, entries)
+    cli.emit(result, as_json=args.json, render=render_text)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

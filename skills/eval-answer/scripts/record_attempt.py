@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Record one answerer session as an `attempt` and its `tool_call` events in a run's ledger (SPEC 4).
+
+Reads a Claude Code transcript (stream-json or a saved session), or a host tool-use log plus the
+answer text, and appends one attempt with one tool_call per get_context / execute_query call. The
+transcript is copied into the attempt's artifacts with obvious secrets redacted. Recording the same
+attempt again voids the earlier recording's events. Exit 0 recorded; 3 unreadable input or a
+folder without run.json.
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid q01 --transcript q01.jsonl --json
+  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid q02 --sample 1 --host-log q02.log.json --answer-file q02.md --reported-calls 4
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.transcripts import record_attempt, render_text
+
+
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--run", required=True, type=Path, help="the run folder (made by new_run.py)")
+    p.add_argument("--set", required=True, type=Path, dest="set_dir", help="the set folder")
+    p.add_argument("--qid", required=True, help="the case this attempt answers")
+    p.add_argument("--sample", type=_count, default=None, help="sample number (omit for a case answered once)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--transcript", type=Path, help="Claude Code transcript: stream-json or saved session .jsonl")
+    source.add_argument("--host-log", type=Path, help="host tool-use log {toolUses, reportedCalls, cwd}")
+    p.add_argument("--answer-file", type=Path, help="the answer text (with --host-log)")
+    p.add_argument("--reported-calls", type=_count, default=None,
+                   help="MCP calls the answerer said it made (overrides the host log's field)")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    if args.host_log is not None and args.answer_file is None:
+        p.error("--host-log needs --answer-file (a host log carries no answer)")
+    if args.transcript is not None and args.answer_file is not None:
+        p.error("--answer-file goes with --host-log; a transcript carries its own answer")
+    result = record_attempt(args.run, args.set_dir, args.qid, args.sample,
+                            transcript=args.transcript, host_log=args.host_log,
+                            answer_file=args.answer_file, reported_calls=args.reported_calls)
+    for warning in result.warnings:
+        cli.progress(f"warning: {warning}")
+    cli.emit(result, as_json=args.json, render=render_text)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

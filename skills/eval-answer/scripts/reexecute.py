@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Re-run an attempt's final query through execute_query and keep the rows it returns (SPEC 5.5).
+
+Writes prediction.csv and envelope.json to the attempt's artifacts (write-once: a repeat writes
+prediction.2.csv); a query the server refuses is recorded in reexecute_error.json, exit 0.
+Exit 3 when the server cannot be reached or the attempt has no final query.
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --local --json
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --sample 2 --mcp-url http://127.0.0.1:4040/mcp
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.reexecute import reexecute, render_text
+
+
+def main(argv=None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--run", required=True, help="the run folder (holds run.json)")
+    p.add_argument("--set", required=True, dest="set_dir", help="the set folder (holds set.json)")
+    p.add_argument("--qid", required=True, help="the case id of the attempt")
+    p.add_argument("--sample", type=int, default=None, help="the attempt's sample number (default: none)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--mcp-url", help="a Publisher (or compatible) MCP endpoint, e.g. http://127.0.0.1:4040/mcp")
+    where.add_argument("--local", action="store_true",
+                       help="start the kit's endpoint over the set's model/ package, stop it after")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    result = reexecute(args.run, args.set_dir, args.qid, args.sample,
+                       mcp_url=args.mcp_url, local=args.local)
+    cli.emit(result, as_json=args.json, render=render_text)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Score what get_context delivered to each attempt of a run, and where a failure's fix goes (SPEC 5.3).
+
+One row per attempt: the route of every expected entity (exact > alias > in_docs > missing),
+recall over the case's groups, precision, noise, effective coverage, and, for failed attempts
+only (verdict no_match), the where_to_fix attribution; then a summary with the cascade. With
+--append it writes one retrieval_score event per attempt, voiding each attempt's earlier one.
+Exit 0 scored (a low recall is a result); 3 unreadable input or a folder without run.json.
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/base1 --set evals/bookshop --json
+  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/base1 --set evals/bookshop --coverage coverage.json --append
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.retrieval import dump_json, render_text, score_retrieval
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--run", required=True, type=Path, help="the run folder")
+    p.add_argument("--set", required=True, type=Path, dest="set_dir", help="the set folder")
+    p.add_argument("--coverage", type=Path, default=None,
+                   help="a check_coverage.py report; its measured verdicts beat the authored coverage")
+    p.add_argument("--append", action="store_true",
+                   help="write one retrieval_score event per attempt (voiding the earlier live one)")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    result = score_retrieval(args.run, args.set_dir, coverage=args.coverage, append=args.append)
+    for warning in result.warnings:
+        cli.progress(f"warning: {warning}")
+    if result.summary["attributed"] != result.summary["failures"]:
+        cli.progress("warning: attributed differs from failures; this is a bug in the scorer")
+    # One compact JSON document with --json (see dump_json), else the table.
+    cli.emit(result, as_json=False, render=dump_json if args.json else render_text)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

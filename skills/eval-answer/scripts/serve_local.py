@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Serve local Malloy packages through the Malloy Publisher's MCP tools (SPEC 6).
+
+Stdio by default (for a host's MCP config); --http PORT serves stateless streamable HTTP at
+http://127.0.0.1:PORT/mcp plus the Publisher's REST routes under /api/v0. DuckDB may read each
+package folder and its sibling data/ folder; --allow adds more. With --http, --json prints one
+JSON document ({mcp_url, rest_base, packages}) before serving; over stdio, stdout is the protocol.
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/mini=tests/fixtures/mini_pkg/model --allow evals/bookshop/data --http 4041 --json
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.errors import EXIT_OK, UnmeasuredError
+from malloy_evals.mcp_server import parse_package_arg, serve
+from malloy_evals.runtime import runtime_missing_reason
+
+
+def main(argv=None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--package", action="append", required=True, metavar="ENV/PKG=DIR",
+                   help="a package to serve (repeatable), e.g. samples/bookshop=evals/bookshop/model")
+    p.add_argument("--allow", action="append", default=[], metavar="DIR",
+                   help="another folder DuckDB may read (repeatable)")
+    p.add_argument("--http", type=int, metavar="PORT",
+                   help="serve stateless streamable HTTP at 127.0.0.1:PORT/mcp instead of stdio")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per query (default 60)")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    if args.json and args.http is None:
+        p.error("--json needs --http: over stdio, stdout carries the MCP protocol")
+    reason = runtime_missing_reason()
+    if reason:
+        raise UnmeasuredError(reason)
+    extra = [Path(a) for a in args.allow]
+    packages = [parse_package_arg(v, extra, args.timeout) for v in args.package]
+    if args.http is not None:
+        names = [f"{s.environment}/{s.name}" for s in packages]
+        base = f"http://127.0.0.1:{args.http}"
+        if args.json:
+            cli.emit({"mcp_url": base + "/mcp", "rest_base": base + "/api/v0", "packages": names},
+                     as_json=True)
+        cli.progress(f"serving {', '.join(names)} at {base}/mcp")
+    serve(packages, http_port=args.http)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Check run folders: run.json, every ledger line, one phase, voids, at most one live score per attempt.
+
+Exit 0 clean, 1 on any error (a missing run.json or a torn line included), 3 when a folder cannot
+be read. Unknown fields and reported_calls > host_tool_uses are warnings and never change the exit.
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/validate.py evals/bookshop/runs/baseline-01
+  .venv/bin/python skills/eval-answer/scripts/validate.py /tmp/runs/base1 /tmp/runs/loop3 --json
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.ledger import ValidationReport, validate_runs
+
+
+def render(report: ValidationReport) -> str:
+    """One line per folder, then its problems."""
+    lines: list[str] = []
+    for r in report.runs:
+        counts = f"{len(r.errors)} error(s), {len(r.warnings)} warning(s)"
+        detail = "could not be read" if not r.readable else f"{r.events} events; {counts}"
+        lines.append(f"{r.dir}: {r.status} ({detail})")
+        lines += [f"  error: {e}" for e in r.errors]
+        lines += [f"  warning: {w}" for w in r.warnings]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders to check")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    report = validate_runs(args.run_dirs)
+    cli.emit(report, as_json=args.json, render=render)
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Check a set folder: set.json, every case and golden, qids, golden files, entity ids, judge fixtures.
+
+Exit 0 clean, 1 on any error, 3 when the folder cannot be read. Unknown fields are warnings (a
+set written for another harness must load) and never change the exit code.
+
+Examples:
+  .venv/bin/python skills/eval-answer/scripts/validate_set.py evals/bookshop
+  .venv/bin/python skills/eval-answer/scripts/validate_set.py evals/bookshop --json
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.sets import SetReport, check_set
+
+
+def render(report: SetReport) -> str:
+    """One line for the folder, then its problems."""
+    counts = f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)"
+    detail = "could not be read" if not report.readable else f"{report.cases} cases; {counts}"
+    lines = [f"{report.dir}: {report.status} ({detail})"]
+    lines += [f"  error: {e}" for e in report.errors]
+    lines += [f"  warning: {w}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("set_dir", metavar="SET_DIR", help="the set folder to check")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    report = check_set(args.set_dir)
+    cli.emit(report, as_json=args.json, render=render)
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

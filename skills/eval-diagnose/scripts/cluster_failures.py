@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Group a run's failed attempts by score_retrieval's where_to_fix and missing entity: the free first look (SPEC 8).
+
+Writes `<run>/clusters-mechanical.jsonl` (never the diagnosed issues). No model is called. Exit 0
+with the groups, 3 when the run or set cannot be read.
+
+Examples:
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run evals/bookshop/runs/baseline --set evals/bookshop
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run evals/bookshop/runs/baseline --set evals/bookshop --json
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.diagnose import cluster_failures, render_mechanical
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--run", required=True, type=Path, help="the scored run folder")
+    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir",
+                   help="the set folder")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    result = cluster_failures(args.run, args.set_dir)
+    cli.emit(result, as_json=args.json, render=render_mechanical)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Decide the cause code and owner of each failed case of a scored run, and cluster them into issues (SPEC 8).
+
+Appends one `issue` + `issue_status open` per cluster, voiding only the issues diagnose.py wrote
+earlier for the run. Exit 0 when it wrote its result (nothing selected included), 3 when the run or
+set cannot be read or cases were selected and none could be diagnosed, 2 on usage errors.
+
+Examples:
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run evals/bookshop/runs/baseline --set evals/bookshop --diagnoser replay --json
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run evals/bookshop/runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run evals/bookshop/runs/baseline --set evals/bookshop --diagnoser host --emit
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli, providers
+from malloy_evals.diagnose import diagnose_run, render_text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--run", required=True, type=Path, help="the scored run folder")
+    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir",
+                   help="the set folder")
+    providers.add_provider_arguments(p, "--diagnoser")
+    p.add_argument("--only", type=cli.split_qids, metavar="q1,q2", help="only these cases")
+    p.add_argument("--verdicts", type=cli.split_qids, default=["no_match"], metavar="V1,V2",
+                   help="verdicts to diagnose: no_match (default), near_match, needs_human")
+    p.add_argument("--split", default="dev", choices=("dev", "holdout", "all"),
+                   help="which split to diagnose (default dev: holdout stays unseen)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="diagnose at most N cases (0 selects nothing); the rest are counted as excluded")
+    p.add_argument("--coverage", type=Path, metavar="REPORT",
+                   help="a check_coverage.py report, shown to the diagnoser as the measured coverage")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    if args.limit is not None and args.limit < 0:
+        p.error("--limit must be 0 or more")
+
+    def provider_factory(run_dir: Path):
+        return providers.provider_from_args(args, "diagnoser", role="diagnose",
+                                            set_dir=args.set_dir, host_dir=run_dir)
+
+    result = diagnose_run(args.run, args.set_dir, provider_factory, only=args.only,
+                          verdicts=args.verdicts, split=args.split, limit=args.limit,
+                          coverage_report=args.coverage, progress=cli.progress)
+    cli.emit(result, as_json=args.json, render=render_text)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Re-judge the settled predictions of judge-regressions.jsonl through a run's code path (SPEC 7.4).
+
+Per fixture: `ok`, `FAIL` (a stable disagreement with the settled verdict), `FLAKY` (samples
+disagree), `stale` (its goldenRevision is no longer the case's: the key moved, not judged),
+`unpinned` (no goldenRevision; judged and agreeing), `unresolved` (its qid is not a case) or
+`error` (could not be judged). Exit 1 on any FAIL, FLAKY or unresolved, 3 when a fixture could not
+be judged or fixtures exist and none was judged, else 0 (no fixture file is 0).
+
+Examples:
+  .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge replay --json
+  .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --repeat 3 --record
+  .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge replay --only bk_total_revenue
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.calibration import check_regressions, render_regressions
+from malloy_evals.providers import add_provider_arguments, provider_from_args
+from malloy_evals.sets import load_set
+
+
+def main(argv=None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--set", required=True, help="the set folder")
+    p.add_argument("--repeat", type=int, default=1, help="judgements per fixture (default 1)")
+    p.add_argument("--fixtures", default=None,
+                   help="a fixtures file (default <set>/judge-regressions.jsonl)")
+    p.add_argument("--only", type=cli.split_qids, default=None,
+                   help="qids or fixture ids, comma-separated")
+    p.add_argument("--judge-retries", type=int, default=1)
+    add_provider_arguments(p, "--judge", host=False)
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    eval_set = load_set(args.set)
+    provider = provider_from_args(args, "judge", role="judge", set_dir=Path(args.set))
+    report = check_regressions(eval_set, provider, repeat=args.repeat, only=args.only,
+                               fixtures=Path(args.fixtures) if args.fixtures else None,
+                               judge_retries=args.judge_retries)
+    cli.emit(report, as_json=args.json, render=render_regressions)
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

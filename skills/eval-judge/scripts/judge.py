@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Judge one attempt: build the packet, call the judge, post-process, print the verdict (SPEC 5.5, 7).
+
+Writes the judge's request, replies and verdict under the attempt's artifacts (write-once); never
+the ledger (score_attempt.py does that). Needs the attempt's re-executed prediction when it has a
+final query (reexecute.py writes it). Exit 0 with a verdict (a null verdict with its reason is a
+result), 3 when it could not judge (a missing or stale recording names the command that re-records).
+
+Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --sample 1 --judge host --emit
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals import cli
+from malloy_evals.providers import add_provider_arguments, provider_from_args
+from malloy_evals.scoring import render_score, score_attempt_at
+
+
+def main(argv=None) -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--run", required=True, help="the run folder")
+    p.add_argument("--set", required=True, help="the set folder")
+    p.add_argument("--qid", required=True)
+    p.add_argument("--sample", type=int, default=None)
+    p.add_argument("--judge-retries", type=int, default=1,
+                   help="re-asks after an unusable reply before null judge_unparseable (default 1)")
+    add_provider_arguments(p, "--judge")
+    cli.add_json_flag(p)
+    args = p.parse_args(argv)
+    run_dir = Path(args.run)
+    provider = provider_from_args(args, "judge", role="judge", set_dir=Path(args.set),
+                                  host_dir=run_dir)
+    result = score_attempt_at(run_dir, args.set, args.qid, args.sample, provider=provider,
+                              judge_retries=args.judge_retries, append=False)
+    doc = result.event if result.event is not None else result.to_json() | {
+        "status": result.status, "message": result.message}
+    cli.emit(doc, as_json=args.json, render=lambda _d: render_score(result))
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,394 @@
+"""check_coverage (SPEC 5.4): reply rules, majority, the report, the model view, and replay runs."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+from malloy_evals import cli, coverage, paths, schemas
+from malloy_evals.coverage import CaseCoverage, CoverageCase, ModelView, Reading
+from malloy_evals.errors import KitError
+from malloy_evals.providers import LlmReply, RecordingMissing
+
+CHECK_COVERAGE = paths.KIT_ROOT / "skills" / "eval-answer" / "scripts" / "check_coverage.py"
+BOOKSHOP = paths.KIT_ROOT / "evals" / "bookshop"
+
+
+class FakeReader:
+    """A Provider of our protocol answering canned replies per key, in call order."""
+
+    spec = "fake"
+    model = "fake-reader"
+
+    def __init__(self, replies: dict[str, list]):
+        self.replies = {k: list(v) for k, v in replies.items()}
+        self.requests: list = []
+
+    def complete(self, request):
+        self.requests.append(request)
+        queue = self.replies.get(request.key)
+        if not queue:
+            raise RecordingMissing(f"no reply for {request.key}")
+        item = queue.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        data = item if isinstance(item, dict) else None
+        text = item if isinstance(item, str) else json.dumps(item)
+        return LlmReply(text=text, data=data, source="fake-reader", request_digest=request.digest())
+
+
+def reply(verdict, entities=(), quantities=(), resolved_by=None, rule_kind=None, why="because"):
+    return {"quantities": list(quantities), "resolved_by": resolved_by, "why": why,
+            "verdict": verdict, "rule_kind": rule_kind, "entities": list(entities)}
+
+
+def q(name, *candidates, ruled_out=None):
+    return {"quantity": name, "candidates": list(candidates), "ruled_out": ruled_out}
+
+
+# ---------------------------------------------------------------- reply rules
+
+def test_modelled_without_entity_is_undecided():
+    r = coverage.read_reply(reply("MODELLED", entities=[]))
+    assert r.verdict is None and "without naming an entity" in r.why
+
+
+def test_modelled_with_entity_is_taken():
+    r = coverage.read_reply(reply("MODELLED", ["measure:orders:revenue"],
+                                  [q("revenue", "measure:orders:revenue")]))
+    assert r.verdict == "MODELLED" and r.entities == ["measure:orders:revenue"]
+
+
+def test_modelled_with_two_candidates_and_nothing_resolving_is_ambiguous():
+    r = coverage.read_reply(reply("MODELLED", ["dimension:customers:region"],
+                                  [q("region", "dimension:customers:region",
+                                     "dimension:orders:ship_region")]))
+    assert r.verdict == "AMBIGUOUS" and "several candidates for region" in r.why
+
+
+@pytest.mark.parametrize("kwargs", [
+    pytest.param({"resolved_by": "the region doc says home region"}, id="resolved_by"),
+    pytest.param({"ruled_out": "ship_region: 'not where the customer lives'"}, id="ruled_out"),
+])
+def test_modelled_with_two_candidates_and_a_resolution_stays_modelled(kwargs):
+    quantity = q("region", "dimension:customers:region", "dimension:orders:ship_region",
+                 ruled_out=kwargs.get("ruled_out"))
+    r = coverage.read_reply(reply("MODELLED", ["dimension:customers:region"], [quantity],
+                                  resolved_by=kwargs.get("resolved_by")))
+    assert r.verdict == "MODELLED"
+
+
+def test_missing_is_never_upgraded_or_downgraded():
+    r = coverage.read_reply(reply("MISSING", quantities=[q("margin", "a", "b")]))
+    assert r.verdict == "MISSING"
+
+
+def test_invented_verdict_is_undecided_naming_it():
+    r = coverage.read_reply(reply("PARTIAL", ["measure:orders:revenue"]))
+    assert r.verdict is None and "PARTIAL" in r.why
+
+
+def test_rule_kind_kept_only_for_rule_unwritten():
+    assert coverage.read_reply(reply("RULE_UNWRITTEN", rule_kind="arbitrary")).rule_kind == "arbitrary"
+    assert coverage.read_reply(reply("RULE_UNWRITTEN", rule_kind="maybe")).rule_kind is None
+    assert coverage.read_reply(reply("MISSING", rule_kind="arbitrary")).rule_kind is None
+
+
+def test_text_reply_with_quoted_malloy_before_the_json_is_read():
+    text = ("The model has `extend { measure: x is count() }` in it.\n"
+            '{"note": "draft"}\n' + json.dumps(reply("UNDERSPECIFIED")) + "\nDone.")
+    assert coverage.read_reply(None, text).verdict == "UNDERSPECIFIED"
+
+
+def test_reply_without_json_is_undecided():
+    assert coverage.read_reply(None, "I think it is modelled.").verdict is None
+
+
+# ---------------------------------------------------------------- majority
+
+def R(verdict):
+    return Reading(verdict, f"why {verdict}", ["measure:x:y"] if verdict == "MODELLED" else [])
+
+
+@pytest.mark.parametrize("samples, expected", [
+    pytest.param(["RULE_UNWRITTEN", "MODELLED", "RULE_UNWRITTEN"], "RULE_UNWRITTEN", id="majority"),
+    pytest.param(["MODELLED", "RULE_UNWRITTEN"], "RULE_UNWRITTEN", id="tie-goes-to-gap"),
+    pytest.param(["MISSING", "MODELLED"], "MISSING", id="tie-goes-to-gap-either-order"),
+    pytest.param(["MODELLED", None], None, id="modelled-vs-undecided-tie-is-undecided"),
+    pytest.param(["MODELLED", "MODELLED"], "MODELLED", id="stable-pass"),
+    pytest.param([None, "MISSING", "MISSING"], "MISSING", id="majority-over-undecided"),
+    pytest.param(["RULE_UNWRITTEN", "MISSING", "MODELLED"], None, id="split-gaps-undecided"),
+    pytest.param([None, None], None, id="all-undecided"),
+])
+def test_majority(samples, expected):
+    row = coverage.majority("q1", [R(s) for s in samples])
+    assert row.verdict == expected
+    assert row.samples == samples
+
+
+def test_majority_keeps_the_winning_samples_why_and_marks_instability():
+    row = coverage.majority("q1", [R("MODELLED"), R("MISSING"), R("MISSING")])
+    assert row.why == "why MISSING" and row.stable is False
+
+
+def test_split_gaps_say_so():
+    row = coverage.majority("q1", [R("RULE_UNWRITTEN"), R("MISSING")])
+    assert row.verdict is None and "disagreed on which gap" in row.why
+
+
+# ---------------------------------------------------------------- report arithmetic
+
+def _row(qid, verdict):
+    return CaseCoverage(qid, verdict, "w", [], None, [verdict], True)
+
+
+def test_summarise_leaves_undecided_out_of_the_denominator():
+    s = coverage.summarise([_row("a", "MODELLED"), _row("b", "MODELLED"), _row("c", "MISSING"),
+                            _row("d", None)])
+    assert (s["cases"], s["decided"], s["modelled"]) == (4, 3, 2)
+    assert s["coverage"] == 2 / 3
+    assert s["by_verdict"] == {"MISSING": 1, "MODELLED": 2, "undecided": 1}
+
+
+def test_summarise_nothing_decided_is_none_not_zero():
+    assert coverage.summarise([_row("a", None)])["coverage"] is None
+    assert coverage.summarise([])["coverage"] is None
+
+
+def test_compare_labels_flags_disagreements_and_never_says_accuracy():
+    rows = [_row("a", "MODELLED"), _row("b", "MODELLED"), _row("c", "MISSING"), _row("d", None)]
+    labels = {"a": ("covered", None), "b": ("derivable", "needs a rule"), "c": ("absent", None),
+              "d": ("covered", None)}
+    lc = coverage.compare_labels(rows, labels)
+    assert (lc["compared"], lc["agree"]) == (3, 2)
+    assert [d["qid"] for d in lc["disagree"]] == ["b"]
+    assert lc["disagree"][0]["coverageNote"] == "needs a rule"
+    assert sum(m["n"] for m in lc["matrix"]) == 3
+    assert "accuracy" not in json.dumps(lc).lower()
+
+
+# ---------------------------------------------------------------- model view
+
+SURFACE = {"models": [{"path": "shop.malloy", "sources": [{
+    "name": "orders", "doc": "One row per order.",
+    "dimensions": [{"name": "status", "type": "string", "doc": "shipped or pending"},
+                   {"name": "ship_region", "type": "string", "doc": ""}],
+    "measures": [{"name": "revenue", "type": "number", "doc": "Net revenue."}],
+    "views": [{"name": "by_month", "doc": "Revenue per month."}],
+    "joins": [{"name": "customers", "relationship": "one", "doc": "Who ordered."}]}],
+    "queries": [{"name": "top", "source": "orders", "doc": "Top orders."}]}], "errors": []}
+
+
+def test_inventory_lists_every_entity_by_id_and_marks_undocumented_columns():
+    inv = coverage.inventory(SURFACE)
+    for line in ("dimension:orders:status (string): shipped or pending",
+                 "dimension:orders:ship_region (string): (undocumented)",
+                 "measure:orders:revenue (number): Net revenue.", "view:orders:by_month",
+                 "join:orders:customers (one)", "query:orders:top"):
+        assert line in inv
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "shop.malloy").write_text("source: orders is duckdb.table('o.csv')\n", encoding="utf-8")
+    return d
+
+
+def test_local_model_read_through_describe(tmp_path):
+    view = coverage.read_local_model(_model_dir(tmp_path), describe=lambda d: SURFACE)
+    assert view.compiled_surface == "read" and "measure:orders:revenue" in view.text
+    assert len(view.model_sha256) == 64
+
+
+def test_compile_error_is_not_read_and_falls_back_to_text(tmp_path):
+    broken = {"models": [], "errors": [{"path": "shop.malloy", "message": "'nope' is not defined"}]}
+    view = coverage.read_local_model(_model_dir(tmp_path), describe=lambda d: broken)
+    assert view.compiled_surface.startswith("not read: compile error")
+    assert "nope" in view.compiled_surface and "duckdb.table('o.csv')" in view.text
+
+
+def test_runtime_failure_is_not_read_with_its_reason(tmp_path):
+    def fail(_):
+        raise KitError("node is not on PATH")
+    view = coverage.read_local_model(_model_dir(tmp_path), describe=fail)
+    assert view.compiled_surface == "not read: node is not on PATH"
+
+
+def test_served_source_infos_become_the_same_inventory():
+    infos = [{"name": "orders", "annotations": [{"value": "#(doc) One row per order.\n"}],
+              "schema": {"fields": [
+                  {"kind": "dimension", "name": "status", "type": "string",
+                   "annotations": [{"value": "#(doc) shipped or pending"}]},
+                  {"kind": "measure", "name": "revenue", "type": "number"}]}}]
+    surface = coverage.surface_from_source_infos("shop.malloy", json.dumps(infos), [])
+    inv = coverage.inventory({"models": [surface]})
+    assert "dimension:orders:status (string): shipped or pending" in inv
+    assert "measure:orders:revenue (number): (undocumented)" in inv
+
+
+# ---------------------------------------------------------------- measuring with a fake reader
+
+VIEW = ModelView("read", coverage.inventory(SURFACE), "0" * 64, "here")
+
+
+def test_repeat_reads_each_case_n_times_and_takes_the_majority():
+    reader = FakeReader({"cov.q1": [reply("MODELLED", ["measure:orders:revenue"]),
+                                    reply("MISSING"), reply("MISSING")]})
+    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], reader, repeat=3)
+    assert report.cases_detail[0]["verdict"] == "MISSING"
+    assert report.cases_detail[0]["samples"] == ["MODELLED", "MISSING", "MISSING"]
+    assert len(reader.requests) == 3
+
+
+def test_missing_recording_leaves_the_case_undecided_and_nothing_decided_exits_3():
+    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], FakeReader({}))
+    assert report.cases_detail[0]["verdict"] is None
+    assert "reader failed" in report.cases_detail[0]["why"]
+    assert (report.decided, report.coverage, report.exit_code) == (0, None, 3)
+
+
+def test_request_carries_inventory_conventions_question_and_concepts():
+    reader = FakeReader({"cov.q1": [reply("MISSING")]})
+    coverage.measure([CoverageCase("q1", "What was margin?", ["gross margin"])], VIEW,
+                     ["Margin applies to shipped orders."], reader)
+    req = reader.requests[0]
+    text = req.messages[0]["content"]
+    assert req.role == "coverage" and req.key == "cov.q1"
+    assert req.prompt_version == coverage.prompt_version()
+    assert "measure:orders:revenue" in text and "- Margin applies to shipped orders." in text
+    assert "What was margin?" in text and "gross margin" in text
+
+
+def test_report_validates_against_its_schema():
+    reader = FakeReader({"cov.a": [reply("MODELLED", ["measure:orders:revenue"])],
+                         "cov.b": [reply("RULE_UNWRITTEN", rule_kind="guessable")]})
+    cases = [CoverageCase("a", "Revenue?", [], "covered"), CoverageCase("b", "Net?", [], "covered")]
+    report = coverage.measure(cases, VIEW, [], reader, version="v1", compare=True)
+    doc = cli.to_jsonable(report)
+    assert schemas.validate("coverage_report", doc) == []
+    assert (doc["decided"], doc["modelled"], doc["coverage"]) == (2, 1, 0.5)
+    assert doc["labelComparison"]["agree"] == 1
+
+
+# ---------------------------------------------------------------- the whole script
+
+def _tiny_set(tmp_path: Path) -> Path:
+    s = tmp_path / "set"
+    s.mkdir()
+    (s / "set.json").write_text(json.dumps({
+        "name": "tiny", "datasetVersion": 1, "targetPackage": "bookshop",
+        "targetModelPath": "bookshop.malloy",
+        "conventions": ["Revenue applies to shipped and pending orders."]}), encoding="utf-8")
+    cases = [
+        {"qid": "rev", "question": "What was total revenue?", "coverage": "covered",
+         "requiresConcepts": ["revenue"],
+         "golden": {"kind": "scalar", "value": {"revenue": 987654.32}, "status": "verified"}},
+        {"qid": "margin", "question": "What was our gross margin?", "coverage": "absent",
+         "golden": {"kind": "unanswerable", "rubric": "SECRET-RUBRIC-TEXT"}},
+    ]
+    (s / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    return s
+
+
+def _replies(tmp_path: Path) -> Path:
+    path = tmp_path / "replies.jsonl"
+    lines = [{"key": "cov.rev", "replies": [reply("MODELLED", ["measure:order_items:revenue"])]},
+             {"key": "cov.margin", "replies": [reply("MISSING", why="no cost column")]}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def test_reader_never_sees_the_golden(tmp_path, monkeypatch):
+    set_dir = _tiny_set(tmp_path)
+    reader = FakeReader({"cov.rev": [reply("MISSING")], "cov.margin": [reply("MISSING")]})
+    monkeypatch.setattr(coverage, "_describe_with_runtime", lambda d: SURFACE)
+    coverage.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path))
+    sent = json.dumps([r.to_json() for r in reader.requests])
+    assert "987654" not in sent and "SECRET-RUBRIC-TEXT" not in sent
+
+
+def test_only_with_unknown_qid_is_a_usage_error(tmp_path):
+    main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
+    with pytest.raises(SystemExit) as exc:
+        cli.run(main, ["--set", str(_tiny_set(tmp_path)), "--model", str(_model_dir(tmp_path)),
+                       "--reader", "replay", "--only", "nope"])
+    assert exc.value.code == 2
+
+
+def test_sample_package_recorded_then_replayed_reads_compiled_surface(tmp_path, needs_node,
+                                                                     capsys):
+    main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
+    set_dir, rec = _tiny_set(tmp_path), tmp_path / "rec"
+    common = ["--set", str(set_dir), "--model", str(BOOKSHOP / "model"), "--json"]
+    assert main([*common, "--reader", f"hand:{_replies(tmp_path)}", "--record", str(rec)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "report.json"
+    assert main([*common, "--reader", f"replay:{rec}", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["compiledSurface"] == "read"
+    assert doc["reader"].endswith("(hand-authored)")
+    assert (doc["decided"], doc["modelled"]) == (2, 1)
+    assert json.loads(out.read_text()) == doc
+    assert schemas.validate("coverage_report", doc) == []
+
+
+def test_shipped_bookshop_recordings_decide_every_case_offline(needs_node, capsys):
+    if not (BOOKSHOP / "recordings" / "coverage").is_dir():
+        pytest.fail("evals/bookshop/recordings/coverage/ is missing: coverage must run offline")
+    main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
+    code = main(["--set", str(BOOKSHOP), "--model", str(BOOKSHOP / "model"), "--reader", "replay",
+                 "--json", "--compare-labels"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["compiledSurface"] == "read"
+    assert doc["decided"] == doc["cases"] > 0
+
+
+class FakeRest:
+    """Stands in for mcp_client.PublisherRest: the two routes check_coverage reads."""
+
+    served_infos: object = None
+
+    def __init__(self, base_url):
+        self.base = base_url
+
+    def models(self, env, pkg):
+        return [{"path": "shop.malloy"}]
+
+    def model(self, env, pkg, path):
+        return {"sourceText": "source: orders is duckdb.table('o.csv')",
+                "sourceInfos": self.served_infos, "queries": []}
+
+
+@pytest.mark.parametrize("infos, surface", [
+    pytest.param([{"kind": "source", "name": "orders", "schema": {"fields": [
+        {"kind": "measure", "name": "revenue", "type": {"kind": "number_type"}}]}}], "read",
+        id="compiled"),
+    pytest.param(None, "not read: shop.malloy: no compiled sourceInfos", id="text-only"),
+])
+def test_served_package_reads_source_infos_else_falls_back_to_text(monkeypatch, infos, surface):
+    from malloy_evals import mcp_client
+
+    monkeypatch.setattr(FakeRest, "served_infos", infos)
+    monkeypatch.setattr(mcp_client, "PublisherRest", FakeRest)
+    view = coverage.read_served_model("http://127.0.0.1:1", "samples", "shop")
+    assert view.compiled_surface == surface
+    assert view.source == "http://127.0.0.1:1 samples/shop"
+    expected = "measure:orders:revenue (number)" if infos else "duckdb.table('o.csv')"
+    assert expected in view.text
+
+
+def test_unscoped_convention_warns_and_scoped_ones_do_not(tmp_path, monkeypatch):
+    set_dir = _tiny_set(tmp_path)
+    cfg = json.loads((set_dir / "set.json").read_text())
+    cfg["conventions"] = ["Revenue: price paid.", "Applies to money: dollars.", "Be careful."]
+    (set_dir / "set.json").write_text(json.dumps(cfg))
+    monkeypatch.setattr(coverage, "_describe_with_runtime", lambda d: SURFACE)
+    warnings: list[str] = []
+    reader = FakeReader({"cov.rev": [reply("MISSING")], "cov.margin": [reply("MISSING")]})
+    coverage.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path),
+                            warn=warnings.append)
+    scope = [w for w in warnings if "states no scope" in w]
+    assert scope == ["set.json: conventions[2] states no scope (say what it applies to)"]

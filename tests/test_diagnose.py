@@ -1,0 +1,407 @@
+"""eval-diagnose (SPEC 8): selection buckets, reply validation, clustering, issue events, cluster_failures."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+from malloy_evals import codes, diagnose, paths, schemas
+from malloy_evals.diagnose import Bucketed, Diagnosis, Undiagnosed
+from malloy_evals.errors import UsageError
+from malloy_evals.ledger import Run
+from malloy_evals.providers import LlmReply, RecordingMissing
+
+DIAGNOSE = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
+CLUSTER_FAILURES = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "cluster_failures.py"
+TABLE = codes.load_codes()
+
+
+# ---------------------------------------------------------------- selection (pure)
+
+def attempt(qid, sample=None, **kw):
+    return {"kind": "attempt", "qid": qid, "sample": sample, **kw}
+
+
+def score(qid, verdict, sample=None, **kw):
+    return {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict, **kw}
+
+
+EVENTS = [
+    attempt("f1"), score("f1", "no_match"),
+    attempt("f2"), score("f2", "no_match"),
+    attempt("f3"), score("f3", "no_match"),
+    attempt("p1"), score("p1", "match"),
+    attempt("r1"), score("r1", "match"),                          # a pass with a retrieval miss
+    attempt("n1"), score("n1", "near_match"),
+    attempt("c1", contaminated="unknown"), score("c1", "no_match"),
+    attempt("u1"), score("u1", None, reason="judge_unparseable"),
+    attempt("u2"),                                                # never scored
+    attempt("h1"), score("h1", "no_match"),                       # holdout
+]
+SPLITS = {q: "dev" for q in ("f1", "f2", "f3", "p1", "r1", "n1", "c1", "u1", "u2")} | {"h1": "holdout"}
+MISSES = {("r1", None): True, ("p1", None): False}
+
+
+def select(**kw):
+    return diagnose.select_cases(EVENTS, SPLITS, retrieval_misses=MISSES, **kw)
+
+
+def reasons(selection):
+    return {b.qid: b.reason for b in selection.excluded}
+
+
+def test_every_attempt_lands_in_exactly_one_bucket():
+    s = select()
+    keys = [b.qid for b in s.failed + s.passed + s.retrieval_only + s.excluded]
+    assert sorted(keys) == sorted({e["qid"] for e in EVENTS}) and len(keys) == len(set(keys))
+    assert [b.qid for b in s.failed] == ["f1", "f2", "f3"]
+    assert [b.qid for b in s.passed] == ["p1"] and [b.qid for b in s.retrieval_only] == ["r1"]
+
+
+def test_contaminated_and_unscored_are_excluded_with_their_reason():
+    r = reasons(select())
+    assert r["c1"] == "contaminated"
+    assert r["u1"] == "unscored: judge_unparseable"
+    assert r["u2"] == "unscored: no score event"
+    assert r["h1"] == "holdout"
+    assert r["n1"] == "verdict not selected: near_match"
+
+
+def test_contamination_outranks_the_split():
+    events = [attempt("x", contaminated=True), score("x", "no_match")]
+    s = diagnose.select_cases(events, {"x": "holdout"})
+    assert reasons(s) == {"x": "contaminated"}
+
+
+def test_limit_zero_selects_nothing_and_keeps_every_attempt_counted():
+    whole, none = select(), select(limit=0)
+    assert none.selected == [] and none.selected_qids == []
+    assert none.total == whole.total == 10
+    # 3 failures + near_match + contaminated + 2 unscored + holdout; passes never count
+    assert none.non_passing == whole.non_passing == 3 + 1 + 1 + 2 + 1
+    assert reasons(none)["f1"] == "beyond the limit: --limit 0"
+
+
+@pytest.mark.parametrize("kw", [
+    pytest.param({"limit": 1}, id="limit"),
+    pytest.param({"only": ["f2"]}, id="only"),
+    pytest.param({"only": ["f2", "r1"], "limit": 1}, id="only-and-limit"),
+])
+def test_narrowing_never_shrinks_the_denominator(kw):
+    whole, narrow = select(), select(**kw)
+    assert narrow.total == whole.total
+    assert narrow.non_passing == whole.non_passing
+    assert len(narrow.selected_qids) == 1
+
+
+def test_only_records_the_cases_it_drops():
+    r = reasons(select(only=["f2"]))
+    assert r["f1"] == r["f3"] == r["r1"] == "not named in --only"
+
+
+def test_split_all_lets_holdout_in_and_verdicts_widen_the_failures():
+    s = select(split="all", verdicts=["no_match", "near_match"])
+    assert {b.qid for b in s.failed} == {"f1", "f2", "f3", "h1", "n1"}
+
+
+def test_unknown_verdict_for_selection_is_a_usage_error():
+    with pytest.raises(UsageError, match="match"):
+        select(verdicts=["match"])
+
+
+# ---------------------------------------------------------------- reply validation
+
+def good(**kw):
+    obj = {"reasoning": "r", "component": "get_context/model", "primary_code": "NOT-RETURNED",
+           "contributing_codes": ["LOW-RANK"], "owner": "model", "sufficiency": "insufficient",
+           "severity": "high", "confidence": "medium", "diagnosis": "region doc silent"}
+    obj.update(kw)
+    return obj
+
+
+def test_valid_reply_becomes_a_diagnosis():
+    d = diagnose.validate_diagnosis("q1", good(), TABLE)
+    assert isinstance(d, Diagnosis) and (d.primary_code, d.owner) == ("NOT-RETURNED", "model")
+
+
+@pytest.mark.parametrize("change, says", [
+    pytest.param({"primary_code": "COVERAGE"}, "COVERAGE", id="retired-code"),
+    pytest.param({"primary_code": "INVENTED"}, "INVENTED", id="invented-code"),
+    pytest.param({"contributing_codes": ["NO-DISAMBIG"]}, "NO-DISAMBIG", id="contributing-outside"),
+    pytest.param({"owner": "retrieval"}, "owner", id="owner-not-the-codes"),
+    pytest.param({"owner": "engine"}, "owner", id="owner-outside-vocabulary"),
+    pytest.param({"component": "construction"}, "component", id="component-not-the-codes"),
+    pytest.param({"severity": "critical"}, "severity", id="severity-outside"),
+    pytest.param({"diagnosis": ""}, "empty diagnosis", id="empty"),
+])
+def test_reply_outside_the_table_is_rejected_naming_why(change, says):
+    u = diagnose.validate_diagnosis("q1", good(**change), TABLE)
+    assert isinstance(u, Undiagnosed) and u.reason.startswith("rejected") and says in u.reason
+
+
+def test_construction_without_sufficiency_is_rejected():
+    u = diagnose.validate_diagnosis("q1", good(component="construction", primary_code="WRONG-FIELD",
+                                               owner="agent-skill", sufficiency="unknown"), TABLE)
+    assert isinstance(u, Undiagnosed) and "sufficiency first" in u.reason
+
+
+# ---------------------------------------------------------------- clustering
+
+def diag(qid, code="NOT-RETURNED", owner="model", component="get_context/model"):
+    return Diagnosis(qid, component, code, [], owner, "insufficient", "medium", "high", f"d {qid}", "r")
+
+
+def cluster(cid, qids, code="NOT-RETURNED", owner="model", component="get_context/model"):
+    return {"cluster_id": cid, "qids": qids, "primary_code": code, "contributing_codes": [],
+            "component": component, "owner": owner, "root_cause": "region docs silent",
+            "evidence": "e", "confidence": "high"}
+
+
+DIAGS = [diag("a"), diag("b"), diag("c", "WRONG-FIELD", "agent-skill", "construction")]
+
+
+def test_valid_clusters_are_taken():
+    got = diagnose.validate_clusters(
+        {"clusters": [cluster("region-doc-silent", ["a", "b"]),
+                      cluster("picked-list-price", ["c"], "WRONG-FIELD", "agent-skill",
+                              "construction")]}, DIAGS, TABLE)
+    assert [c.cluster_id for c in got] == ["region-doc-silent", "picked-list-price"]
+
+
+@pytest.mark.parametrize("clusters, says", [
+    pytest.param([cluster("add-region-synonyms", ["a", "b"]), cluster("x", ["c"], "WRONG-FIELD",
+                  "agent-skill", "construction")], "prescribes", id="remedy-id"),
+    pytest.param([cluster("region", ["a", "b", "c"])], "keep owners apart", id="mixed-owners"),
+    pytest.param([cluster("region", ["a", "b"])], "in no cluster", id="qid-left-out"),
+    pytest.param([cluster("r1", ["a", "b"]), cluster("r2", ["b"]), cluster("x", ["c"], "WRONG-FIELD",
+                  "agent-skill", "construction")], "more than one", id="qid-twice"),
+    pytest.param([cluster("Region Docs", ["a", "b", "c"])], "slug", id="not-a-slug"),
+])
+def test_bad_clusters_are_rejected(clusters, says):
+    got = diagnose.validate_clusters({"clusters": clusters}, DIAGS, TABLE)
+    assert isinstance(got, str) and says in got
+
+
+def test_issue_events_take_the_worst_member_severity_and_validate():
+    clusters = [diagnose.Cluster("region-doc-silent", ["a", "b"], "NOT-RETURNED", [],
+                                 "get_context/model", "model", "docs silent", "e", "high")]
+    members = [diag("a"), Diagnosis("b", "get_context/model", "NOT-RETURNED", ["LOW-RANK"], "model",
+                                    "unknown", "high", "low", "d", "r")]
+    events = diagnose.issue_events("run1", clusters, members, "diagnose.py fake")
+    issue, status = events
+    assert issue["issue_id"] == "run1:region-doc-silent" and status["status"] == "open"
+    assert (issue["severity"], issue["sufficiency"]) == ("high", "unknown")
+    assert issue["contributing_codes"] == ["LOW-RANK"]
+    for e in events:
+        assert schemas.validate_event({**e, "event_id": "e1", "at": "2026-01-01T00:00:00Z"}) == []
+
+
+# ---------------------------------------------------------------- diagnose_run on a real ledger
+
+class FakeDiagnoser:
+    """A Provider of our protocol: per-case replies by qid, and a clustering reply."""
+
+    spec = "fake"
+    model = "fake-diagnoser"
+
+    def __init__(self, per_case: dict, clusters: dict | None = None):
+        self.per_case, self.clusters, self.requests = per_case, clusters, []
+
+    def complete(self, request):
+        self.requests.append(request)
+        qid = request.key.rsplit(".", 1)[1]
+        data = self.clusters if qid == "clusters" else self.per_case.get(qid)
+        if data is None:
+            raise RecordingMissing(f"no reply for {request.key}")
+        return LlmReply(json.dumps(data), data, "fake-diagnoser", request.digest())
+
+
+def make_set(tmp_path: Path) -> Path:
+    s = tmp_path / "set"
+    s.mkdir()
+    (s / "set.json").write_text(json.dumps({"name": "tiny", "datasetVersion": 1,
+                                            "targetPackage": "shop", "targetModelPath": "shop.malloy"}))
+    cases = [{"qid": q, "question": f"question {q}?", "coverage": "covered",
+              "expectedEntities": {"required": ["measure:orders:revenue"]},
+              "golden": {"kind": "scalar", "value": {"v": f"GOLDEN-{q.upper()}"},
+                         "mustNotUse": ["books.list_price"]}}
+             for q in ("q1", "q2", "q3")]
+    (s / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return s
+
+
+def make_run(tmp_path: Path, set_dir: Path) -> Run:
+    run = Run.create(tmp_path / "run", set_dir, "answerer-x", run_id="r1")
+    events = []
+    for q, verdict in (("q1", "no_match"), ("q2", "no_match"), ("q3", "match")):
+        events.append({"kind": "attempt", "qid": q, "sample": None, "submitted": True,
+                       "final_query": "run: orders -> {aggregate: books.list_price.sum()}",
+                       "answer_text": f"answer {q}", "n_get_context": 1})
+        events.append({"kind": "tool_call", "qid": q, "sample": None, "tool": "get_context",
+                       "call_index": 0, "targets": ["measure: sales"],
+                       "target_shapes": [{"type": "measure", "has_text": True}],
+                       "ranked_summary": {"entity_ids": ["measure:orders:revenue"], "hits": [],
+                                          "result_count": 1, "doc_tokens": []}})
+        events.append({"kind": "score", "qid": q, "sample": None, "verdict": verdict,
+                       "why": f"judge why {q}", "confidence": 8})
+    run.append(events)
+    return run
+
+
+WRONG_FIELD = good(component="construction", primary_code="WRONG-FIELD", owner="agent-skill",
+                   sufficiency="sufficient", contributing_codes=[], diagnosis="used list price")
+CLUSTERS = {"reasoning": "one cause", "clusters": [
+    cluster("list-price-read-as-revenue", ["q1", "q2"], "WRONG-FIELD", "agent-skill",
+            "construction")]}
+
+
+def test_run_is_diagnosed_clustered_and_written_as_issues(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
+    result = diagnose.diagnose_run(run.dir, set_dir, lambda d: fake)
+    assert [d.qid for d in result.diagnoses] == ["q1", "q2"] and result.exit_code == 0
+    assert result.clustered_by == "diagnoser"
+    issues = [e for e in Run.open(run.dir).live() if e["kind"] == "issue"]
+    assert [i["issue_id"] for i in issues] == ["r1:list-price-read-as-revenue"]
+    assert issues[0]["diagnosed_by"].startswith("diagnose.py")
+    assert [r.key for r in fake.requests] == ["diag.r1.q1", "diag.r1.q2", "diag.r1.clusters"]
+
+
+def test_packet_holds_only_its_own_cases_golden(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
+    diagnose.diagnose_run(run.dir, set_dir, lambda d: fake)
+    q1 = fake.requests[0].messages[0]["content"]
+    assert "GOLDEN-Q1" in q1 and "GOLDEN-Q2" not in q1 and "GOLDEN-Q3" not in q1
+    assert "judge why q1" in q1 and "books.list_price" in q1  # judge why and the veto hit
+
+
+def test_rerun_voids_only_its_own_earlier_issues(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    theirs = run.append_event({"kind": "issue", "issue_id": "person:x", "qids": ["q1"],
+                               "primary_code": "MISSING", "component": "get_context/model",
+                               "owner": "model", "diagnosis": "filed by a person"})
+    fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
+    first = diagnose.diagnose_run(run.dir, set_dir, fake)
+    second = diagnose.diagnose_run(run.dir, set_dir, fake)
+    assert (first.issues_voided, second.issues_voided) == (0, 1)
+    live = [e for e in Run.open(run.dir).live() if e["kind"] == "issue"]
+    assert sorted(e["issue_id"] for e in live) == ["person:x", "r1:list-price-read-as-revenue"]
+    assert theirs["event_id"] in {e["event_id"] for e in live}
+
+
+def test_replies_outside_the_table_leave_cases_undiagnosed_and_exit_3(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    bad = good(primary_code="CONVENTION")
+    result = diagnose.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q1": bad, "q2": bad}))
+    assert result.diagnoses == [] and len(result.undiagnosed) == 2
+    assert all("CONVENTION" in u.reason for u in result.undiagnosed)
+    assert result.exit_code == 3
+    assert not [e for e in Run.open(run.dir).live() if e["kind"] == "issue"]
+
+
+def test_rejected_clustering_falls_back_to_one_issue_per_case(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    remedy = {"reasoning": "", "clusters": [cluster("use-unit-price", ["q1", "q2"], "WRONG-FIELD",
+                                                     "agent-skill", "construction")]}
+    result = diagnose.diagnose_run(run.dir, set_dir,
+                                   lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, remedy))
+    assert result.clustered_by.startswith("fallback: cluster id 'use-unit-price' prescribes")
+    assert len(result.issues_appended) == 2
+
+
+def test_limit_zero_diagnoses_nothing_and_calls_nothing(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    fake = FakeDiagnoser({})
+    result = diagnose.diagnose_run(run.dir, set_dir, lambda d: fake, limit=0)
+    assert fake.requests == [] and result.exit_code == 0
+    assert result.selection.excluded_by_reason() == {"beyond the limit": 2}
+
+
+def test_script_json_accounts_for_every_attempt(tmp_path, capsys):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    main = runpy.run_path(str(DIAGNOSE), run_name="diagnose")["main"]
+    code = main(["--run", str(run.dir), "--set", str(set_dir), "--diagnoser", f"replay:{rec}",
+                 "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 3  # two cases selected, no recordings: nothing diagnosed
+    sel = doc["selection"]
+    assert sel["attempts"] == 3 and sel["failed"] == 2 and sel["passed"] == 1
+    assert all("no recording" in u["reason"] for u in doc["undiagnosed"])
+
+
+# ---------------------------------------------------------------- cluster_failures
+
+ROWS = [
+    {"qid": "a", "sample": None, "failed": True, "where_to_fix": "not retrieved",
+     "missing": ["measure:orders:revenue"], "owner": "model", "component": "get_context/model"},
+    {"qid": "b", "sample": None, "failed": True, "where_to_fix": "not retrieved",
+     "missing": ["measure:orders:revenue", "dimension:orders:status"], "owner": "model",
+     "component": "get_context/model"},
+    {"qid": "c", "sample": None, "failed": True, "where_to_fix": "never asked",
+     "missing": ["measure:orders:revenue"], "owner": "agent-skill", "component": "agent-call"},
+    {"qid": "d", "sample": None, "failed": True, "where_to_fix": "delivered, wrong", "missing": [],
+     "owner": None, "component": "construction"},
+    {"qid": "e", "sample": None, "failed": False, "where_to_fix": None, "missing": ["x"]},
+]
+
+
+def test_mechanical_clusters_group_by_where_to_fix_and_first_missing_entity():
+    got = diagnose.mechanical_clusters(ROWS)
+    assert [(c["where_to_fix"], c["missing"], c["qids"]) for c in got] == [
+        ("not retrieved", "measure:orders:revenue", ["a", "b"]),
+        ("delivered, wrong", None, ["d"]),
+        ("never asked", "measure:orders:revenue", ["c"]),
+    ]
+    assert got[1]["owner"] is None  # delivered, wrong: diagnose decides
+
+
+def test_cluster_failures_writes_its_own_file(tmp_path, capsys):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    main = runpy.run_path(str(CLUSTER_FAILURES), run_name="cluster_failures")["main"]
+    assert main(["--run", str(run.dir), "--set", str(set_dir), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    lines = (run.dir / "clusters-mechanical.jsonl").read_text().splitlines()
+    assert doc["failures"] == 2 and len(lines) == len(doc["clusters"]) >= 1
+    assert all(json.loads(x)["source"] == "mechanical" for x in lines)
+    assert not (run.dir / "clusters.jsonl").exists()
+
+
+def test_bucketed_is_plain_data():
+    assert Bucketed("q", None, "no_match").reason is None
+
+
+def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
+    from malloy_evals.providers import make_provider
+
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+
+    def host(mode):
+        return lambda d: make_provider("host", role="diagnose", set_dir=set_dir, host_mode=mode,
+                                       host_dir=d)
+    emitted = diagnose.diagnose_run(run.dir, set_dir, host("emit"))
+    base = run.dir / "host" / "diagnose"
+    assert emitted.exit_code == 0 and emitted.issues_appended == []
+    assert sorted(p.name for p in base.glob("*.request.json")) == [
+        "diag.r1.q1.request.json", "diag.r1.q2.request.json"]
+    for q in ("q1", "q2"):
+        (base / f"diag.r1.{q}.reply.json").write_text(json.dumps(WRONG_FIELD))
+    waiting = diagnose.diagnose_run(run.dir, set_dir, host("ingest"))
+    assert len(waiting.diagnoses) == 2 and waiting.clustered_by.startswith("pending")
+    assert (base / "diag.r1.clusters.request.json").is_file() and waiting.issues_appended == []
+    (base / "diag.r1.clusters.reply.json").write_text(json.dumps(CLUSTERS))
+    done = diagnose.diagnose_run(run.dir, set_dir, host("ingest"))
+    assert done.issues_appended == ["r1:list-price-read-as-revenue"]

@@ -1,0 +1,509 @@
+"""The ledger: validated, concurrent-safe appends, tolerant reads, voids, one live score, artifacts."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from malloy_evals import ledger, schemas
+from malloy_evals.errors import InputError
+from malloy_evals.ledger import LedgerError, Run, check_qid, live_view, parse_ledger, sample_segment
+
+# ------------------------------------------------------------------------------------------
+# builders
+
+
+def make_set(root: Path, qids: tuple[str, ...] = ("q1", "q2")) -> Path:
+    """A minimal valid set folder."""
+    s = root / "set"
+    s.mkdir()
+    (s / "set.json").write_text(json.dumps({"name": "demo", "datasetVersion": 3,
+                                            "targetPackage": "demo", "targetModelPath": "demo.malloy"}))
+    (s / "cases.jsonl").write_text("".join(
+        json.dumps({"qid": q, "question": f"How many {q}?"}) + "\n" for q in qids))
+    return s
+
+
+def make_run(root: Path, phase: str = "baseline") -> Run:
+    return Run.create(root / "run", make_set(root), "answerer-x", phase=phase, run_id="demo-run-1")
+
+
+def attempt(qid: str = "q1", sample: int | None = None, **extra) -> dict:
+    return {"kind": "attempt", "qid": qid, "sample": sample, "submitted": True,
+            "final_query": "run: orders -> by_month", "answer_text": "42", **extra}
+
+
+def score(qid: str = "q1", sample: int | None = None, verdict: str | None = "match", **extra) -> dict:
+    return {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict, **extra}
+
+
+def retrieval(qid: str = "q1", sample: int | None = None) -> dict:
+    return {"kind": "retrieval_score", "qid": qid, "sample": sample, "verdict": "match",
+            "failed": False, "coverage": "covered", "coverage_source": "authored", "recall": 1.0,
+            "precision": 0.5, "groups": 1, "delivery": {"measure:orders:revenue": "exact"},
+            "missing": [], "noise": ["dimension:orders:id"], "asked_kinds": ["measure"],
+            "where_to_fix": None, "owner": None, "component": None, "why": None}
+
+
+# ------------------------------------------------------------------------------------------
+# creating and opening
+
+
+def test_create_writes_valid_run_json_and_empty_ledger(tmp_path):
+    run = make_run(tmp_path)
+    info = json.loads((run.dir / "run.json").read_text())
+    assert schemas.validate("run", info) == []
+    assert info["runId"] == "demo-run-1" and info["phase"] == "baseline"
+    assert info["setName"] == "demo" and info["datasetVersion"] == 3 and info["schemaVersion"] == 1
+    assert (run.dir / "events.jsonl").read_bytes() == b""
+
+
+def test_create_over_existing_run_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(InputError, match="already exists"):
+        Run.create(run.dir, tmp_path / "set", "answerer-x")
+
+
+def test_create_with_unknown_phase_is_refused(tmp_path):
+    with pytest.raises(InputError, match="phase"):
+        Run.create(tmp_path / "run", make_set(tmp_path), "m", phase="warmup")
+
+
+def test_open_without_run_json_raises_input_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="run.json: missing") as info:
+        Run.open(tmp_path / "empty")
+    assert info.value.exit_code == 3
+
+
+def test_open_reads_phase_and_run_id(tmp_path):
+    make_run(tmp_path, phase="loop")
+    run = Run.open(tmp_path / "run")
+    assert (run.phase, run.run_id) == ("loop", "demo-run-1")
+
+
+# ------------------------------------------------------------------------------------------
+# appending
+
+
+def test_append_assigns_event_id_time_and_phase(tmp_path):
+    run = make_run(tmp_path)
+    [written] = run.append([attempt()])
+    assert written["phase"] == "baseline"
+    assert len(written["event_id"]) == 32
+    assert written["at"].endswith("Z") and written["at"][:4].isdigit()
+    [line] = (run.dir / "events.jsonl").read_text().splitlines()
+    assert json.loads(line) == written
+
+
+def test_unknown_field_raises_naming_the_field(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(schemas.SchemaViolation, match="answr_text: unknown field"):
+        run.append([attempt(answr_text="typo")])
+    assert (run.dir / "events.jsonl").read_bytes() == b""
+
+
+def test_wrong_type_raises_naming_the_field(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(schemas.SchemaViolation, match="submitted: 'yes' is not of type"):
+        run.append([attempt(submitted="yes")])
+
+
+def test_missing_sample_key_raises_naming_sample(tmp_path):
+    run = make_run(tmp_path)
+    event = attempt()
+    del event["sample"]
+    with pytest.raises(schemas.SchemaViolation, match="sample"):
+        run.append([event])
+
+
+def test_unknown_kind_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(schemas.SchemaViolation, match="kind"):
+        run.append([{"kind": "gate", "decision": "accepted"}])
+
+
+def test_bad_event_in_batch_writes_nothing(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(schemas.SchemaViolation):
+        run.append([attempt(), score(verdict="great")])
+    assert run.read().events == []
+
+
+def test_phase_mismatch_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(LedgerError, match="a run has one phase"):
+        run.append([attempt(phase="final")])
+
+
+def test_null_verdict_without_reason_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(schemas.SchemaViolation, match="reason"):
+        run.append([score(verdict=None)])
+
+
+@pytest.mark.parametrize("reason", ["judge_error: 529 overloaded", "golden_provisional",
+                                    "environment_failure: server down"])
+def test_null_verdict_with_documented_reason_is_accepted(tmp_path, reason):
+    run = make_run(tmp_path)
+    run.append([score(verdict=None, reason=reason)])
+    assert run.score("q1", None)["reason"] == reason
+
+
+def test_second_live_score_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    run.append([score()])
+    with pytest.raises(LedgerError, match="already has a live score"):
+        run.append([score(verdict="no_match")])
+
+
+def test_two_scores_for_one_attempt_in_one_batch_are_refused(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(LedgerError, match="already has a live score"):
+        run.append([score(), score(verdict="no_match")])
+    assert run.read().events == []
+
+
+def test_scores_of_different_samples_are_independent(tmp_path):
+    run = make_run(tmp_path)
+    run.append([score(sample=0), score(sample=1), score(sample=None)])
+    assert len(run.live()) == 3
+
+
+def test_void_then_rescore_in_one_batch_is_allowed(tmp_path):
+    run = make_run(tmp_path)
+    [old] = run.append([score()])
+    run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "stale pin"},
+                score(verdict="no_match")])
+    assert run.score("q1", None)["verdict"] == "no_match"
+
+
+def test_rescore_after_earlier_void_is_allowed_from_a_fresh_process_view(tmp_path):
+    run = make_run(tmp_path)
+    [old] = run.append([score()])
+    run.void(old["event_id"], "re-judge")
+    # A second Run object has not indexed anything yet: it must read the void from the file.
+    Run.open(run.dir).append([score(verdict="near_match")])
+    assert run.score("q1", None)["verdict"] == "near_match"
+
+
+def test_rescore_before_void_is_refused_from_another_run_object(tmp_path):
+    run = make_run(tmp_path)
+    other = Run.open(run.dir)
+    other.append([score()])  # written by someone else after `run` was opened
+    with pytest.raises(LedgerError, match="already has a live score"):
+        run.append([score(verdict="no_match")])
+
+
+def test_second_live_retrieval_score_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    [first] = run.append([retrieval()])
+    with pytest.raises(LedgerError, match="retrieval_score"):
+        run.append([retrieval()])
+    run.append([{"kind": "void", "target_event_id": first["event_id"], "reason": "re-scored"},
+                retrieval()])
+    assert run.retrieval_score("q1", None)["event_id"] != first["event_id"]
+
+
+def test_void_of_unknown_event_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(LedgerError, match="not an event of this ledger"):
+        run.void("0" * 32, "typo")
+
+
+def test_void_of_a_void_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    [a] = run.append([attempt()])
+    v = run.void(a["event_id"], "wrong transcript")
+    with pytest.raises(LedgerError, match="itself a void"):
+        run.void(v["event_id"], "undo")
+
+
+def test_repeated_event_id_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt(event_id="fixed-id")])
+    with pytest.raises(LedgerError, match="already in the ledger"):
+        run.append([attempt(qid="q2", event_id="fixed-id")])
+
+
+def test_nan_is_refused_rather_than_written_as_invalid_json(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(LedgerError, match="not valid JSON"):
+        run.append([attempt(wall_seconds=float("nan"))])
+
+
+def test_live_view_drops_voided_events_and_voids(tmp_path):
+    run = make_run(tmp_path)
+    a, b = run.append([attempt(), attempt(qid="q2")])
+    run.void(a["event_id"], "re-recorded")
+    assert [e["event_id"] for e in run.live()] == [b["event_id"]]
+    assert live_view(run.read().events) == run.live()
+
+
+def test_attempt_and_tool_call_helpers_find_live_events_by_key(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt(sample=0),
+                {"kind": "tool_call", "qid": "q1", "sample": 0, "tool": "execute_query",
+                 "call_index": 1, "query": "run: orders -> by_month"},
+                {"kind": "tool_call", "qid": "q1", "sample": 0, "tool": "get_context",
+                 "call_index": 0, "targets": ["measure: revenue"]},
+                {"kind": "tool_call", "qid": "q1", "sample": 1, "tool": "get_context", "call_index": 0}])
+    assert run.attempt("q1", 0)["answer_text"] == "42"
+    assert run.attempt("q1", 1) is None
+    assert [c["call_index"] for c in run.tool_calls("q1", 0)] == [0, 1]
+    assert ledger.attempt_key(run.attempt("q1", 0)) == ("q1", 0, "baseline")
+
+
+# ------------------------------------------------------------------------------------------
+# concurrency (SPEC 3 rule 3)
+
+WRITERS = 8
+PER_WRITER = 2000
+
+
+def _writer(run_dir: str, writer: int) -> None:
+    run = Run.open(run_dir)
+    # Lines well above PIPE_BUF (4 KiB) so unlocked writers would interleave; batches of 1-9 events.
+    padding = "x" * (5000 + writer)
+    seq = 0
+    size = 1
+    while seq < PER_WRITER:
+        batch = []
+        for _ in range(min(size, PER_WRITER - seq)):
+            batch.append({"kind": "tool_call", "qid": "q1", "sample": writer, "tool": "execute_query",
+                          "call_index": seq, "query": padding})
+            seq += 1
+        run.append(batch)
+        size = size % 9 + 1
+
+
+def test_eight_processes_appending_2000_each_write_16000_whole_lines(tmp_path):
+    run = make_run(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(str(run.dir), w)) for w in range(WRITERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert [p.exitcode for p in procs] == [0] * WRITERS
+
+    data = (run.dir / "events.jsonl").read_bytes()
+    assert data.endswith(b"\n")
+    lines = data.split(b"\n")[:-1]
+    assert len(lines) == WRITERS * PER_WRITER
+    read = parse_ledger(data)
+    assert read.problems == []
+    seen: dict[int, list[int]] = {w: [] for w in range(WRITERS)}
+    for event in read.events:
+        assert schemas.validate_event(event) == []
+        assert event["query"] == "x" * (5000 + event["sample"])  # no bytes from another writer
+        seen[event["sample"]].append(event["call_index"])
+    # Each writer's events are all there, once, in the order it wrote them.
+    assert all(seen[w] == list(range(PER_WRITER)) for w in range(WRITERS))
+    assert ledger.validate_run(run.dir).errors == []
+
+
+# ------------------------------------------------------------------------------------------
+# tolerant reading (SPEC 3 rule 4)
+
+
+def test_torn_last_line_reader_returns_whole_events_and_names_it(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt(), attempt(qid="q2"), score()])
+    path = run.dir / "events.jsonl"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 25])  # a crash mid-write of the third line
+    read = run.read()
+    assert [e["kind"] for e in read.events] == ["attempt", "attempt"]
+    assert [str(p) for p in read.problems] == [
+        "events.jsonl:3: torn line (the last line has no newline; a write was cut off)"]
+    assert read.torn
+
+
+def test_append_after_torn_line_starts_a_fresh_line(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt()])
+    path = run.dir / "events.jsonl"
+    with path.open("ab") as fh:
+        fh.write(b'{"kind": "attempt", "qid": "q')
+    run.append([attempt(qid="q2")])
+    read = run.read()
+    assert [e["qid"] for e in read.events] == ["q1", "q2"]
+    assert [str(p) for p in read.problems] == ["events.jsonl:2: not valid JSON"]
+
+
+def test_bad_middle_lines_are_reported_with_their_numbers(tmp_path):
+    data = b'{"kind":"void"}\nnot json\n[1,2]\n\n{"kind":"issue"}\n\xff\xfe\n'
+    read = parse_ledger(data)
+    assert [str(p) for p in read.problems] == ["events.jsonl:2: not valid JSON",
+                                               "events.jsonl:3: not a JSON object",
+                                               "events.jsonl:4: empty line",
+                                               "events.jsonl:6: not valid JSON"]
+    assert read.line_numbers == [1, 5]
+
+
+def test_missing_ledger_reads_as_a_problem_not_an_exception(tmp_path):
+    read = ledger.read_ledger(tmp_path / "events.jsonl")
+    assert read.events == [] and [str(p) for p in read.problems] == ["events.jsonl: missing"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=2000))
+def test_arbitrary_bytes_read_as_events_or_problems(data):
+    read = parse_ledger(data)
+    assert all(isinstance(e, dict) for e in read.events)
+    assert len(read.events) == len(read.line_numbers)
+    assert all(p.line is None or p.line >= 1 for p in read.problems)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                     | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_json, max_size=8))
+def test_arbitrary_json_lines_read_as_events_or_problems(values):
+    data = b"".join(json.dumps(v).encode() + b"\n" for v in values)
+    read = parse_ledger(data)
+    assert read.events == [v for v in values if isinstance(v, dict)]
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(event=st.dictionaries(st.sampled_from(["kind", "qid", "sample", "verdict", "reason", "x"]),
+                             _json, max_size=6)
+       | st.fixed_dictionaries({"kind": st.sampled_from(["score", "attempt", "void"])}, optional={
+           "qid": _json, "sample": _json, "verdict": _json, "target_event_id": _json}))
+def test_arbitrary_events_are_appended_or_refused_with_input_error(tmp_path_factory, event):
+    run = make_run(tmp_path_factory.mktemp("h"))
+    try:
+        run.append([event])
+    except InputError:
+        assert run.read().events == []
+    else:
+        assert len(run.read().events) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# run.json updates
+
+
+def test_update_info_sets_pins_and_leaves_no_temp_file(tmp_path):
+    run = make_run(tmp_path)
+    run.update_info(judgeModel="claude-x", judgeVersion=3, status="complete")
+    info = json.loads((run.dir / "run.json").read_text())
+    assert (info["judgeModel"], info["judgeVersion"], info["status"]) == ("claude-x", 3, "complete")
+    assert sorted(p.name for p in run.dir.iterdir()) == ["events.jsonl", "run.json"]
+
+
+def test_update_info_refuses_unknown_keys(tmp_path):
+    run = make_run(tmp_path)
+    before = (run.dir / "run.json").read_bytes()
+    with pytest.raises(InputError, match="judgeModle: unknown run.json key"):
+        run.update_info(judgeModle="claude-x")
+    assert (run.dir / "run.json").read_bytes() == before
+
+
+def test_update_info_refuses_changing_the_phase(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(InputError, match="phase: part of the run's identity"):
+        run.update_info(phase="final")
+
+
+def test_update_info_refuses_a_bad_value(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(schemas.SchemaViolation, match="status"):
+        run.update_info(status="done")
+
+
+# ------------------------------------------------------------------------------------------
+# artifacts (SPEC 3 rule 6)
+
+
+@pytest.mark.parametrize("qid", ["../../x", "a/b", ".hidden", "", "..", "q1\n", "a\\b", None, 7])
+def test_unsafe_qid_is_refused_before_any_path_is_built(tmp_path, monkeypatch, qid):
+    run = make_run(tmp_path)
+    built = []
+    monkeypatch.setattr(ledger, "sample_segment", lambda s: built.append(s) or "_")
+    with pytest.raises(InputError, match="not a safe id"):
+        run.artifact_dir(qid, None)
+    with pytest.raises(InputError, match="not a safe id"):
+        run.write_artifact(qid, None, "prediction.csv", "a\n")
+    with pytest.raises(InputError, match="not a safe id"):
+        check_qid(qid)
+    assert built == []  # refused before the sample segment (or any path) was computed
+    assert not (run.dir / "artifacts").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "set"]
+
+
+@pytest.mark.parametrize("name", ["../x.csv", "/etc/passwd", "a/../../b", ".env", ""])
+def test_unsafe_artifact_name_is_refused(tmp_path, name):
+    run = make_run(tmp_path)
+    with pytest.raises(InputError, match="artifact name"):
+        run.write_artifact("q1", None, name, "x")
+
+
+@pytest.mark.parametrize("sample", [-1, True, "1", 1.5])
+def test_bad_sample_is_refused(tmp_path, sample):
+    run = make_run(tmp_path)
+    with pytest.raises(InputError, match="sample"):
+        run.artifact_dir("q1", sample)
+
+
+def test_null_sample_folder_is_underscore(tmp_path):
+    run = make_run(tmp_path)
+    assert sample_segment(None) == "_" and sample_segment(2) == "2"
+    assert run.artifact_dir("q1", None) == run.dir / "artifacts" / "q1" / "_"
+
+
+def test_write_artifact_is_write_once_with_numbered_copies(tmp_path):
+    run = make_run(tmp_path)
+    paths = [run.write_artifact("q1", 0, "prediction.csv", f"n\n{i}\n") for i in range(3)]
+    assert [p.name for p in paths] == ["prediction.csv", "prediction.2.csv", "prediction.3.csv"]
+    assert [p.read_text() for p in paths] == ["n\n0\n", "n\n1\n", "n\n2\n"]
+    assert run.relpath(paths[1]) == "artifacts/q1/0/prediction.2.csv"
+
+
+def test_write_artifact_serialises_dicts_as_json(tmp_path):
+    run = make_run(tmp_path)
+    p = run.write_artifact("q1", None, "envelope.json", {"rows": [1]})
+    assert json.loads(p.read_text()) == {"rows": [1]}
+
+
+def test_new_artifact_dir_never_reuses_a_folder(tmp_path):
+    run = make_run(tmp_path)
+    first = run.new_artifact_dir("q1", None, "judge")
+    (first / "request.json").write_text("{}")
+    second = run.new_artifact_dir("q1", None, "judge")
+    assert (first.name, second.name) == ("judge", "judge.2")
+    assert run.relpath(second) == "artifacts/q1/_/judge.2"
+
+
+def test_resolve_refuses_a_recorded_path_outside_the_run(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(InputError, match="outside the run"):
+        run.resolve("../set/cases.jsonl")
+
+
+def test_event_lines_are_single_lines_even_with_newlines_in_text(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt(answer_text="line one\nline two\u2028three")])
+    assert len((run.dir / "events.jsonl").read_bytes().split(b"\n")) == 2
+    assert run.read().events[0]["answer_text"] == "line one\nline two\u2028three"
+
+
+def test_ledger_file_is_only_ever_appended(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt()])
+    first = (run.dir / "events.jsonl").read_bytes()
+    [s] = run.append([score()])
+    run.void(s["event_id"], "x")
+    assert (run.dir / "events.jsonl").read_bytes().startswith(first)
+    assert os.path.getsize(run.dir / "events.jsonl") > len(first)

@@ -1,0 +1,369 @@
+"""The local Publisher-shaped MCP endpoint, over real loopback HTTP and over stdio (SPEC 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import KIT_ROOT, node_runtime_missing_reason
+from malloy_evals.errors import UsageError
+from malloy_evals.mcp_client import McpProtocolError, McpToolError, PublisherRest, connect
+from malloy_evals.mcp_server import build_envelope, package_sha, parse_package_arg
+
+MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
+MINI_MODEL = MINI / "model"
+SERVE = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "serve_local.py"
+PKG = {"environment": "samples", "package": "mini", "model_path": "shop.malloy"}
+
+
+def _guard() -> None:
+    reason = node_runtime_missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so runtime tests must run: {reason}")
+        pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _duck(sql: str) -> list[dict]:
+    con = duckdb.connect()
+    try:
+        con.execute("SET threads=1")
+        con.execute(f"SET file_search_path='{MINI / 'data'}'")
+        cur = con.execute(sql)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory):
+    """serve_local.py --http on a free port, as a real subprocess; yields (process, base URL)."""
+    _guard()
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("serve") / "stderr.log").open("w")
+    proc = subprocess.Popen([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}",
+                             "--http", str(port)], stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"serve_local.py did not start (see {log.name})")
+            time.sleep(0.1)
+    yield proc, f"http://127.0.0.1:{port}"
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def http_client(http_server):
+    client = connect(url=http_server[1] + "/mcp", timeout=60)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def stdio_client():
+    _guard()
+    client = connect(command=[sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}"],
+                     timeout=60)
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=["http", "stdio"])
+def client(request):
+    """The kit's client over each transport in turn."""
+    return request.getfixturevalue(f"{request.param}_client")
+
+
+# ---------- executeQuery ----------
+
+def test_adhoc_query_returns_duckdbs_rows(needs_node, client):
+    envelope = client.execute_query(**PKG, query="run: orders -> { group_by: status; "
+                                    "aggregate: order_count, total_revenue; order_by: status }")
+    assert envelope["rows"] == _duck("select status, count(*) as order_count, sum(amount) as "
+                                     "total_revenue from read_csv('orders.csv') group by 1 order by 1")
+    assert (envelope["_query_row_limit"], envelope["_limit_source"], envelope["_limit_hit"]) == (
+        1000, "server_default", False)
+    assert [f["name"] for f in envelope["_meta"]["schema"]["fields"]] == [
+        "status", "order_count", "total_revenue"]
+
+
+def test_named_view_runs_by_source_and_query_name(needs_node, client):
+    envelope = client.execute_query(**PKG, source_name="orders", query_name="by_region")
+    assert [r["customer_region"] for r in envelope["rows"]] == ["APAC", "EU", "US"]
+    assert [r["order_count"] for r in envelope["rows"]] == [1, 2, 5]
+
+
+def test_named_query_runs_by_query_name_alone(needs_node, client):
+    envelope = client.execute_query(**PKG, query_name="shipped_by_month")
+    assert [r["order_count"] for r in envelope["rows"]] == [2, 1, 2]
+
+
+def test_givens_reach_the_query(needs_node, client):
+    envelope = client.execute_query(**PKG, query="run: orders -> { where: quantity >= $MIN_QTY; "
+                                    "aggregate: order_count }", givens={"MIN_QTY": 4})
+    assert envelope["rows"] == [{"order_count": 1}]
+
+
+def test_success_is_a_json_resource_at_content_0(needs_node, client):
+    result = client.call("malloy_executeQuery", {"environmentName": "samples", "packageName": "mini",
+                                                 "modelPath": "shop.malloy",
+                                                 "queryName": "shipped_by_month"})
+    assert result.is_error is False
+    assert result.uri == "malloy://environment/samples/package/mini/models/shop.malloy#result"
+    assert set(result.payload) >= {"rows", "_meta", "_query_row_limit", "_limit_source", "_limit_hit"}
+
+
+def test_bad_field_is_tool_error_with_suggestions(needs_node, client):
+    result = client.call("execute_query", {"environmentName": "samples", "packageName": "mini",
+                                           "modelPath": "shop.malloy",
+                                           "query": "run: orders -> { group_by: nope }"})
+    assert result.is_error is True
+    assert "'nope' is not defined" in result.payload["error"]
+    assert any("malloy_getContext" in s for s in result.payload["suggestions"])
+    assert result.texts[1].startswith(result.payload["error"] + "\n\nSuggestions:\n- ")
+
+
+def test_bad_field_raises_mcp_tool_error_from_execute_query(needs_node, client):
+    with pytest.raises(McpToolError) as err:
+        client.execute_query(**PKG, query="run: orders -> { aggregate: nope.sum() }")
+    assert "nope" in err.value.message and err.value.suggestions
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param({"query": "run: orders -> by_region", "queryName": "by_region"}, id="both"),
+    pytest.param({}, id="neither"),
+    pytest.param({"sourceName": "orders"}, id="source-only"),
+])
+def test_query_and_query_name_misuse_is_invalid_params(needs_node, client, args):
+    with pytest.raises(McpProtocolError) as err:
+        client.call("malloy_executeQuery", {"environmentName": "samples", "packageName": "mini",
+                                            "modelPath": "shop.malloy", **args})
+    assert err.value.code == -32602
+
+
+@pytest.mark.parametrize("query", [
+    pytest.param("run: duckdb.sql('select 1 as x')", id="raw-sql"),
+    pytest.param("run: duckdb.table('../data/orders.csv') -> { aggregate: c is count() }", id="table"),
+])
+def test_raw_sql_and_table_are_refused(needs_node, client, query):
+    with pytest.raises(McpToolError) as err:
+        client.execute_query(**PKG, query=query)
+    assert "restricted query" in err.value.message
+    assert any("restricted mode" in s for s in err.value.suggestions)
+
+
+def test_unknown_model_is_model_access_error(needs_node, client):
+    result = client.call("execute_query", {"environmentName": "samples", "packageName": "mini",
+                                           "modelPath": "nope.malloy", "query": "run: orders -> by_region"})
+    assert result.is_error and result.uri == "error://executeQuery/modelAccess"
+
+
+# ---------- getContext ----------
+
+def test_get_context_tier1_lists_environments(needs_node, client):
+    assert client.get_context() == {"results": [{"kind": "environment", "name": "samples",
+                                                 "packages": ["mini"]}]}
+
+
+def test_get_context_tier2_lists_packages(needs_node, client):
+    payload = client.get_context(environmentName="samples")
+    assert payload["results"] == [{"kind": "package", "name": "mini", "environmentName": "samples",
+                                   "description": "A tiny shop: customers, products and orders."}]
+
+
+def test_get_context_tier3_lists_sources(needs_node, client):
+    payload = client.get_context(environmentName="samples", packageName="mini")
+    assert [r["name"] for r in payload["results"]] == ["customers", "products", "orders"]
+    orders = payload["results"][2]
+    assert orders == {"kind": "source", "name": "orders", "source": "orders", "environmentName": "samples",
+                      "packageName": "mini", "modelPath": "shop.malloy",
+                      "doc": "One row per order line; amount is the price paid in dollars."}
+
+
+def test_get_context_tier4_ranks_the_name_match_first(needs_node, client):
+    payload = client.get_context(environmentName="samples", packageName="mini", query="units_sold")
+    first = payload["results"][0]
+    assert (first["kind"], first["source"], first["name"]) == ("measure", "orders", "units_sold")
+    assert "retrieval" not in payload  # the Publisher's lexical path names no mode
+
+
+def test_get_context_tier4_limit_caps_results(needs_node, client):
+    payload = client.get_context(environmentName="samples", packageName="mini",
+                                 query="orders revenue region customer", limit=2)
+    assert len(payload["results"]) == 2
+
+
+def test_get_context_unknown_environment_is_tool_error(needs_node, client):
+    with pytest.raises(McpToolError, match="not found"):
+        client.get_context(environmentName="nowhere")
+
+
+def test_typed_search_targets_filter_by_type_and_group_by_source(needs_node, client):
+    payload = client.get_context(search_targets=[{"target_type": "measure", "search_text": "revenue dollars"}],
+                                 scopes=[{"environment": "samples", "package": "mini"}])
+    assert payload["retrieval"] == "lexical"
+    (group,) = payload["sources"]
+    assert group["source_info"]["resource_id"] == {"environment": "samples", "package": "mini",
+                                                   "model_path": "shop.malloy", "source": "orders"}
+    ent = group["entities"][0]
+    assert ent["entity_id"] == "measure:orders:total_revenue"
+    assert all(e["entity_type"] == "measure" for e in group["entities"])
+    assert ent["matched_targets"][0]["search_text"] == "revenue dollars"
+
+
+def test_typed_bare_target_lists_every_entity_of_its_type_in_scope(needs_node, client):
+    payload = client.get_context(search_targets=[{"target_type": "view"}],
+                                 scopes=[{"environment": "samples", "package": "mini", "source": "orders"}])
+    ids = [e["entity_id"] for g in payload["sources"] for e in g["entities"]]
+    assert ids == ["view:orders:by_region", "view:orders:top_categories"]
+
+
+# ---------- status, reload ----------
+
+def test_get_status_lists_served_packages(needs_node, client):
+    payload = client.get_status()
+    assert payload["operationalState"] == "serving"
+    assert payload["environments"] == [{"name": "samples", "packages": ["mini"]}]
+
+
+def test_reload_package_reports_in_place(needs_node, client):
+    assert client.reload_package("samples", "mini") == {
+        "status": "reloaded", "mode": "in-place", "name": "mini",
+        "description": "A tiny shop: customers, products and orders."}
+
+
+# ---------- HTTP only: REST routes, a plain JSON-RPC client, runner recovery ----------
+
+def test_rest_package_route_gives_content_sha(needs_node, http_server):
+    rest = PublisherRest(http_server[1])
+    body = rest.package("samples", "mini")
+    assert body["sourceContentSha"] == package_sha(MINI_MODEL)
+    assert body["servedRevision"] == "local-" + body["sourceContentSha"][:12]
+
+
+def test_rest_models_routes_give_paths_text_and_source_infos(needs_node, http_server):
+    rest = PublisherRest(http_server[1] + "/mcp")
+    assert [m["path"] for m in rest.models("samples", "mini")] == ["shop.malloy"]
+    model = rest.model("samples", "mini", "shop.malloy")
+    assert model["sourceText"] == (MINI_MODEL / "shop.malloy").read_text()
+    assert [s["name"] for s in model["sourceInfos"]] == ["customers", "products", "orders"]
+    assert model["queries"][0]["name"] == "shipped_by_month"
+
+
+def test_rest_unknown_package_is_404(needs_node, http_server):
+    with pytest.raises(Exception, match="HTTP 404"):
+        PublisherRest(http_server[1]).package("samples", "nope")
+
+
+def _post(url: str, body: dict, session_headers: dict | None = None) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        **(session_headers or {})})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        text = resp.read().decode()
+    return json.loads(text) if text.strip() else {}
+
+
+def test_plain_json_rpc_client_with_2025_protocol_can_query(needs_node, http_server):
+    url = http_server[1] + "/mcp"
+    init = _post(url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "plain", "version": "0"}}})
+    assert init["result"]["serverInfo"]["name"] == "malloy-publisher-mcp-server"
+    headers = {"MCP-Protocol-Version": "2025-06-18"}
+    _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
+    answer = _post(url, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "malloy_executeQuery", "arguments": {
+            "environmentName": "samples", "packageName": "mini", "modelPath": "shop.malloy",
+            "sourceName": "orders", "queryName": "by_region"}}}, headers)
+    block = answer["result"]["content"][0]
+    assert block["type"] == "resource" and block["resource"]["mimeType"] == "application/json"
+    assert len(json.loads(block["resource"]["text"])["rows"]) == 3
+
+
+def _runner_pids(server_pid: int) -> list[int]:
+    """Node runner processes started by the endpoint (children whose command is runner.mjs)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == server_pid and b"runner.mjs" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_runner_killed_mid_session_next_query_succeeds(needs_node, http_server, http_client):
+    http_client.execute_query(**PKG, query_name="shipped_by_month")
+    pids = _runner_pids(http_server[0].pid)
+    assert len(pids) == 1
+    os.kill(pids[0], signal.SIGKILL)
+    envelope = http_client.execute_query(**PKG, source_name="orders", query_name="by_region")
+    assert len(envelope["rows"]) == 3
+    assert _runner_pids(http_server[0].pid) != pids
+
+
+# ---------- pure parts ----------
+
+def test_package_arg_without_dir_is_usage_error():
+    with pytest.raises(UsageError, match="ENV/PKG=DIR"):
+        parse_package_arg("samples-mini")
+
+
+def test_package_arg_allows_sibling_data_folder():
+    served = parse_package_arg(f"samples/mini={MINI_MODEL}")
+    assert (served.environment, served.name) == ("samples", "mini")
+    assert served.allow == [(MINI / "data").resolve()]
+
+
+def test_oversized_envelope_is_truncated_by_rows():
+    rows = [{"text": "x" * 1000, "n": i} for i in range(200)]
+    envelope = build_envelope({"rows": rows, "schema": {"fields": []}, "_query_row_limit": 1000,
+                               "_limit_source": "server_default", "_limit_hit": False})
+    assert envelope["_rows_truncated"] is True and envelope["_total_rows"] == 200
+    assert 0 < envelope["_returned_rows"] == len(envelope["rows"]) < 200
+    assert len(json.dumps(envelope)) <= 90_000 + 500  # the warning is added after the fit
+    assert "truncated" in envelope["warning"]
+
+
+def test_serve_local_json_without_http_is_usage_error():
+    proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}", "--json"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--json needs --http" in proc.stderr
+
+
+def test_serve_local_missing_package_dir_is_usage_error(tmp_path):
+    proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/x={tmp_path / 'nope'}"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "is not a folder" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,302 @@
+"""check_must_not_use (SPEC 5.2): entry classes, one-pass blanking, whole-path presence, buckets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from malloy_evals.must_not_use import (
+    blank_noise,
+    check_must_not_use,
+    classify_entry,
+    noise_spans,
+)
+
+SCRIPT = Path(__file__).resolve().parents[1] / "skills" / "eval-answer" / "scripts" / "check_must_not_use.py"
+
+
+# ------------------------------------------------------------------ entry classes
+
+@pytest.mark.parametrize("entry, path", [
+    pytest.param("shipped_at", "shipped_at", id="bare_name"),
+    pytest.param("product.cost", "product.cost", id="dotted"),
+    pytest.param("products.retail_price.avg()", "products.retail_price", id="trailing_aggregate"),
+    pytest.param("retail_price.sum( )", "retail_price", id="aggregate_with_space"),
+    pytest.param("  order_items.shipped_at  ", "order_items.shipped_at", id="surrounding_space"),
+    pytest.param("`products`.`retail_price`", "products.retail_price", id="backticks"),
+])
+def test_decidable_entry_names_its_path(entry, path):
+    assert classify_entry(entry) == path
+
+
+@pytest.mark.parametrize("entry", [
+    pytest.param("weekly_active_users as a cumulative series", id="as_connective"),
+    pytest.param("total_sales as the answer", id="as_the_answer"),
+    pytest.param("sale_price.avg() as spend per customer", id="aggregate_as"),
+    pytest.param("product.cost through the order_items join", id="through_connective"),
+    pytest.param("products.retail_price.avg() through the product join", id="aggregate_through"),
+    pytest.param("inventory_items.sold_at as a count of units actually sold", id="as_count"),
+    pytest.param("an average of per-SKU prices", id="plain_prose"),
+    pytest.param("status = 'Cancelled' as an abandonment proxy", id="condition"),
+    pytest.param("a line-item denominator", id="hyphenated_prose"),
+    pytest.param("1207 + 1701 as a sum", id="arithmetic"),
+    pytest.param("November 2022 as the answer without naming the truncation", id="date_prose"),
+    pytest.param("sum(retail_price)", id="function_call_form"),
+    pytest.param("2022_sales", id="leading_digit"),
+    pytest.param("avg()", id="call_alone"),
+    pytest.param("", id="empty"),
+])
+def test_prose_entry_is_not_decidable(entry):
+    assert classify_entry(entry) is None
+
+
+# ------------------------------------------------------------------ presence
+
+@pytest.mark.parametrize("query, entry, hit", [
+    pytest.param("run: t -> { aggregate: total_sales_2021_adj }", "total_sales_2021", False,
+                 id="longer_name_after"),
+    pytest.param("run: t -> { aggregate: total_sales_2021 }", "total_sales_2021", True,
+                 id="exact_name"),
+    pytest.param("run: t -> { aggregate: c is product.cost.sum() }", "product.cost", True,
+                 id="dotted_with_aggregate"),
+    pytest.param("run: t -> { aggregate: p is order_items.products.retail_price.sum() }",
+                 "products.retail_price", True, id="longer_join_path"),
+    pytest.param("run: t -> { group_by: order_items.shipped_at }", "shipped_at", True,
+                 id="qualified_use_of_bare_entry"),
+    pytest.param("run: t -> { aggregate: p is x_products.retail_price.avg() }",
+                 "products.retail_price", False, id="longer_qualifier_name"),
+    pytest.param("run: t -> { aggregate: p is products.retail_price_adj.avg() }",
+                 "products.retail_price", False, id="longer_leaf_name"),
+    pytest.param("run: t -> { aggregate: p is `products`.`retail_price`.avg() }",
+                 "products.retail_price", True, id="backtick_identifiers"),
+    pytest.param("run: t -> { aggregate: p is products.retail_price.avg() }",
+                 "products.retail_price.avg()", True, id="entry_with_aggregate"),
+    pytest.param("run: t -> {\n  where: year(shipped_at) = 2022\n}", "shipped_at", True,
+                 id="inside_a_function_call"),
+    pytest.param("shipped_at", "shipped_at", True, id="whole_text"),
+    pytest.param("run: t -> { aggregate: n is count() } -- shipped_at", "shipped_at", False,
+                 id="only_in_dash_comment"),
+    pytest.param("run: t -> { aggregate: n is count() } // shipped_at", "shipped_at", False,
+                 id="only_in_slash_comment"),
+    pytest.param("run: t -> { /* shipped_at\n and more */ aggregate: n is count() }", "shipped_at",
+                 False, id="only_in_block_comment"),
+    pytest.param("run: t -> { where: label = 'shipped_at' }", "shipped_at", False,
+                 id="only_in_single_quoted_string"),
+    pytest.param('run: t -> { where: label = "shipped_at" }', "shipped_at", False,
+                 id="only_in_double_quoted_string"),
+    pytest.param('run: t -> { where: doc = """\nshipped_at\n""" }', "shipped_at", False,
+                 id="only_in_triple_quoted_string"),
+    pytest.param("run: t -> { where: d ~ f'shipped_at > 3' }", "shipped_at", False,
+                 id="only_in_malloy_filter_string"),
+    pytest.param("run: t -> { where: d ~ r'shipped_at' }", "shipped_at", False,
+                 id="only_in_malloy_regex_string"),
+    pytest.param("run: t -> { where: url = 'https://x.y/z', aggregate: s is shipped_at.sum() }",
+                 "shipped_at", True, id="slashes_inside_url_string_eat_nothing"),
+    pytest.param("run: t -> { where: r = '2024-01--2024-06'\n aggregate: total_sales }",
+                 "total_sales", True, id="dashes_inside_date_string_eat_nothing"),
+    pytest.param("run: t -> { aggregate: n is count() } -- it's shipped_at\n", "shipped_at", False,
+                 id="quote_inside_comment_keeps_comment"),
+    pytest.param("run: t -> { where: note = 'a -- b', group_by: shipped_at }", "shipped_at", True,
+                 id="comment_marker_inside_string"),
+    pytest.param("run: t -> { where: `a--b` = 1, group_by: shipped_at }", "shipped_at", True,
+                 id="comment_marker_inside_backticks"),
+    pytest.param("run: t -> { where: chief'x = 1\n group_by: shipped_at }", "shipped_at", True,
+                 id="unclosed_quote_is_just_a_character"),
+    pytest.param("run: t -> { group_by: Shipped_At }", "shipped_at", False, id="case_differs"),
+])
+def test_presence(query, entry, hit):
+    result = check_must_not_use(query, [entry])
+    assert (result.hits == [entry]) is hit
+
+
+def test_dotted_entry_never_hits_its_bare_leaf():
+    result = check_must_not_use("run: t -> { aggregate: c is cost.sum() }", ["product.cost"])
+    assert result.hits == []
+    assert result.leaf_hits == ["product.cost"]
+
+
+def test_leaf_under_another_qualifier_is_a_leaf_hit():
+    result = check_must_not_use("run: t -> { aggregate: c is inventory_items.cost.sum() }",
+                                ["product.cost"])
+    assert (result.hits, result.leaf_hits) == ([], ["product.cost"])
+    assert result.exit_code == 0
+
+
+def test_dotted_hit_is_not_also_a_leaf_hit():
+    result = check_must_not_use("run: t -> { aggregate: c is product.cost.sum() }", ["product.cost"])
+    assert (result.hits, result.leaf_hits) == (["product.cost"], [])
+    assert result.exit_code == 1
+
+
+# ------------------------------------------------------------------ buckets and the note
+
+def test_hit_and_absent_entries_go_to_their_buckets():
+    result = check_must_not_use("run: t -> { where: year(shipped_at) = 2022 }",
+                                ["shipped_at", "delivered_at"])
+    assert result.hits == ["shipped_at"]
+    assert result.absent == ["delivered_at"]
+    assert result.unchecked == []
+    assert result.checked == ["shipped_at"]
+
+
+def test_absent_entry_goes_to_nobody_else():
+    result = check_must_not_use("run: t -> { aggregate: other.cost.sum() }", ["products.retail_price"])
+    assert result.absent == ["products.retail_price"]
+    assert (result.hits, result.leaf_hits, result.unchecked, result.checked) == ([], [], [], [])
+    assert result.judge_note == ""
+
+
+def test_joined_path_hit_leaves_nothing_unchecked():
+    result = check_must_not_use("run: t -> { aggregate: p is order_items.products.retail_price.sum() }",
+                                ["products.retail_price"])
+    assert result.hits == ["products.retail_price"] and result.unchecked == []
+
+
+def test_prose_entry_using_a_present_field_is_unchecked_not_a_hit():
+    result = check_must_not_use("run: t -> { aggregate: weekly_active_users }",
+                                ["weekly_active_users as a cumulative series"])
+    assert result.hits == []
+    assert result.unchecked == ["weekly_active_users as a cumulative series"]
+
+
+def test_no_query_leaves_every_entry_unchecked():
+    result = check_must_not_use(None, ["shipped_at", "x as y"])
+    assert result.unchecked == ["shipped_at", "x as y"]
+    assert (result.hits, result.absent, result.checked) == ([], [], [])
+    assert result.exit_code == 0
+
+
+def test_blank_query_counts_as_no_query():
+    assert check_must_not_use("  \n", ["shipped_at"]).unchecked == ["shipped_at"]
+
+
+def test_zero_entries_is_valid_and_clean():
+    result = check_must_not_use("run: t -> { aggregate: n is count() }", [])
+    assert (result.hits, result.leaf_hits, result.unchecked, result.absent, result.checked,
+            result.judge_note) == ([], [], [], [], [], "")
+    assert result.exit_code == 0
+
+
+def test_entries_are_reported_as_written_and_checked_normalised():
+    result = check_must_not_use("run: t -> { aggregate: p is products.retail_price.avg() }",
+                                ["products.retail_price.avg()"])
+    assert result.hits == ["products.retail_price.avg()"]
+    assert result.checked == ["products.retail_price"]
+
+
+def test_judge_note_has_prose_and_leaf_lines_but_never_a_vetoed_entry():
+    result = check_must_not_use(
+        "run: t -> { where: year(shipped_at) = 2022, aggregate: c is cost.sum() }",
+        ["an average of per-SKU prices", "product.cost", "shipped_at"])
+    lines = result.judge_note.splitlines()
+    assert len(lines) == 2
+    assert "an average of per-SKU prices" in lines[0]
+    assert "product.cost" in lines[1] and "bare `cost`" in lines[1]
+    assert "shipped_at" not in result.judge_note
+
+
+# ------------------------------------------------------------------ blanking
+
+def test_blanking_keeps_length_and_newlines():
+    text = "a -- c\n'x'\n/* y\nz */ b"
+    out = blank_noise(text)
+    assert len(out) == len(text)
+    assert out == "a     \n   \n    \n     b"
+
+
+def test_first_opened_token_wins():
+    assert blank_noise("'--' x") == "     x"
+    assert blank_noise("-- 'x\ny") == "     \ny"
+
+
+QUERY_ALPHABET = st.sampled_from(list("ab_.` \n'\"-/*frxy12{}()=:") + ["--", "//", "/*", "*/",
+                                                                       '"""', "f'", "r'"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(QUERY_ALPHABET, max_size=60).map("".join))
+def test_blanking_never_shifts_positions(text):
+    out = blank_noise(text)
+    assert len(out) == len(text)
+    spans = noise_spans(text)
+    inside = {k for start, end in spans for k in range(start, end)}
+    for k, (before, after) in enumerate(zip(text, out, strict=True)):
+        if before == "\n":
+            assert after == "\n"
+        elif k in inside:
+            assert after == " "
+        else:
+            assert after == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80), st.lists(st.text(max_size=20), max_size=4))
+def test_checking_arbitrary_text_never_raises(query, entries):
+    result = check_must_not_use(query, entries)
+    buckets = result.hits + result.leaf_hits + result.unchecked + result.absent
+    assert sorted(buckets) == sorted(entries)
+
+
+# ------------------------------------------------------------------ the script
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+KEYS = {"hits", "leaf_hits", "unchecked", "absent", "checked", "judge_note"}
+
+
+def test_cli_hit_exits_1_with_the_spec_keys():
+    out = _run("--query", "run: t -> { aggregate: x is books.list_price.sum() }",
+               "books.list_price", "list price as revenue", "--json")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert set(doc) == KEYS
+    assert doc["hits"] == ["books.list_price"]
+    assert doc["unchecked"] == ["list price as revenue"]
+
+
+def test_cli_query_file_without_hit_exits_0(tmp_path):
+    query = tmp_path / "final.malloy"
+    query.write_text("run: order_items -> { aggregate: revenue } -- not books.list_price\n")
+    out = _run("--query-file", str(query), "books.list_price", "--json")
+    assert out.returncode == 0
+    assert json.loads(out.stdout)["absent"] == ["books.list_price"]
+
+
+def test_cli_without_a_query_is_a_usage_error():
+    assert _run("books.list_price").returncode == 2
+
+
+def test_cli_set_without_qid_is_a_usage_error():
+    assert _run("--query", "x", "--set", "evals/bookshop").returncode == 2
+
+
+def test_cli_missing_query_file_exits_3(tmp_path):
+    out = _run("--query-file", str(tmp_path / "nope.malloy"), "x", "--json")
+    assert out.returncode == 3
+    assert "nope.malloy" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_reads_must_not_use_from_the_set(tmp_path):
+    set_dir = tmp_path / "shop"
+    set_dir.mkdir()
+    (set_dir / "set.json").write_text(json.dumps({
+        "name": "shop", "datasetVersion": 1, "targetPackage": "shop",
+        "targetModelPath": "shop.malloy"}))
+    case = {"qid": "q1", "question": "Total revenue?", "goldenRevision": 1,
+            "golden": {"status": "verified", "kind": "scalar", "value": {"revenue": 1.0},
+                       "mustNotUse": ["books.list_price", "list price as revenue"]}}
+    (set_dir / "cases.jsonl").write_text(json.dumps(case) + "\n")
+    out = _run("--query", "run: t -> { aggregate: r is books.list_price.sum() }",
+               "--set", str(set_dir), "--qid", "q1", "--json")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["hits"] == ["books.list_price"]
+    assert doc["unchecked"] == ["list price as revenue"]

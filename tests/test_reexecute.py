@@ -1,0 +1,218 @@
+"""Re-executing an attempt's final query and keeping what came back (SPEC 5.5)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import duckdb
+import pytest
+from conftest import KIT_ROOT, node_runtime_missing_reason
+from malloy_evals.errors import InputError
+from malloy_evals.ledger import Run
+from malloy_evals.reexecute import (
+    csv_cell,
+    final_call,
+    open_endpoint,
+    prediction_csv,
+    reexecute_attempt,
+)
+
+MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
+SCRIPT = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "reexecute.py"
+
+
+def _attempt(qid: str, final_query: str | None, sample: int | None = None, **extra) -> dict:
+    return {"kind": "attempt", "qid": qid, "sample": sample, "phase": "baseline", "submitted": True,
+            "final_query": final_query, "answer_text": "an answer", **extra}
+
+
+@pytest.fixture
+def run(tmp_path):
+    return Run.create(tmp_path / "run", MINI, "test-answerer")
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """The kit's endpoint over the mini set's model/ package, started once (stdio)."""
+    reason = node_runtime_missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so runtime tests must run: {reason}")
+        pytest.skip(reason)
+    with open_endpoint(MINI, local=True, timeout=60) as ep:
+        yield ep
+
+
+def _read_csv(path) -> list[list[str]]:
+    with open(path, newline="") as fh:
+        return list(csv.reader(fh))
+
+
+# ---------- against the endpoint ----------
+
+def test_named_view_attempt_writes_prediction_and_envelope(needs_node, run, endpoint):
+    run.append([_attempt("rev_by_region", "run: orders -> by_region", final_query_source="named_view")])
+    result = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert result.status == "ok" and result.exit_code == 0
+    assert result.call == {"source_name": "orders", "query_name": "by_region", "model_path": "shop.malloy"}
+    assert _read_csv(run.resolve(result.prediction_path)) == [
+        ["customer_region", "order_count", "total_revenue"],
+        ["APAC", "1", "19.99"], ["EU", "2", "34.989999999999995"], ["US", "5", "170.22"]]
+    envelope = json.loads(run.resolve(result.envelope_path).read_text())
+    assert len(envelope["rows"]) == 3 and envelope["_limit_source"] == "server_default"
+
+
+def test_adhoc_attempt_rows_match_duckdb_at_full_precision(needs_node, run, endpoint):
+    run.append([_attempt("shipped_orders", "run: orders -> { group_by: status; "
+                         "aggregate: total_revenue; order_by: status }", sample=2)])
+    result = reexecute_attempt(run, MINI, "shipped_orders", 2, endpoint)
+    con = duckdb.connect()
+    con.execute("SET threads=1")
+    expected = con.execute(f"select status, sum(amount) from read_csv('{MINI / 'data' / 'orders.csv'}') "
+                           "group by 1 order by 1").fetchall()
+    con.close()
+    rows = _read_csv(run.resolve(result.prediction_path))[1:]
+    assert [(s, float(v)) for s, v in rows] == expected
+    assert rows[2][1] == repr(expected[2][1])  # shortest round-trip text, nothing rounded
+
+
+def test_named_query_dates_are_iso_dates(needs_node, run, endpoint):
+    run.append([_attempt("rev_by_region", "run: shipped_by_month", query_name="shipped_by_month")])
+    result = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    rows = _read_csv(run.resolve(result.prediction_path))
+    assert [r[0] for r in rows] == ["order_month", "2024-01-01", "2024-02-01", "2024-03-01"]
+
+
+def test_recorded_givens_are_sent_with_the_named_query(needs_node, run, endpoint):
+    run.append([_attempt("rev_by_region", "run: big_orders", query_name="big_orders",
+                         givens={"MIN_QTY": 3})])
+    result = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert result.call["givens"] == {"MIN_QTY": 3}
+    assert _read_csv(run.resolve(result.prediction_path)) == [["order_count"], ["2"]]
+
+
+def test_second_reexecution_is_write_once(needs_node, run, endpoint):
+    run.append([_attempt("rev_by_region", "run: orders -> by_region", final_query_source="named_view")])
+    first = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    second = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert first.prediction_path.endswith("/prediction.csv")
+    assert second.prediction_path.endswith("/prediction.2.csv")
+    assert second.envelope_path.endswith("/envelope.2.json")
+
+
+def test_query_error_is_recorded_not_raised(needs_node, run, endpoint):
+    run.append([_attempt("rev_by_region", "run: orders -> { group_by: nope }")])
+    result = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert result.status == "query_error" and result.exit_code == 0
+    assert "'nope' is not defined" in result.error and result.suggestions
+    detail = json.loads(run.resolve(result.error_path).read_text())
+    assert detail["error"] == result.error and detail["call"]["query"].startswith("run: orders")
+    assert result.prediction_path is None
+    assert not (run.artifact_dir("rev_by_region", None) / "prediction.csv").exists()
+
+
+def test_restricted_construct_in_final_query_is_a_recorded_error(needs_node, run, endpoint):
+    run.append([_attempt("rev_by_region", "run: duckdb.sql('select 1')")])
+    result = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert result.status == "query_error" and "restricted" in result.error
+
+
+def test_attempt_without_final_query_is_no_query(needs_node, run, endpoint):
+    run.append([_attempt("rev_by_region", None)])
+    result = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert result.status == "no_query" and result.exit_code == 3
+
+
+def test_missing_attempt_is_input_error(needs_node, run, endpoint):
+    with pytest.raises(InputError, match="no live attempt"):
+        reexecute_attempt(run, MINI, "rev_by_region", 7, endpoint)
+
+
+def test_script_local_json_writes_artifacts(needs_node, run):
+    run.append([_attempt("rev_by_region", "run: orders -> by_region", final_query_source="named_view")])
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", str(run.dir), "--set", str(MINI),
+                           "--qid", "rev_by_region", "--local", "--json"],
+                          check=False, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "ok" and doc["row_count"] == 3
+    assert (run.dir / doc["prediction_path"]).is_file()
+
+
+def test_script_refuses_both_endpoints():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", "r", "--set", "s", "--qid", "q",
+                           "--local", "--mcp-url", "http://127.0.0.1:1/mcp"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+
+
+def test_script_on_folder_without_run_json_exits_3(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", str(tmp_path), "--set", str(MINI),
+                           "--qid", "rev_by_region", "--local"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+
+
+# ---------- pure parts ----------
+
+def test_final_call_prefers_recorded_query_name_and_givens():
+    call = final_call(_attempt("q", "run: orders -> by_region", source_name="orders",
+                               query_name="by_region", givens={"year": 2024}), "shop.malloy")
+    assert call == {"source_name": "orders", "query_name": "by_region", "query": None,
+                    "givens": {"year": 2024}, "model_path": "shop.malloy"}
+
+
+def test_final_call_reads_named_view_text_only_when_source_says_named_view():
+    text = "run: `orders` -> `by_region`"
+    named = final_call(_attempt("q", text, final_query_source="named_view"), "m.malloy")
+    declared = final_call(_attempt("q", text, final_query_source="declared"), "m.malloy")
+    assert (named["source_name"], named["query_name"]) == ("orders", "by_region")
+    assert declared["query"] == text and declared["query_name"] is None
+
+
+def test_final_call_uses_attempt_model_path_over_set_default():
+    call = final_call(_attempt("q", "run: x -> y", model_path="other.malloy"), "shop.malloy")
+    assert call["model_path"] == "other.malloy"
+
+
+def test_final_call_without_text_is_none():
+    assert final_call(_attempt("q", "   "), "m.malloy") is None
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    pytest.param(0.1 + 0.2, "0.30000000000000004", id="float-full-precision"),
+    pytest.param(12, "12", id="int"),
+    pytest.param(True, "true", id="bool"),
+    pytest.param(None, "", id="null"),
+    pytest.param([{"a": 1}], '[{"a":1}]', id="nested-json"),
+    pytest.param("2024-03-01T10:15:00.000Z", "2024-03-01T10:15:00.000Z", id="timestamp-kept"),
+])
+def test_csv_cell_renders_values(value, text):
+    assert csv_cell(value) == text
+
+
+def test_csv_cell_date_column_midnight_becomes_plain_date():
+    assert csv_cell("2024-03-01T00:00:00.000Z", is_date=True) == "2024-03-01"
+
+
+def test_prediction_header_follows_schema_order_not_row_key_order():
+    envelope = {"rows": [{"b": 2, "a": 1}],
+                "_meta": {"schema": {"fields": [{"name": "a", "type": {"kind": "number_type"}},
+                                                {"name": "b", "type": {"kind": "number_type"}}]}}}
+    assert prediction_csv(envelope) == "a,b\n1,2\n"
+
+
+def test_prediction_header_falls_back_to_row_keys():
+    assert prediction_csv({"rows": [{"x": 1}, {"x": 2, "y": "z"}]}) == "x,y\n1,\n2,z\n"
+
+
+def test_local_endpoint_knows_the_served_model_sha(needs_node, endpoint):
+    from malloy_evals.mcp_server import package_sha
+
+    assert endpoint.model_sha == package_sha(MINI / "model")
+    assert endpoint.served_revision == "local-" + endpoint.model_sha[:12]
+    assert (endpoint.environment, endpoint.package, endpoint.model_path) == ("samples", "mini", "shop.malloy")

@@ -1,0 +1,266 @@
+"""score_run's orchestration: resume skips, stale pins void and re-score, progress lines, results."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from malloy_evals import run_scorer as rs
+from malloy_evals.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError
+from malloy_evals.ledger import Run, live_view
+from malloy_evals.sets import load_set
+
+KIT = Path(__file__).resolve().parents[1]
+PINS = {"judge_version": 3, "rubric_sha": "a" * 64, "judge_prompt_sha": "b" * 64}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A two-case set and a run holding one attempt per case."""
+    set_dir = tmp_path / "tiny"
+    set_dir.mkdir()
+    (set_dir / "set.json").write_text(json.dumps({
+        "name": "tiny", "datasetVersion": 1, "targetPackage": "tiny",
+        "targetModelPath": "tiny.malloy"}))
+    cases = [
+        {"qid": "q1", "question": "How many orders?", "goldenRevision": 1, "coverage": "covered",
+         "golden": {"kind": "scalar", "value": {"n": 3}}},
+        {"qid": "q2", "question": "Which genre sells most?", "goldenRevision": 2,
+         "coverage": "covered", "golden": {"kind": "rows", "value": [{"genre": "a"}]}},
+    ]
+    (set_dir / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    run = Run.create(tmp_path / "run", set_dir, "test-answerer", run_id="tiny-baseline-1")
+    run.append([{"kind": "attempt", "qid": q, "sample": None, "submitted": True,
+                 "final_query": "run: orders -> {aggregate: n is count()}",
+                 "answer_text": "3"} for q in ("q1", "q2")])
+    return run, load_set(set_dir)
+
+
+class FakeScorer:
+    """Returns a score event with the pins it is given, as score_attempt(append=False) does."""
+
+    def __init__(self, pins, verdicts=None, fail=()):
+        self.pins = pins
+        self.verdicts = verdicts or {}
+        self.fail = set(fail)
+        self.calls: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, run, eval_set, qid, sample):
+        with self._lock:
+            self.calls.append(qid)
+        if qid in self.fail:
+            raise KitError(f"no recording for {qid}")
+        verdict, reason = self.verdicts.get(qid, ("match", None))
+        event = {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict,
+                 "golden_revision": eval_set.case(qid).golden_revision, **self.pins}
+        if reason:
+            event["reason"] = reason
+        return event
+
+
+def live_scores(run):
+    return [e for e in live_view(run.read().events) if e["kind"] == "score"]
+
+
+def test_first_pass_scores_every_attempt_with_a_progress_line_each(tiny):
+    run, es = tiny
+    lines: list[str] = []
+    outcomes = rs.score_attempts(run, es, FakeScorer(PINS), PINS, progress=lines.append)
+    assert [o.action for o in outcomes] == [rs.ACTION_SCORE, rs.ACTION_SCORE]
+    assert len(lines) == 2
+    assert all(re.fullmatch(r"\[[12]/2\] q[12] match \(\d+\.\d+s\)", line) for line in lines)
+    assert {line.split()[0] for line in lines} == {"[1/2]", "[2/2]"}
+    assert len(live_scores(run)) == 2
+
+
+def test_resume_skips_attempts_whose_pins_are_current(tiny):
+    run, es = tiny
+    rs.score_attempts(run, es, FakeScorer(PINS), PINS, progress=lambda _: None)
+    again = FakeScorer(PINS)
+    lines: list[str] = []
+    outcomes = rs.score_attempts(run, es, again, PINS, progress=lines.append)
+    assert again.calls == []
+    assert [o.action for o in outcomes] == [rs.ACTION_SKIP, rs.ACTION_SKIP]
+    assert all("skipped" in line for line in lines)
+    assert len(live_scores(run)) == 2
+
+
+def test_new_judge_version_voids_the_old_score_and_rescores(tiny):
+    run, es = tiny
+    rs.score_attempts(run, es, FakeScorer(PINS), PINS, progress=lambda _: None)
+    old_ids = {e["event_id"] for e in live_scores(run)}
+    newer = {**PINS, "judge_version": 4}
+    outcomes = rs.score_attempts(run, es, FakeScorer(newer), newer, progress=lambda _: None)
+    assert [o.action for o in outcomes] == [rs.ACTION_STALE, rs.ACTION_STALE]
+    assert outcomes[0].stale_pins == ["judge_version"]
+    voids = [e for e in run.read().events if e["kind"] == "void"]
+    assert {v["target_event_id"] for v in voids} == old_ids
+    assert all("judge_version" in v["reason"] for v in voids)
+    scores = live_scores(run)
+    assert len(scores) == 2 and all(s["judge_version"] == 4 for s in scores)
+
+
+def test_bumped_golden_revision_rescores_only_that_case(tiny):
+    run, es = tiny
+    rs.score_attempts(run, es, FakeScorer(PINS), PINS, progress=lambda _: None)
+    # Rewrite q2's score as if made under golden revision 1 (its case is at 2 now).
+    old = next(e for e in live_scores(run) if e["qid"] == "q2")
+    run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "test setup"},
+                {"kind": "score", "qid": "q2", "sample": None, "verdict": "match",
+                 "golden_revision": 1, **PINS}])
+    scorer = FakeScorer(PINS)
+    outcomes = rs.score_attempts(run, es, scorer, PINS, progress=lambda _: None)
+    assert scorer.calls == ["q2"]
+    assert {o.qid: o.action for o in outcomes} == {"q1": rs.ACTION_SKIP, "q2": rs.ACTION_STALE}
+    assert outcomes[1].stale_pins == ["golden_revision"]
+
+
+def test_rescore_flag_rescores_current_scores(tiny):
+    run, es = tiny
+    rs.score_attempts(run, es, FakeScorer(PINS), PINS, progress=lambda _: None)
+    scorer = FakeScorer(PINS, verdicts={"q1": ("no_match", None)})
+    outcomes = rs.score_attempts(run, es, scorer, PINS, rescore=True, only=["q1"],
+                                 progress=lambda _: None)
+    assert scorer.calls == ["q1"]
+    assert [(o.qid, o.action, o.verdict) for o in outcomes] == [
+        ("q1", rs.ACTION_FORCED, "no_match")]
+    assert sorted(e["verdict"] for e in live_scores(run)) == ["match", "no_match"]
+
+
+def test_transient_null_score_is_retried_on_resume(tiny):
+    run, es = tiny
+    first = FakeScorer(PINS, verdicts={"q1": (None, "judge_error: overloaded")})
+    rs.score_attempts(run, es, first, PINS, progress=lambda _: None)
+    second = FakeScorer(PINS)
+    outcomes = rs.score_attempts(run, es, second, PINS, progress=lambda _: None)
+    assert second.calls == ["q1"]
+    assert outcomes[0].action == rs.ACTION_RETRY
+
+
+def test_null_verdict_that_is_a_decision_is_not_retried(tiny):
+    run, es = tiny
+    first = FakeScorer(PINS, verdicts={"q1": (None, "not_submitted")})
+    rs.score_attempts(run, es, first, PINS, progress=lambda _: None)
+    second = FakeScorer(PINS)
+    rs.score_attempts(run, es, second, PINS, progress=lambda _: None)
+    assert second.calls == []
+
+
+def test_failed_rescore_leaves_the_old_score_standing(tiny):
+    run, es = tiny
+    rs.score_attempts(run, es, FakeScorer(PINS), PINS, progress=lambda _: None)
+    newer = {**PINS, "judge_version": 4}
+    outcomes = rs.score_attempts(run, es, FakeScorer(newer, fail={"q1"}), newer,
+                                 progress=lambda _: None)
+    assert {o.qid: o.action for o in outcomes} == {"q1": "failed", "q2": rs.ACTION_STALE}
+    assert {e["qid"]: e["judge_version"] for e in live_scores(run)} == {"q1": 3, "q2": 4}
+
+
+def test_scoring_error_is_reported_and_the_attempt_left_unscored(tiny):
+    run, es = tiny
+    lines: list[str] = []
+    outcomes = rs.score_attempts(run, es, FakeScorer(PINS, fail={"q2"}), PINS,
+                                 progress=lines.append)
+    failed = [o for o in outcomes if o.action == "failed"]
+    assert [o.qid for o in failed] == ["q2"]
+    assert "no recording for q2" in failed[0].error
+    assert any(" q2 error: no recording for q2 " in line for line in lines)
+    assert [e["qid"] for e in live_scores(run)] == ["q1"]
+
+
+def test_only_naming_an_unknown_qid_is_an_input_error(tiny):
+    run, es = tiny
+    with pytest.raises(InputError, match="q9"):
+        rs.score_attempts(run, es, FakeScorer(PINS), PINS, only=["q9"], progress=lambda _: None)
+
+
+def test_finish_run_writes_results_and_pins_run_json(tiny):
+    run, es = tiny
+    outcomes = rs.score_attempts(run, es, FakeScorer(PINS, verdicts={"q2": ("no_match", None)}),
+                                 PINS, progress=lambda _: None)
+    result = rs.finish_run(run, es, coverage=None, judge_spec="replay", endpoint_flag="--local",
+                           pins={"judgeVersion": "3", "judgeModel": "hand-authored"},
+                           outcomes=outcomes)
+    assert result.exit_code == EXIT_OK
+    doc = json.loads((run.dir / "summary.json").read_text())
+    assert doc["headline"] == "pass rate 50.0% (1/2; 95% CI 9.5-90.5%)"
+    assert "pass rate 50.0%" in (run.dir / "RESULTS.md").read_text()
+    info = json.loads((run.dir / "run.json").read_text())
+    assert (info["status"], info["judgeVersion"], info["judgeModel"]) == (
+        "complete", "3", "hand-authored")
+    # retrieval ran with --append: one live retrieval_score per attempt
+    rows = [e for e in live_view(run.read().events) if e["kind"] == "retrieval_score"]
+    assert sorted(r["qid"] for r in rows) == ["q1", "q2"]
+
+
+def test_every_attempt_failing_is_could_not_measure(tiny):
+    run, es = tiny
+    outcomes = rs.score_attempts(run, es, FakeScorer(PINS, fail={"q1", "q2"}), PINS,
+                                 progress=lambda _: None)
+    result = rs.finish_run(run, es, coverage=None, judge_spec="replay", endpoint_flag="--local",
+                           pins={}, outcomes=outcomes)
+    assert result.exit_code == EXIT_UNMEASURED
+    assert result.summary.unscored == ["q1", "q2"]
+
+
+# --- the script, end to end over the sample model (real re-execution, a hand-authored judge) --
+
+
+def test_score_run_script_scores_resumes_and_prints_one_json_document(needs_node, tmp_path):
+    sample = KIT / "evals" / "bookshop"
+    set_dir = tmp_path / "set"
+    set_dir.mkdir()
+    for part in ("model", "data"):
+        shutil.copytree(sample / part, set_dir / part)
+    shutil.copy(sample / "set.json", set_dir / "set.json")
+    cases = [
+        {"qid": "q1", "question": "How many orders are there?", "goldenRevision": 1,
+         "coverage": "covered", "expectedEntities": {"required": ["source:orders:orders"]},
+         "golden": {"kind": "scalar", "value": {"n": 2500}}},
+        {"qid": "q2", "question": "How many customers?", "goldenRevision": 1,
+         "coverage": "covered", "golden": {"kind": "scalar", "value": {"n": 1}}},
+    ]
+    (set_dir / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    run = Run.create(tmp_path / "run", set_dir, "test-answerer", run_id="e2e-1")
+    run.append([
+        {"kind": "attempt", "qid": "q1", "sample": None, "submitted": True, "contaminated": False,
+         "final_query": "run: orders -> {aggregate: n is count()}", "answer_text": "2500"},
+        {"kind": "tool_call", "qid": "q1", "sample": None, "tool": "get_context",
+         "call_index": 0, "targets": ["any: orders"],
+         "target_shapes": [{"type": "any", "has_text": True}],
+         "ranked_summary": {"entity_ids": ["source:orders:orders"], "hits": [],
+                            "result_count": 1, "doc_tokens": []}},
+        {"kind": "attempt", "qid": "q2", "sample": None, "submitted": True, "contaminated": False,
+         "final_query": "run: customers -> {aggregate: n is count()}", "answer_text": "many"},
+    ])
+    replies = tmp_path / "judge.jsonl"
+    replies.write_text("".join(json.dumps({"key": f"e2e-1.{q}._", "replies": [
+        {"why": "compared", "verdict": v, "confidence": 9, "column_pairing": {"n": "n"},
+         "gold_status": "verified", "gold_note": ""}]}) + "\n"
+        for q, v in (("q1", "match"), ("q2", "no_match"))))
+    argv = [sys.executable, str(KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"),
+            "--run", str(run.dir), "--set", str(set_dir), "--judge", f"hand:{replies}",
+            "--local", "--json"]
+    first = subprocess.run(argv, cwd=KIT, check=False, capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == EXIT_OK, first.stderr
+    doc = json.loads(first.stdout)
+    assert doc["headline"] == "pass rate 50.0% (1/2; 95% CI 9.5-90.5%)"
+    assert doc["counts"]["scored"] == 2
+    assert len(re.findall(r"^\[\d/2\] q\d (match|no_match) \(\d+\.\ds\)$", first.stderr,
+                          re.MULTILINE)) == 2
+    assert (run.dir / "artifacts" / "q1" / "_" / "prediction.csv").is_file()
+    info = json.loads((run.dir / "run.json").read_text())
+    assert info["judgeModel"] == "hand-authored" and info["status"] == "complete"
+    assert len(info["modelSha"]) == 64
+
+    again = subprocess.run(argv, cwd=KIT, check=False, capture_output=True, text=True,
+                           timeout=300)
+    assert json.loads(again.stdout)["counts"]["skipped (current pins)"] == 2

@@ -1,0 +1,309 @@
+"""The run summary of SPEC 9: pass rate and its Wilson interval, denominators, INCOMPLETE, cost."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from malloy_evals import summary as sm
+from malloy_evals.ledger import Run
+
+KIT = Path(__file__).resolve().parents[1]
+
+INFO = {"runId": "r1", "setName": "bookshop", "phase": "baseline"}
+
+
+def attempt(qid, sample=None, **kw):
+    return {"kind": "attempt", "qid": qid, "sample": sample, "phase": "baseline",
+            "submitted": True, "final_query": "run: x -> y", "answer_text": "a", **kw}
+
+
+def score(qid, verdict, sample=None, **kw):
+    return {"kind": "score", "qid": qid, "sample": sample, "phase": "baseline",
+            "verdict": verdict, **kw}
+
+
+def ctx_call(qid, ids, sample=None):
+    return {"kind": "tool_call", "qid": qid, "sample": sample, "phase": "baseline",
+            "tool": "get_context", "call_index": 0, "ranked_summary": {"entity_ids": ids}}
+
+
+def exec_call(qid, sample=None):
+    return {"kind": "tool_call", "qid": qid, "sample": sample, "phase": "baseline",
+            "tool": "execute_query", "call_index": 1, "query": "run: x -> y"}
+
+
+def retrieval_row(qid, verdict, recall, sample=None, **kw):
+    return {"kind": "retrieval_score", "qid": qid, "sample": sample, "phase": "baseline",
+            "verdict": verdict, "failed": verdict == "no_match", "recall": recall,
+            "precision": 1.0, "coverage": "covered", "where_to_fix": None, **kw}
+
+
+class FakeSet:
+    """Only what the summary reads: each case's golden."""
+
+    def __init__(self, statuses: dict[str, str | None]):
+        self.statuses = statuses
+
+    def case(self, qid):
+        if qid not in self.statuses:
+            raise KeyError(qid)
+        golden = {"kind": "scalar"}
+        if self.statuses[qid] is not None:
+            golden["status"] = self.statuses[qid]
+        return SimpleNamespace(qid=qid, golden=golden)
+
+
+# --- Wilson interval, checked by hand -------------------------------------------------------
+
+
+def test_ten_of_sixteen_prints_the_spec_example():
+    # p = 0.625, z^2 = 3.841459, z^2/n = 0.240091, denominator 1.240091
+    # centre = (0.625 + 0.120046) / 1.240091 = 0.600801
+    # half   = (1.959964 / 1.240091) * sqrt(0.625*0.375/16 + 3.841459/1024)
+    #        = 1.580502 * sqrt(0.014648 + 0.003751) = 1.580502 * 0.135646 = 0.214390
+    # interval 0.386410 .. 0.815188
+    rate = sm.pass_rate(10, 16)
+    assert rate.text == "pass rate 62.5% (10/16; 95% CI 38.6-81.5%)"
+    assert rate.ci_low == pytest.approx(0.386410, abs=1e-6)
+    assert rate.ci_high == pytest.approx(0.815188, abs=1e-6)
+
+
+def test_three_of_four_interval_matches_hand_arithmetic():
+    # p = 0.75, z^2/n = 0.960365, denominator 1.960365
+    # centre = (0.75 + 0.480183) / 1.960365 = 0.627527
+    # half   = (1.959964 / 1.960365) * sqrt(0.1875/4 + 3.841459/64) = 0.999795 * 0.326953 = 0.326886
+    low, high = sm.wilson_interval(3, 4)
+    assert low == pytest.approx(0.627527 - 0.326886, abs=2e-6)
+    assert high == pytest.approx(0.627527 + 0.326886, abs=2e-6)
+    assert sm.pass_rate(3, 4).text == "pass rate 75.0% (3/4; 95% CI 30.1-95.4%)"
+
+
+def test_zero_of_four_has_a_zero_lower_bound_and_a_nonzero_upper_bound():
+    # p = 0: centre = (3.841459/8) / 1.960365 = 0.244945 = half, so the interval is 0 .. 0.489891
+    rate = sm.pass_rate(0, 4)
+    assert rate.text == "pass rate 0.0% (0/4; 95% CI 0.0-49.0%)"
+
+
+def test_nothing_decided_has_no_rate():
+    rate = sm.pass_rate(0, 0)
+    assert rate.rate is None and rate.ci_low is None
+    assert sm.wilson_interval(0, 0) is None
+
+
+# --- denominators ---------------------------------------------------------------------------
+
+
+def test_near_match_needs_human_and_null_are_counted_outside_the_denominator():
+    events = [
+        attempt("q1"), score("q1", "match"),
+        attempt("q2"), score("q2", "match"),
+        attempt("q3"), score("q3", "match"),
+        attempt("q4"), score("q4", "no_match"),
+        attempt("q5"), score("q5", "near_match"),
+        attempt("q6"), score("q6", "needs_human", confidence=4),
+        attempt("q7"), score("q7", None, reason="not_submitted"),
+        attempt("q8"), score("q8", None, reason="judge_error: timed out"),
+        attempt("q9"), score("q9", None, reason="judge_error: 500"),
+    ]
+    s = sm.summarize_events(INFO, events)
+    assert s.verdicts == {"match": 3, "no_match": 1, "near_match": 1, "needs_human": 1, "null": 3}
+    assert s.null_reasons == {"judge_error": 2, "not_submitted": 1}
+    assert (s.pass_rate.passed, s.pass_rate.decided) == (3, 4)
+    assert s.headline == s.pass_rate.text
+    assert s.status == "complete"
+    assert [r.qid for r in s.cases if r.counted] == ["q1", "q2", "q3", "q4"]
+
+
+def test_golden_verified_wrong_in_the_set_is_out_of_everything_and_listed():
+    events = [attempt("q1"), score("q1", "match"),
+              attempt("q2"), score("q2", None, reason="golden_verified_wrong")]
+    s = sm.summarize_events(INFO, events, FakeSet({"q1": None, "q2": "verified_wrong"}))
+    assert s.verdicts["null"] == 0
+    assert s.null_reasons == {}
+    assert s.excluded_verified_wrong == 1
+    assert [(d["qid"], d["declared_by"]) for d in s.doubted_goldens] == [("q2", "set")]
+    assert (s.pass_rate.passed, s.pass_rate.decided) == (1, 1)
+
+
+def test_judge_declaring_the_golden_verified_wrong_removes_a_no_match_from_the_rate():
+    events = [attempt("q1"), score("q1", "match"),
+              attempt("q2"), score("q2", "no_match", gold_status="verified_wrong",
+                                   gold_note="the key counts cancelled orders")]
+    s = sm.summarize_events(INFO, events, FakeSet({"q1": "verified", "q2": "verified"}))
+    assert (s.pass_rate.passed, s.pass_rate.decided) == (1, 1)
+    assert s.verdicts["no_match"] == 0
+    assert s.doubted_goldens[0]["declared_by"] == "judge"
+    assert s.doubted_goldens[0]["gold_note"] == "the key counts cancelled orders"
+    row = next(r for r in s.cases if r.qid == "q2")
+    assert row.excluded == "verified_wrong" and not row.counted
+
+
+def test_suspect_golden_is_listed_but_still_counted():
+    events = [attempt("q1"), score("q1", "no_match", gold_status="suspect")]
+    s = sm.summarize_events(INFO, events)
+    assert s.pass_rate.decided == 1
+    assert s.doubted_goldens[0]["excluded"] is False
+
+
+def test_verified_wrong_attempt_is_left_out_of_the_cascade():
+    events = [attempt("q1"), score("q1", "match"), retrieval_row("q1", "match", 1.0, groups=1),
+              attempt("q2"), score("q2", "match", gold_status="verified_wrong"),
+              retrieval_row("q2", "match", 0.5, groups=2)]
+    s = sm.summarize_events(INFO, events)
+    assert s.cascade["total"] == 1
+    assert s.cascade["rungs"]["delivered, right"] == 1
+    assert s.retrieval["mean_recall"] == 1.0
+    assert [r.cascade_rung for r in s.cases] == ["delivered, right", None]
+    assert s.warnings == []
+
+
+def test_cascade_overlay_counts_a_match_that_stopped_on_not_retrieved():
+    events = [attempt("q1"), score("q1", "match"), retrieval_row("q1", "match", 0.5, groups=2),
+              attempt("q2"), score("q2", "no_match"),
+              retrieval_row("q2", "no_match", 1.0, groups=1, where_to_fix="delivered, wrong"),
+              attempt("q3"), score("q3", "needs_human"),
+              retrieval_row("q3", "needs_human", 1.0, groups=1)]
+    cas = sm.summarize_events(INFO, events).cascade
+    assert cas["rungs"]["not retrieved"] == 1
+    assert cas["overlays"]["not retrieved"] == 1
+    assert cas["rungs"]["delivered, wrong"] == 1
+    assert cas["rungs"]["not scored"] == 1
+    assert cas["passes"] == 1
+
+
+def test_attempt_without_a_retrieval_row_is_warned_about():
+    events = [attempt("q1"), score("q1", "match")]
+    s = sm.summarize_events(INFO, events)
+    assert s.cascade is None
+    assert "q1" in s.warnings[0]
+
+
+# --- INCOMPLETE -----------------------------------------------------------------------------
+
+
+def test_truncated_attempt_makes_the_run_incomplete_with_no_rate_and_repair_commands():
+    events = [attempt("q1"), score("q1", "match"),
+              attempt("q2", truncated=True), score("q2", None, reason="answerer_truncated")]
+    s = sm.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+                            judge_spec="replay", endpoint_flag="--local")
+    assert s.status == "incomplete"
+    assert s.pass_rate is None
+    assert s.headline.startswith("INCOMPLETE: 1 truncated, 0 contaminated")
+    assert s.incomplete.truncated == ["q2"] and s.incomplete.qids == ["q2"]
+    assert s.incomplete.commands[0].endswith(
+        "record_attempt.py --run runs/r1 --set evals/bookshop --qid q2 "
+        "--transcript <new-transcript.jsonl>")
+    assert s.incomplete.commands[-1].endswith(
+        "score_run.py --run runs/r1 --set evals/bookshop --judge replay --local "
+        "--only q2 --rescore")
+    assert re.search(r"pass rate \d", sm.render_markdown(s)) is None
+
+
+def test_contamination_unknown_counts_as_contaminated():
+    events = [attempt("q1", contaminated="unknown"), score("q1", None, reason="contaminated"),
+              attempt("q2", contaminated=False), score("q2", "match")]
+    s = sm.summarize_events(INFO, events)
+    assert s.status == "incomplete"
+    assert s.incomplete.contaminated == ["q1"]
+
+
+def test_contamination_known_only_to_the_score_still_counts():
+    events = [attempt("q1"), score("q1", None, reason="contaminated", contaminated=True)]
+    s = sm.summarize_events(INFO, events)
+    assert s.incomplete.contaminated == ["q1"]
+
+
+def test_clean_run_with_contaminated_false_keeps_its_rate():
+    events = [attempt("q1", contaminated=False, truncated=False), score("q1", "match")]
+    s = sm.summarize_events(INFO, events)
+    assert s.status == "complete" and s.incomplete is None
+    assert s.pass_rate.text == "pass rate 100.0% (1/1; 95% CI 20.7-100.0%)"
+
+
+def test_incomplete_command_lists_each_sample_and_one_rescore_over_sorted_qids():
+    events = [attempt("q9", sample=1, truncated=True), attempt("q3", contaminated=True)]
+    s = sm.summarize_events(INFO, events)
+    assert s.incomplete.qids == ["q3", "q9"]
+    assert any("--qid q9 --sample 1" in c for c in s.incomplete.commands)
+    assert "--only q3,q9 --rescore" in s.incomplete.commands[-1]
+
+
+# --- cost, unscored, rendering --------------------------------------------------------------
+
+
+def test_cost_sums_dollars_turns_calls_and_entities_per_answer():
+    events = [
+        attempt("q1", cost_usd=0.10, num_turns=4), score("q1", "match", judge_cost_usd=0.01),
+        ctx_call("q1", ["measure:orders:revenue", "dimension:orders:status"]),
+        ctx_call("q1", ["measure:orders:revenue"]), exec_call("q1"),
+        attempt("q2", cost_usd=None, num_turns=2), score("q2", "no_match", judge_cost_usd=0.02),
+        exec_call("q2"), exec_call("q2"),
+    ]
+    cost = sm.summarize_events(INFO, events).cost
+    assert cost["answerer_usd"] == pytest.approx(0.10)
+    assert cost["answerer_unknown"] == 1
+    assert cost["judge_usd"] == pytest.approx(0.03)
+    assert cost["turns"] == 6
+    assert cost["get_context_calls"] == 2
+    assert cost["execute_query_calls"] == 3
+    # q1 delivered 2 distinct entities, q2 none: (2 + 0) / 2
+    assert cost["entities_delivered_per_answer"] == 1.0
+
+
+def test_attempt_without_a_score_is_listed_as_unscored_not_counted():
+    events = [attempt("q1"), attempt("q2"), score("q2", "match")]
+    s = sm.summarize_events(INFO, events)
+    assert s.unscored == ["q1"]
+    assert s.scored == 1 and s.attempts == 2
+    assert s.pass_rate.decided == 1
+
+
+def test_results_files_carry_the_same_headline(tmp_path):
+    events = [attempt("q1"), score("q1", "match", must_not_use_hits=[]),
+              attempt("q2"), score("q2", "no_match", must_not_use_hits=["orders.list_price"],
+                                   judge_verdict="match")]
+    s = sm.summarize_events(INFO, events)
+    md, js = sm.write_results(tmp_path, s)
+    doc = json.loads(js.read_text())
+    text = md.read_text()
+    assert doc["pass_rate"]["text"] in text
+    assert doc["headline"] == "pass rate 50.0% (1/2; 95% CI 9.5-90.5%)"
+    assert doc["vetoes"] == [{"qid": "q2", "sample": None, "label": "q2",
+                              "hits": ["orders.list_price"], "judge_verdict": "match"}]
+    assert "orders.list_price" in text
+    assert len(doc["cases"]) == 2
+
+
+# --- the README's DuckDB queries agree with the summary -------------------------------------
+
+
+def _readme_sql_blocks() -> list[str]:
+    text = (KIT / "README.md").read_text(encoding="utf-8")
+    return [m.strip() for m in re.findall(r"```sql\n(.*?)```", text, re.DOTALL)]
+
+
+def test_readme_duckdb_queries_count_the_verdicts_of_a_ledger(tmp_path, monkeypatch):
+    duckdb = pytest.importorskip("duckdb", reason="duckdb is in the dev extra")
+    set_dir = tmp_path / "s"
+    set_dir.mkdir()
+    (set_dir / "set.json").write_text(json.dumps({
+        "name": "s", "datasetVersion": 1, "targetPackage": "p", "targetModelPath": "m.malloy"}))
+    (set_dir / "cases.jsonl").write_text(
+        "".join(json.dumps({"qid": q, "question": q}) + "\n" for q in ("q1", "q2", "q3")))
+    run = Run.create(tmp_path / "runs" / "r1", set_dir, "m", run_id="r1")
+    run.append([attempt(q) for q in ("q1", "q2", "q3")])
+    first = run.append_event(score("q1", "no_match"))
+    run.append([{"kind": "void", "target_event_id": first["event_id"], "reason": "re-scored"},
+                score("q1", "match"), score("q2", "match"),
+                score("q3", None, reason="not_submitted")])
+    all_scores, live_scores = _readme_sql_blocks()
+    monkeypatch.chdir(tmp_path)
+    counted = dict(duckdb.sql(all_scores).fetchall())
+    live = dict(duckdb.sql(live_scores).fetchall())
+    assert counted == {"match": 2, "no_match": 1, None: 1}
+    s = sm.summarize(run, None)
+    assert live == {"match": s.verdicts["match"], None: s.verdicts["null"]} == {"match": 2, None: 1}
