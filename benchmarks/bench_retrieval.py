@@ -99,7 +99,8 @@ def write_ledger(run_dir: Path, attempts: int, calls: int, phase: str) -> int:
 
 
 def measure(args: list[str]) -> dict[str, float]:
-    """Run the script once; wall seconds and this child's own peak RSS (MiB), from wait4."""
+    """Run the script once: wall seconds, and this child's own CPU seconds and peak RSS (MiB) from
+    wait4 (CPU time is the steadier figure on a shared machine)."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, cwd=KIT_ROOT)
@@ -108,7 +109,8 @@ def measure(args: list[str]) -> dict[str, float]:
     stderr = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"score_retrieval failed: {stderr.strip()}")
-    return {"wall_seconds": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    return {"wall_seconds": round(wall, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
 
 
 def bench(root: Path, attempts: int, calls: int, append: bool) -> dict[str, object]:
@@ -160,15 +162,16 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        print("| attempts | tool_call events | ledger | wall | peak RSS |" + (" --append wall | --append RSS |" if args.append else ""))
-        print("|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.append else ""))
+        print("| attempts | tool_call events | ledger | wall | CPU | peak RSS |"
+              + (" --append wall | --append CPU | --append RSS |" if args.append else ""))
+        print("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if args.append else ""))
         for r in results:
             s = r["score"]
             line = (f"| {r['attempts']:,} | {r['tool_call_events']:,} | {r['ledger_mib']} MiB | "
-                    f"{s['wall_seconds']} s | {s['peak_rss_mib']} MiB |")
+                    f"{s['wall_seconds']} s | {s['cpu_seconds']} s | {s['peak_rss_mib']} MiB |")
             if args.append:
                 a = r["score_append"]
-                line += f" {a['wall_seconds']} s | {a['peak_rss_mib']} MiB |"
+                line += f" {a['wall_seconds']} s | {a['cpu_seconds']} s | {a['peak_rss_mib']} MiB |"
             print(line)
     return 0
 

@@ -507,3 +507,10 @@ def test_ledger_file_is_only_ever_appended(tmp_path):
     run.void(s["event_id"], "x")
     assert (run.dir / "events.jsonl").read_bytes().startswith(first)
     assert os.path.getsize(run.dir / "events.jsonl") > len(first)
+
+
+def test_value_json_cannot_hold_is_refused_with_input_error(tmp_path):
+    run = make_run(tmp_path)
+    with pytest.raises(LedgerError, match="not valid JSON"):
+        run.append([attempt(givens={"path": Path("/tmp")})])
+    assert run.read().events == []

@@ -219,6 +219,11 @@ def test_get_context_tier4_limit_caps_results(needs_node, client):
     assert len(payload["results"]) == 2
 
 
+def test_get_context_limit_above_50_is_refused(needs_node, client):
+    with pytest.raises(McpToolError):
+        client.get_context(environmentName="samples", packageName="mini", query="orders", limit=51)
+
+
 def test_get_context_unknown_environment_is_tool_error(needs_node, client):
     with pytest.raises(McpToolError, match="not found"):
         client.get_context(environmentName="nowhere")

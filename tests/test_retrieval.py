@@ -455,3 +455,12 @@ def test_cli_unreadable_coverage_report_exits_3_naming_it(run_env, tmp_path):
 
 def test_cli_missing_required_flag_is_usage_exit_2(tmp_path):
     assert run_cli("--json").returncode == 2
+
+
+def test_attempt_of_a_qid_missing_from_the_set_is_skipped_with_a_warning(run_env):
+    set_dir, run_dir = run_env
+    lines = (set_dir / "cases.jsonl").read_text().splitlines()
+    (set_dir / "cases.jsonl").write_text("\n".join(line for line in lines if '"qid": "a"' not in line) + "\n")
+    result = score_retrieval(run_dir, set_dir)
+    assert [r.qid for r in result.rows] == ["b", "c", "c"]
+    assert any(w.startswith("a: no such case") for w in result.warnings)

@@ -354,3 +354,14 @@ def test_attempt_with_no_contamination_evidence_at_all_is_unknown_and_null(tmp_p
     score(run, load_set(set_dir), provider=FakeProvider([verdict()]))
     [event] = scores(run)
     assert (event["reason"], event["contaminated"]) == ("contaminated", "unknown")
+
+
+def test_an_attempt_with_a_live_score_is_refused_before_any_judge_call(world):
+    from malloy_evals.errors import InputError
+
+    run, es = world
+    score(run, es, provider=FakeProvider([verdict()]))
+    again = FakeProvider()
+    with pytest.raises(InputError, match="already has a live score"):
+        score(run, es, provider=again)
+    assert again.requests == [] and len(scores(run)) == 1

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-ENTITY_KINDS = ("source", "dimension", "measure", "view", "query", "join")
+from .vocab import ENTITY_KINDS
 
 # Keys whose string values are documentation the answerer reads (SPEC 5.3: doc tokens come from
 # returned source and entity docs, never from names or resource ids).
@@ -28,18 +28,12 @@ _STATED_ID = re.compile(r"^(source|dimension|measure|view|query|join):[^:]*:.+$"
 
 
 def entity_id(kind: str, source: str | None, name: str) -> str:
-    """The one place an entity id is minted: `kind:source:name` (SPEC 2)."""
-    return f"{kind.lower()}:{source or ''}:{name}"
-
-
-def split_entity_id(value: str) -> tuple[str, str, str]:
-    """`kind:source:name` -> (kind, source, name); a name may itself hold colons."""
-    parts = value.split(":", 2)
-    if len(parts) == 3:
-        return parts[0], parts[1], parts[2]
-    if len(parts) == 2:
-        return parts[0], "", parts[1]
-    return "", "", value
+    """The one place an entity id is minted: `kind:source:name` (SPEC 2); a source is
+    `source:<name>:<name>`, and an entity whose source is unknown keeps an empty middle part."""
+    kind = kind.lower()
+    if kind == "source" and not source:
+        source = name
+    return f"{kind}:{source or ''}:{name}"
 
 
 # ---------------------------------------------------------------- the request side
@@ -251,7 +245,7 @@ def _old_entity_id(item: dict[str, Any]) -> str | None:
     name = item.get("name")
     if kind in ENTITY_KINDS and isinstance(name, str) and name:
         source = item.get("source") if isinstance(item.get("source"), str) else None
-        return entity_id(kind, source or (name if kind == "source" else None), name)
+        return entity_id(kind, source, name)
     stated = item.get("entityId")
     return stated if isinstance(stated, str) and _STATED_ID.match(stated) else None
 

@@ -418,36 +418,42 @@ class Run:
 
     def _check_batch(self, batch: list[dict[str, Any]], index: _Index) -> None:
         """Refuse duplicate ids, bad void targets and a second live score per key (rule 5)."""
-        ids = set(index.ids)
-        kinds = dict(index.kind_of)
-        voided = set(index.voided)
-        live = dict(index.live_unique)
-        key_of = dict(index.unique_key_of)
+        # Overlays on the index, so a big ledger's index is not copied for every append.
+        ids: set[str] = set()
+        kinds: dict[str, str] = {}
+        voided: set[str] = set()
+        live: dict[tuple[str, AttemptKey], str | None] = {}  # None: freed by a void in this batch
+        key_of: dict[str, tuple[str, AttemptKey]] = {}
+
+        def live_id(slot: tuple[str, AttemptKey]) -> str | None:
+            return live[slot] if slot in live else index.live_unique.get(slot)
+
         for e in batch:
             eid, kind = e["event_id"], e["kind"]
-            if eid in ids:
+            if eid in ids or eid in index.ids:
                 raise LedgerError(self.events_path, None, f"event_id {eid!r} is already in the ledger")
             if kind == "void":
                 target = e["target_event_id"]
-                if target not in ids:
+                if target not in ids and target not in index.ids:
                     raise LedgerError(self.events_path, None,
                                       f"void: target_event_id {target!r} is not an event of this ledger")
-                if kinds.get(target) == "void":
+                if kinds.get(target, index.kind_of.get(target)) == "void":
                     raise LedgerError(self.events_path, None, f"void: {target!r} is itself a void; "
                                                               "append the retracted event again instead")
-                if target in voided:
+                if target in voided or target in index.voided:
                     raise LedgerError(self.events_path, None, f"void: {target!r} is already voided")
                 voided.add(target)
-                slot = key_of.get(target)
-                if slot and live.get(slot) == target:
-                    del live[slot]
+                slot = key_of.get(target) or index.unique_key_of.get(target)
+                if slot and live_id(slot) == target:
+                    live[slot] = None
             elif kind in UNIQUE_KINDS:
                 slot = (kind, attempt_key(e))
-                if slot in live:
+                existing = live_id(slot)
+                if existing is not None:
                     qid, sample, phase = slot[1]
                     raise LedgerError(self.events_path, None,
                                       f"{kind}: attempt ({qid}, sample {sample}, {phase}) already has "
-                                      f"a live {kind} ({live[slot]}); void it in the same batch first")
+                                      f"a live {kind} ({existing}); void it in the same batch first")
                 live[slot] = eid
                 key_of[eid] = slot
             ids.add(eid)
@@ -462,7 +468,7 @@ class Run:
         try:
             data = b"".join(json.dumps(e, ensure_ascii=False, separators=(",", ":"),
                                        allow_nan=False).encode("utf-8") + b"\n" for e in batch)
-        except ValueError as exc:  # NaN or infinity: not JSON
+        except (ValueError, TypeError) as exc:  # NaN, infinity, or a value JSON has no type for
             raise LedgerError(self.events_path, None, f"event is not valid JSON: {exc}") from None
         # The index is only needed for rules about other events; plain appends skip reading the file.
         # A caller-supplied event_id must be checked for uniqueness; uuid4 ids need no check.

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .context_payload import ENTITY_KINDS, split_entity_id
 from .errors import InputError
+from .vocab import ENTITY_KINDS, split_entity_id
 
 Route = Literal["exact", "alias", "in_docs", "missing"]
 CoverageClass = Literal["covered", "gap", "absent", "unclear", "unknown"]
@@ -520,14 +520,16 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
     rows.sort(key=_sort_key)
     appended = voided = 0
     if append and rows:
+        run = Run.open(run_dir)
         batch: list[dict[str, Any]] = []
         for row in rows:
             for target in live_ids.get((row.qid, row.sample, row.phase), []):
                 batch.append({"kind": "void", "target_event_id": target,
                               "reason": "superseded by a new score_retrieval row"})
                 voided += 1
-            batch.append({"kind": "retrieval_score", **row_fields(row)})
-        Run.open(run_dir).append(batch)
+            # An attempt written without a phase belongs to the run's one phase.
+            batch.append({"kind": "retrieval_score", **row_fields(row), "phase": row.phase or run.phase})
+        run.append(batch)
         appended = len(rows)
     return RetrievalResult(rows=rows, summary=summarize(rows), appended=appended, voided=voided,
                            warnings=warnings)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import json
 import queue
+import re
 import shutil
 import subprocess
 import threading
@@ -49,11 +51,27 @@ class MalloyQueryError(KitError):
         self.problems = list(problems or [])
 
 
+@functools.lru_cache(maxsize=4)
+def _node_major(node: str) -> int | None:
+    """The major version of the node binary at `node`, or None when it cannot be read."""
+    try:
+        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=20,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.match(r"v(\d+)\.", out.strip())
+    return int(m.group(1)) if m else None
+
+
 def runtime_missing_reason() -> str | None:
     """Why the Node runtime cannot start on this machine, or None when it can."""
-    if shutil.which("node") is None:
+    node = shutil.which("node")
+    if node is None:
         return ("node is not on PATH; Malloy re-execution needs Node 20 or newer "
                 "(install it, then run `make test` or `make demo`)")
+    major = _node_major(node)
+    if major is not None and major < 20:
+        return f"node {major} is too old; Malloy re-execution needs Node 20 or newer"
     if not (paths.RUNTIME_DIR / "node_modules" / "@malloydata" / "malloy").is_dir():
         return (f"the Node Malloy runtime is not installed in {paths.RUNTIME_DIR}; "
                 "run `make test` or `make demo` (they run npm install there)")

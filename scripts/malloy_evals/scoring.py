@@ -245,7 +245,7 @@ class ScoreResult:
     verdict: str | None
     reason: str | None
     event_id: str | None
-    status: str = "scored"          # "scored" | "judged" (no append) | "emitted" | "dry_run"
+    status: str = "scored"  # "scored" | "judged" (no append) | "emitted" | "pending" | "dry_run"
     event: dict | None = None
     message: str | None = None
 
@@ -318,6 +318,14 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
     if attempt is None:
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+    live = run.score(qid, sample) if append else None
+    if live is not None:
+        # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
+        # judgement that could never be written must not be paid for.
+        raise InputError(run.events_path, None,
+                         f"{qid} sample {sample!r} already has a live score "
+                         f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
+                         "--rescore")
     case = eval_set.case(qid)
     submission = attempt_submission(run, attempt, qid, sample)
     contaminated = attempt_contamination(run, eval_set, attempt)
@@ -346,7 +354,8 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
                             doctrine=doctrine)
     except HostReplyPending as exc:
-        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status="emitted",
+        waiting = "pending" if getattr(provider, "mode", None) == "ingest" else "emitted"
+        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,
                            message=str(exc))
     except DryRun as exc:
         return ScoreResult(**base, verdict=None, reason=None, event_id=None, status="dry_run",
@@ -402,7 +411,7 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
 def render_score(result: ScoreResult) -> str:
     """One line: the attempt and its verdict (or why nothing was written)."""
     head = f"{result.qid} sample {'_' if result.sample is None else result.sample}: "
-    if result.status in ("emitted", "dry_run"):
+    if result.status in ("emitted", "pending", "dry_run"):
         return head + f"{result.status}: {result.message}"
     verdict = result.verdict or f"null ({result.reason})"
     tail = f" [event {result.event_id}]" if result.event_id else ""
