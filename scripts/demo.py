@@ -49,13 +49,35 @@ def run_step(title: str, argv: list[str], *, quiet_stdout: bool = False) -> int:
     return proc.returncode
 
 
-def git_status() -> str | None:
-    """`git status --porcelain` of the checkout, or None when this is not a git checkout."""
+def git_status(*paths: str) -> str | None:
+    """`git status --porcelain` of the checkout (limited to `paths` when given), or None when
+    this is not a git checkout."""
     if shutil.which("git") is None or not (KIT / ".git").exists():
         return None
-    proc = subprocess.run(["git", "status", "--porcelain"], cwd=KIT, check=False,
-                          capture_output=True, text=True)
+    proc = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths],
+                          cwd=KIT, check=False, capture_output=True, text=True)
     return proc.stdout if proc.returncode == 0 else None
+
+
+def checkout_verdict(before: str | None, before_set: str | None) -> tuple[bool, str]:
+    """Whether the demo left the checkout as it found it, and the line that says so.
+
+    From a clean checkout (a fresh clone) nothing at all may change. In a working tree that
+    already had local edits, only the sample set's folder is compared: the demo reads nothing
+    else, and other edits may be in progress while it runs.
+    """
+    after = git_status()
+    if before is None or after is None:
+        return True, "not a git checkout: nothing to compare"
+    if not before:
+        if after:
+            return False, "the checkout changed while the demo ran:\n" + after
+        return True, "checkout clean (git status shows nothing)"
+    after_set = git_status(rel(SET_DIR))
+    if after_set != before_set:
+        return False, f"{rel(SET_DIR)} changed while the demo ran:\n{after_set}"
+    return True, (f"checkout untouched ({rel(SET_DIR)} as it was; other local edits predate "
+                  "the demo)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     before = git_status()
+    before_set = git_status(rel(SET_DIR))
     scratch = (args.scratch.resolve() if args.scratch
                else Path(tempfile.mkdtemp(prefix="malloy-evals-demo-")))
     if scratch == KIT or KIT in scratch.parents:
@@ -87,14 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         target = runs_dir / name
         if target.exists():
             shutil.rmtree(target)
-        # Only the recorded inputs travel: results from an earlier scoring are derived, not input.
+        # Only the recorded inputs travel: results of an earlier scoring are derived, not input.
         shutil.copytree(SET_DIR / "runs" / name, target,
                         ignore=shutil.ignore_patterns("RESULTS.md", "summary.json"))
 
     coverage: Path | None = scratch / "coverage.json"
     if (SCRIPTS / "check_coverage.py").is_file() and (SET_DIR / "recordings" / "coverage").is_dir():
         code = run_step("coverage", [sys.executable, str(SCRIPTS / "check_coverage.py"),
-                                     "--set", str(SET_DIR), "--model", str(SET_DIR / "model"),
+                                     "--set", rel(SET_DIR), "--model", rel(SET_DIR / "model"),
                                      "--reader", "replay", "--out", str(coverage)],
                         quiet_stdout=True)
         if code != 0 or not coverage.is_file():
@@ -110,20 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in RUNS:
         print(f"\n{'=' * 30} {name} {'=' * 30}", flush=True)
         argv_score = [sys.executable, str(SCRIPTS / "score_run.py"), "--run", str(runs_dir / name),
-                      "--set", str(SET_DIR), "--judge", "replay", "--local"]
+                      "--set", rel(SET_DIR), "--judge", "replay", "--local"]
         if coverage is not None:
             argv_score += ["--coverage", str(coverage)]
         codes[name] = run_step(f"score_run {name}", argv_score)
         if codes[name] != 0 and not args.keep_going:
             break
 
-    after = git_status()
     print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run)")
-    if after is not None:
-        if after and after != before:
-            print("demo: the checkout changed while the demo ran:\n" + after, file=sys.stderr)
-            return 1
-        print("checkout untouched (git status shows nothing new)")
+    clean, line = checkout_verdict(before, before_set)
+    print(line if clean else f"demo: {line}", file=sys.stdout if clean else sys.stderr)
+    if not clean:
+        return 1
     print(f"demo finished in {time.monotonic() - started:.0f}s")
     return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) else 3
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from malloy_evals import goldens as gd
 from malloy_evals.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED
-from malloy_evals.runtime import MalloyQueryError
+from malloy_evals.runtime import MalloyQueryError, RunnerError
 
 KIT = Path(__file__).resolve().parents[1]
 SAMPLE_SET = KIT / "evals" / "bookshop"
@@ -152,3 +152,20 @@ def test_golden_settled_as_verified_wrong_is_skipped():
     golden = {"kind": "scalar", "status": "verified_wrong", "value": {"n": 1},
               "canonicalQuery": "run: o -> {}"}
     assert gd.check_golden("q1", golden, gd._never).status == "skipped"
+
+
+def test_runner_that_cannot_answer_makes_the_set_unchecked_exit_3():
+    class DeadRuntime:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def execute(self, *args, **kwargs):
+            raise RunnerError("the runner died")
+
+        def close(self):
+            pass
+
+    report = gd.verify_goldens(SAMPLE_SET, runtime_factory=DeadRuntime)
+    assert report.exit_code == EXIT_UNMEASURED
+    assert report.counts["error"] >= 1 and report.counts["ok"] == 0
+    assert any("the runner died" in p for c in report.checks for p in c.problems)

@@ -175,6 +175,14 @@ def test_scoring_error_is_reported_and_the_attempt_left_unscored(tiny):
     assert [e["qid"] for e in live_scores(run)] == ["q1"]
 
 
+def test_dry_run_appends_nothing(tiny):
+    run, es = tiny
+    outcomes = rs.score_attempts(run, es, FakeScorer(PINS), PINS, dry_run=True,
+                                 progress=lambda _: None)
+    assert [o.action for o in outcomes] == ["not scored", "not scored"]
+    assert live_scores(run) == []
+
+
 def test_only_naming_an_unknown_qid_is_an_input_error(tiny):
     run, es = tiny
     with pytest.raises(InputError, match="q9"):

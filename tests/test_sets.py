@@ -174,6 +174,12 @@ def test_bad_golden_path_is_an_error_naming_the_line(tmp_path, path, message):
     assert report.errors[0].startswith("cases.jsonl:2: golden.path:") and message in report.errors[0]
 
 
+@pytest.mark.parametrize("path", ["a\x00b.csv", "x" * 5000 + ".csv"], ids=["nul-byte", "too-long"])
+def test_golden_path_the_os_cannot_take_is_an_error_not_a_crash(tmp_path, path):
+    report = check_set(write_set(tmp_path, [case(golden={"kind": "rows", "path": path})]))
+    assert report.exit_code == 1 and report.errors[0].startswith("cases.jsonl:1: golden.path:")
+
+
 def test_golden_json_that_is_not_rows_is_an_error(tmp_path):
     d = write_set(tmp_path, [case(golden={"kind": "rows", "path": "q1.json"})])
     (d / "q1.json").write_text('{"a": 1}')

@@ -547,3 +547,29 @@ def test_reported_calls_above_host_tool_uses_is_contaminated(env, tmp_path):
     [attempt] = events_of(run_dir, "attempt")
     assert attempt["reported_calls"] == 9 and attempt["host_tool_uses"] == 6
     assert attempt["contaminated"] is True
+
+
+def test_output_format_json_verbose_array_is_read_like_stream_json(tmp_path):
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(stream_json_lines()))
+    parsed = parse_transcript(path)
+    assert parsed.format == "stream-json"
+    assert len(parsed.tool_uses) == 6 and parsed.answer_text == FINAL_TEXT and parsed.num_turns == 7
+
+
+def test_non_publisher_mcp_tool_counts_as_mcp_but_is_not_recorded(env, tmp_path):
+    set_dir, run_dir = env
+    lines = [assistant("m1", tool_use("t1", "mcp__github__search_code", {"q": "revenue"})),
+             tool_result("t1", "nothing"),
+             assistant("m2", {"type": "text", "text": "No idea."})]
+    out = record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    [attempt] = events_of(run_dir, "attempt")
+    assert (attempt["host_tool_uses"], attempt["mcp_tool_uses"], out.tool_calls) == (1, 1, 0)
+
+
+def test_new_generation_entity_without_a_usable_id_is_minted_from_type_source_and_name():
+    summary = ranked_summary({"sources": [{"source_info": {"name": "books"},
+                                           "entities": [{"name": "genre", "entity_type": "DIMENSION",
+                                                         "relevance": "high"}]}]})
+    assert summary["entity_ids"] == ["source:books:books", "dimension:books:genre"]
+    assert summary["hits"][1] == {"entity_id": "dimension:books:genre", "relevance": None, "position": 1}

@@ -656,6 +656,11 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
     provider = provider_factory()
     report = measure(cases, view, conventions, provider, repeat=repeat, version=version,
                      compare=compare, progress=warn)
+    from .providers import provider_stats
+
+    stats = provider_stats(provider)
+    if warn and stats:  # calls, tokens and dollars (a --dry-run's estimate) on stderr
+        warn(f"reader calls: {json.dumps(stats, sort_keys=True)}")
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ ROLE = "diagnose"
 DIAGNOSED_BY = "diagnose.py"
 SELECTABLE_VERDICTS = ("no_match", "near_match", "needs_human")
 SPLITS = ("dev", "holdout", "all")
+PARALLEL = 4  # diagnoser calls in flight at once
 ANSWER_CHARS = 4000
 GOLDEN_ROWS = 50
 RETURNED_IDS = 25
@@ -291,12 +293,19 @@ def build_packet(run: Any, events: list[dict[str, Any]], eval_set: Any, qid: str
     """The evidence one diagnoser call sees for one case: its question, golden, coverage, and each
     selected attempt's answer, queries, get_context calls, judge why, retrieval row and veto."""
     case = eval_set.case(qid)
+    measured = (measured_coverage or {}).get(qid)
+    if measured is None:
+        # The run was scored against a coverage report: its rows carry the measured verdict, so
+        # the packet is the same whether or not --coverage is passed again here.
+        rows = [retrieval_rows.get((b.qid, b.sample)) or {} for b in attempts]
+        measured = next((r.get("coverage") for r in rows
+                         if r.get("coverage_source") == "measured"), None)
     return {
         "qid": qid, "question": case.question, "tags": case.tags,
         "golden": _golden_block(case, eval_set.dir),
         "expectedEntities": case.expected_entities,
         "coverage": {"authored": case.coverage, "coverageNote": case.coverage_note,
-                     "measured": (measured_coverage or {}).get(qid)},
+                     "measured": measured},
         "attempts": [_attempt_block(run, events, case, b, retrieval_rows.get((b.qid, b.sample)))
                      for b in attempts],
     }
@@ -812,14 +821,14 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
 
         measured = load_coverage_report(coverage_report)
     provider = provider_factory(run.dir)
-    diagnoser = _provider_name(provider)
     by_qid: dict[str, list[Bucketed]] = defaultdict(list)
     for b in selection.selected:
         by_qid[b.qid].append(b)
     diagnoses: list[Diagnosis] = []
     undiagnosed: list[Undiagnosed] = []
     artifacts = run.dir / "diagnose"
-    for qid, attempts in by_qid.items():
+    def one(item: tuple[str, list[Bucketed]]) -> Diagnosis | Undiagnosed:
+        qid, attempts = item
         packet = build_packet(run, events, eval_set, qid, attempts, retrieval_rows, measured)
         request = case_request(run.run_id, qid, packet, table)
         reply, why = _call(provider, request)
@@ -830,13 +839,19 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
             outcome = validate_diagnosis(qid, _reply_object(reply, "primary_code"), table,
                                          answered_correctly=passed_only)
         _keep(artifacts / f"{qid}.json", request, reply, outcome)
-        (diagnoses if isinstance(outcome, Diagnosis) else undiagnosed).append(outcome)
         if progress:
-            label = (f"{outcome.component}/{outcome.primary_code} -> {outcome.owner}"
+            label = (f"[{outcome.component}] {outcome.primary_code} -> {outcome.owner}"
                      if isinstance(outcome, Diagnosis) else f"undiagnosed: {outcome.reason}")
             progress(f"diagnose {qid}: {label}")
+        return outcome
+
+    # Cases are independent; the provider bounds its own concurrency. Results keep case order.
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        for outcome in pool.map(one, by_qid.items()):
+            (diagnoses if isinstance(outcome, Diagnosis) else undiagnosed).append(outcome)
     clusters, clustered_by = _cluster(run, events, selection, diagnoses, provider, table,
                                       artifacts)
+    diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them
     appended: list[str] = []
     voided = 0
     if clusters:
@@ -910,7 +925,7 @@ def render_text(result: DiagnoseResult) -> str:
     lines = [f"run {result.run_id}: diagnoser {result.diagnoser}"]
     for d in result.diagnoses:
         flag = " (answered correctly; retrieval miss)" if d.answered_correctly else ""
-        lines.append(f"  {d.qid}: {d.component}/{d.primary_code} -> {d.owner}{flag}: {d.diagnosis}")
+        lines.append(f"  {d.qid}: [{d.component}] {d.primary_code} -> {d.owner}{flag}: {d.diagnosis}")
     for u in result.undiagnosed:
         lines.append(f"  {u.qid}: UNDIAGNOSED: {u.reason}")
     lines.append(f"clusters ({result.clustered_by}):")

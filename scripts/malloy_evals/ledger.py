@@ -16,7 +16,9 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import uuid
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -217,46 +219,200 @@ def latest_issue_status(events: Iterable[dict[str, Any]]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 # the run
 
-class _Index:
-    """What an appender must know of the ledger to enforce rule 5 and void targets, read incrementally."""
+# The appender's index (rules 5 and void targets) streams the ledger and keeps what the rules need:
+# every id as a hash and an offset (16 bytes a slot), and, for voids and the two unique kinds, the
+# ids themselves. It never holds the events, so its memory follows attempts and voids, not lines.
+_INDEX_CHUNK = 1 << 20
+_TABLE_START = 1 << 10
+# A line the kit wrote starts `{"kind":"<kind>","event_id":"<id>",` (json.dumps keeps _prepare's key
+# order). For such a line of a kind the rules ignore, the id is all the index needs, so it is cut
+# out of the bytes instead of decoding the whole line (4x cheaper on get_context lines). Anything
+# else, hand-written lines included, is decoded with json.loads.
+_KIT_LINE = re.compile(rb'\{"kind":"([a-z_]+)","event_id":"([^"\\]+)",')
+_RULED_KINDS = frozenset({b"void", *(k.encode() for k in UNIQUE_KINDS)})
+
+
+def _id_hash(event_id: str) -> int:
+    """The table hash of an event id: the hash of its UTF-8 bytes (what a kit line holds raw)."""
+    return hash(event_id.encode("utf-8", "surrogatepass"))
+
+
+def _decode_line(line: bytes) -> dict[str, Any] | None:
+    """The event on one ledger line, or None when the line is not a whole JSON object (as parse_ledger)."""
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _line_at(fd: int, offset: int) -> bytes:
+    """The line starting at byte `offset` of the open file, without its newline."""
+    parts: list[bytes] = []
+    while True:
+        chunk = os.pread(fd, 1 << 16, offset)
+        if not chunk:
+            break
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            parts.append(chunk[:nl])
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
+
+
+class _IdTable:
+    """Every event id of the ledger, as a hash mapped to the byte offset of its line.
+
+    Open addressing in two flat arrays, at most two thirds full: 16 bytes a slot, where a set of id
+    strings costs about 120 bytes an event. A hash only says "maybe"; `_Index.contains` reads the
+    line at the offset back to say "yes", so answers stay exact.
+    """
 
     def __init__(self) -> None:
+        self._hashes = array("q", bytes(8 * _TABLE_START))
+        self._offsets = array("q", [-1]) * _TABLE_START  # -1 marks an empty slot
+        self._mask = _TABLE_START - 1
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, h: int, offset: int) -> None:
+        """Record that the line at `offset` holds an event whose id hashes to `h`."""
+        if 3 * (self._count + 1) > 2 * len(self._offsets):
+            self._grow()
+        self._put(h, offset)
+        self._count += 1
+
+    def offsets(self, h: int) -> list[int]:
+        """Offsets of the lines whose event id hashes to `h` (usually none, or one)."""
+        hashes, offsets, mask = self._hashes, self._offsets, self._mask
+        found = []
+        i = h & mask
+        while (off := offsets[i]) != -1:
+            if hashes[i] == h:
+                found.append(off)
+            i = (i + 1) & mask
+        return found
+
+    def _put(self, h: int, offset: int) -> None:
+        hashes, offsets, mask = self._hashes, self._offsets, self._mask
+        i = h & mask
+        while offsets[i] != -1:  # linear probing: the table is never full
+            i = (i + 1) & mask
+        hashes[i] = h
+        offsets[i] = offset
+
+    def _grow(self) -> None:
+        old_hashes, old_offsets = self._hashes, self._offsets
+        size = 2 * len(old_offsets)
+        self._hashes = array("q", bytes(8 * size))
+        self._offsets = array("q", [-1]) * size
+        self._mask = size - 1
+        for h, off in zip(old_hashes, old_offsets, strict=True):
+            if off != -1:
+                self._put(h, off)
+
+
+class _Index:
+    """What an appender must know of the ledger to enforce rule 5 and void targets, read incrementally.
+
+    `refresh` (under the append lock) reads only the bytes past `offset`, the end of the last line
+    it took in; it starts over when the file is another file (inode) or shorter than `offset`.
+    """
+
+    def __init__(self) -> None:
+        self.file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file indexed
         self.offset = 0
-        self.ids: set[str] = set()
-        self.kind_of: dict[str, str] = {}
+        self.ids = _IdTable()
+        self.void_ids: set[str] = set()  # ids of void events (a void is never voided)
         self.voided: set[str] = set()
         self.live_unique: dict[tuple[str, AttemptKey], str] = {}
-        self.unique_key_of: dict[str, tuple[str, AttemptKey]] = {}
+        self.unique_key_of: dict[str, tuple[str, AttemptKey]] = {}  # live unique events only
 
-    def add(self, event: dict[str, Any]) -> None:
+    def add(self, event: dict[str, Any], offset: int) -> None:
+        """Take in one event whose line starts at byte `offset`."""
         eid = event.get("event_id")
         if not isinstance(eid, str):
             return
         kind = event.get("kind")
-        self.ids.add(eid)
-        self.kind_of[eid] = kind if isinstance(kind, str) else ""
+        self.ids.add(_id_hash(eid), offset)
         if kind == "void":
+            self.void_ids.add(eid)
             target = event.get("target_event_id")
             if not isinstance(target, str):
                 return
             self.voided.add(target)
-            slot = self.unique_key_of.get(target)
+            slot = self.unique_key_of.pop(target, None)
             if slot and self.live_unique.get(slot) == target:
                 del self.live_unique[slot]
         elif kind in UNIQUE_KINDS and (key := _well_formed_key(event)) is not None:
             slot = (kind, key)
+            old = self.live_unique.get(slot)
+            if old is not None:  # a hand-made second live one: the later wins, as in validate
+                self.unique_key_of.pop(old, None)
             self.live_unique[slot] = eid
             self.unique_key_of[eid] = slot
 
-    def refresh(self, path: Path) -> None:
-        """Take in the whole lines appended since the last refresh (called under the lock)."""
-        with path.open("rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
-        end = data.rfind(b"\n") + 1
-        for event in parse_ledger(data[:end]).events:
-            self.add(event)
-        self.offset += end
+    def add_line(self, line: bytes, offset: int) -> None:
+        """Take in one ledger line (without its newline) starting at byte `offset`."""
+        m = _KIT_LINE.match(line)
+        if (m is not None and m[1] not in _RULED_KINDS and m[2].isascii() and line.endswith(b"}")
+                and line.count(b'"kind"') == 1 and line.count(b'"event_id"') == 1):
+            # Exactly one "kind" and one "event_id" key: a later duplicate key cannot override them.
+            self.ids.add(hash(m[2]), offset)
+            return
+        event = _decode_line(line)
+        if event is not None:
+            self.add(event, offset)
+
+    def refresh(self, fd: int) -> bytes:
+        """Take in the whole lines past `offset` of the locked file `fd`; return the bytes after the
+        last newline (a torn line, usually empty), which the caller decides about."""
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self.file or st.st_size < self.offset:
+            self.__init__()  # type: ignore[misc]  # another file, or a rewritten one: start over
+            self.file = (st.st_dev, st.st_ino)
+        pos, end, carry = self.offset, st.st_size, b""
+        while pos < end:
+            chunk = os.pread(fd, min(_INDEX_CHUNK, end - pos), pos)
+            if not chunk:
+                break
+            pos += len(chunk)
+            buf = carry + chunk if carry else chunk
+            start = pos - len(buf)
+            lines = buf.split(b"\n")
+            carry = lines.pop()
+            start = self._take_lines(lines, start)
+            self.offset = start
+        return carry
+
+    def _take_lines(self, lines: list[bytes], start: int) -> int:
+        """`add_line` over consecutive whole lines from byte `start`; returns the offset past them.
+        The kit-line test is inlined: this loop runs once per event of the ledger."""
+        match, ruled, add_id = _KIT_LINE.match, _RULED_KINDS, self.ids.add
+        for line in lines:
+            if line:
+                m = match(line)
+                if (m is not None and m[1] not in ruled and m[2].isascii() and line[-1] == 0x7D
+                        and line.count(b'"kind"') == 1 and line.count(b'"event_id"') == 1):
+                    add_id(hash(m[2]), start)
+                else:
+                    self.add_line(line, start)
+            start += len(line) + 1
+        return start
+
+    def contains(self, fd: int, event_id: str) -> bool:
+        """Whether the indexed ledger holds an event with this id (exact: candidates are read back)."""
+        if event_id in self.void_ids or event_id in self.unique_key_of:
+            return True
+        for offset in self.ids.offsets(_id_hash(event_id)):
+            event = _decode_line(_line_at(fd, offset))
+            if event is not None and event.get("event_id") == event_id:
+                return True
+        return False
 
 
 class Run:
@@ -416,7 +572,7 @@ class Run:
                                           self.events_path)
         return out
 
-    def _check_batch(self, batch: list[dict[str, Any]], index: _Index) -> None:
+    def _check_batch(self, batch: list[dict[str, Any]], index: _Index, fd: int) -> None:
         """Refuse duplicate ids, bad void targets and a second live score per key (rule 5)."""
         # Overlays on the index, so a big ledger's index is not copied for every append.
         ids: set[str] = set()
@@ -430,14 +586,14 @@ class Run:
 
         for e in batch:
             eid, kind = e["event_id"], e["kind"]
-            if eid in ids or eid in index.ids:
+            if eid in ids or index.contains(fd, eid):
                 raise LedgerError(self.events_path, None, f"event_id {eid!r} is already in the ledger")
             if kind == "void":
                 target = e["target_event_id"]
-                if target not in ids and target not in index.ids:
+                if target not in ids and not index.contains(fd, target):
                     raise LedgerError(self.events_path, None,
                                       f"void: target_event_id {target!r} is not an event of this ledger")
-                if kinds.get(target, index.kind_of.get(target)) == "void":
+                if kinds.get(target) == "void" or target in index.void_ids:
                     raise LedgerError(self.events_path, None, f"void: {target!r} is itself a void; "
                                                               "append the retracted event again instead")
                 if target in voided or target in index.voided:
@@ -466,20 +622,28 @@ class Run:
         if not batch:
             return []
         try:
-            data = b"".join(json.dumps(e, ensure_ascii=False, separators=(",", ":"),
-                                       allow_nan=False).encode("utf-8") + b"\n" for e in batch)
+            lines = [json.dumps(e, ensure_ascii=False, separators=(",", ":"),
+                                allow_nan=False).encode("utf-8") + b"\n" for e in batch]
         except (ValueError, TypeError) as exc:  # NaN, infinity, or a value JSON has no type for
             raise LedgerError(self.events_path, None, f"event is not valid JSON: {exc}") from None
+        data = b"".join(lines)
         # The index is only needed for rules about other events; plain appends skip reading the file.
         # A caller-supplied event_id must be checked for uniqueness; uuid4 ids need no check.
         needs_index = any(e["kind"] in ("void", *UNIQUE_KINDS) for e in batch) or any(
             src.get("event_id") for src in events)
         with self._locked() as fd:
+            index = None
             if needs_index:
-                if self._index is None:
-                    self._index = _Index()
-                self._index.refresh(self.events_path)
-                self._check_batch(batch, self._index)
+                index = self._index if self._index is not None else _Index()
+                self._index = index
+                tail = index.refresh(fd)
+                if tail:
+                    # A last line without its newline: this batch starts with a newline, which
+                    # makes that line whole, so it counts (readers take it when it parses). The
+                    # index keeps it only if the batch is written: a refused batch drops the index.
+                    self._index = None
+                    index.add_line(tail, index.offset)
+                self._check_batch(batch, index, fd)
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 # A torn last line: start on a fresh line so this batch is not glued onto it.
@@ -489,10 +653,13 @@ class Run:
                 written = os.write(fd, view)
                 view = view[written:]
             os.fsync(fd)
-            if self._index is not None and needs_index:
-                for e in batch:
-                    self._index.add(e)
-                self._index.offset = size + len(data)
+            if index is not None:
+                offset = size + len(data) - sum(len(line) for line in lines)
+                for e, line in zip(batch, lines, strict=True):
+                    index.add(e, offset)
+                    offset += len(line)
+                index.offset = offset
+                self._index = index
         return batch
 
     def append_event(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -605,7 +772,10 @@ class Run:
 
     def resolve(self, relative: str) -> Path:
         """The absolute path of an artifact path recorded in an event; refuses one outside the run."""
-        p = (self.dir / relative).resolve()
+        try:
+            p = (self.dir / relative).resolve()
+        except (OSError, ValueError, RuntimeError) as exc:  # NUL byte, symlink loop, name too long
+            raise InputError(relative, None, f"cannot be resolved: {exc}") from None
         if not p.is_relative_to(self.dir.resolve()):
             raise InputError(relative, None, "points outside the run folder")
         return p

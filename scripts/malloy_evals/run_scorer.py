@@ -64,9 +64,11 @@ class RunScoreResult:
     outcomes: list[AttemptOutcome]
     retrieval_rows: int
     summary: summary.RunSummary
-    results_md: str
-    summary_json: str
+    results_md: str | None
+    summary_json: str | None     # None for a dry run, which writes nothing
     pins: dict[str, Any]
+    provider_stats: dict[str, Any] | None = None  # calls, tokens, dollars the judge spent
+    dry_run: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -81,7 +83,8 @@ class RunScoreResult:
         return {"run_dir": self.run_dir, "attempts": self.attempts, "counts": self.counts,
                 "headline": self.summary.headline, "status": self.summary.status,
                 "results_md": self.results_md, "summary_json": self.summary_json,
-                "pins": self.pins, "outcomes": self.outcomes,
+                "pins": self.pins, "provider_stats": self.provider_stats,
+                "dry_run": self.dry_run, "outcomes": self.outcomes,
                 "summary": summary.summary_json(self.summary)}
 
 
@@ -157,8 +160,10 @@ def current_pins(eval_set: Any, qid: str, judge_pins: dict[str, Any]) -> dict[st
 
 def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dict[str, Any], *,
                    only: Sequence[str] | None = None, rescore: bool = False, parallel: int = 4,
-                   progress: Callable[[str], None] = cli.progress) -> list[AttemptOutcome]:
-    """Score (or skip) every selected attempt, in parallel; one progress line per attempt."""
+                   progress: Callable[[str], None] = cli.progress,
+                   dry_run: bool = False) -> list[AttemptOutcome]:
+    """Score (or skip) every selected attempt, in parallel; one progress line per attempt.
+    With `dry_run` nothing is appended, not even a score decided without a judge call."""
     from .ledger import latest_by_key
 
     events = run.live()
@@ -188,6 +193,8 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
                                   elapsed)
         try:
             event = score_one(run, eval_set, qid, sample)
+            if not isinstance(event, str) and dry_run:
+                event = f"dry run: would write {verdict_text(event)} (decided without a call)"
             if isinstance(event, str):  # nothing to write (a dry run): the old score stands
                 elapsed = time.monotonic() - started
                 report(qid, sample, f"not scored: {event}", elapsed)
@@ -229,16 +236,27 @@ def outcome_counts(outcomes: list[AttemptOutcome]) -> dict[str, int]:
 
 def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_spec: str | None,
                endpoint_flag: str | None, pins: dict[str, Any],
-               outcomes: list[AttemptOutcome]) -> RunScoreResult:
-    """Retrieval (--append), the summary, RESULTS.md + summary.json, and the run.json pins."""
+               outcomes: list[AttemptOutcome], run_label: str | None = None,
+               set_label: str | None = None, provider_stats: dict[str, Any] | None = None,
+               dry_run: bool = False) -> RunScoreResult:
+    """Retrieval (--append), the summary, RESULTS.md + summary.json, and the run.json pins.
+    A dry run computes the summary from what the ledger already holds and writes nothing."""
     from .retrieval import score_retrieval
 
+    if dry_run:
+        s = summary.summarize(run, eval_set, coverage, judge_spec=judge_spec,
+                              endpoint_flag=endpoint_flag, run_label=run_label,
+                              set_label=set_label)
+        return RunScoreResult(
+            run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
+            outcomes=outcomes, retrieval_rows=0, summary=s, results_md=None, summary_json=None,
+            pins={}, provider_stats=provider_stats, dry_run=True)
     result = score_retrieval(run.dir, eval_set.dir, coverage=coverage, append=True)
     run_pins = {k: v for k, v in pins.items() if v is not None}
     if run_pins:
         run.update_info(**run_pins)  # before the summary, which prints the judge it names
     s = summary.summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                          endpoint_flag=endpoint_flag)
+                          endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label)
     md, js = summary.write_results(run.dir, s)
     derived: dict[str, Any] = {"status": s.status}
     if s.cost.get("judge_usd") is not None:
@@ -250,7 +268,7 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
     return RunScoreResult(
         run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
         outcomes=outcomes, retrieval_rows=len(result.rows), summary=s, results_md=str(md),
-        summary_json=str(js), pins=run_pins)
+        summary_json=str(js), pins=run_pins, provider_stats=provider_stats)
 
 
 def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spec: str | None = None,
@@ -262,6 +280,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     from . import judge as judge_mod
     from . import scoring
     from .ledger import Run
+    from .providers import provider_stats
     from .reexecute import open_endpoint
     from .sets import load_set
 
@@ -282,8 +301,10 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
             return result.event if result.event is not None else (
                 result.message or result.status)
 
+        dry_run = bool(getattr(judge, "dry_run", False))
         outcomes = score_attempts(run, eval_set, score_one, judge_pins, only=only,
-                                  rescore=rescore, parallel=parallel, progress=progress)
+                                  rescore=rescore, parallel=parallel, progress=progress,
+                                  dry_run=dry_run)
         model_sha = _model_sha(eval_set, endpoint, local)
 
     pins = {"judgeModel": _judge_model(run, judge),
@@ -292,7 +313,9 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),
             "modelSha": model_sha}
     return finish_run(run, eval_set, coverage=coverage, judge_spec=judge_spec,
-                      endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes)
+                      endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes,
+                      run_label=str(run_dir), set_label=str(set_dir),
+                      provider_stats=provider_stats(judge), dry_run=dry_run)
 
 
 def current_judge_pins(doctrine: Any) -> dict[str, Any]:
@@ -330,8 +353,12 @@ def render_text(r: RunScoreResult) -> str:
     """The summary as printed after scoring, preceded by what was done."""
     c = r.counts
     done = ", ".join(f"{k} {n}" for k, n in c.items() if n)
-    return (f"{r.attempts} attempts: {done or 'nothing to do'}\n"
-            f"wrote {r.results_md} and {r.summary_json}\n\n"
+    head = f"{r.attempts} attempts: {done or 'nothing to do'}\n"
+    if r.dry_run:
+        stats = r.provider_stats or {}
+        return (head + f"dry run: {stats.get('calls', 0)} judge call(s), about "
+                f"{stats.get('estimated_input_tokens', 0)} input tokens; nothing written\n")
+    return (head + f"wrote {r.results_md} and {r.summary_json}\n\n"
             + summary.render_markdown(r.summary))
 
 

@@ -174,7 +174,10 @@ def _problems(errors: Any) -> list[Problem]:
             if missing:
                 out.append(Problem(_join(where, missing.group(1)), "required field missing"))
                 continue
-        out.append(Problem(where, _message(error)))
+        message = _message(error)
+        if len(message) > 300:  # a long bad value is quoted in full by jsonschema
+            message = message[:297] + "..."
+        out.append(Problem(where, message))
     return out
 
 

@@ -508,14 +508,18 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
 
 
 def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str | Path | None = None,
-              *, judge_spec: str | None = None, endpoint_flag: str | None = None) -> RunSummary:
-    """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade."""
+              *, judge_spec: str | None = None, endpoint_flag: str | None = None,
+              run_label: str | None = None, set_label: str | None = None) -> RunSummary:
+    """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade.
+
+    `run_label` / `set_label` are the paths as the user typed them, for the printed commands.
+    """
     report = load_coverage_report(coverage_report)
     events = list(run.live())
     return summarize_events(
         _run_info(run), events, eval_set, coverage_report=report,
-        run_dir=str(getattr(run, "dir", "<run>")),
-        set_dir=str(getattr(eval_set, "dir", "<set>")),
+        run_dir=run_label or str(getattr(run, "dir", "<run>")),
+        set_dir=set_label or str(getattr(eval_set, "dir", "<set>")),
         judge_spec=judge_spec, endpoint_flag=endpoint_flag,
     )
 
@@ -604,7 +608,10 @@ def render_markdown(s: RunSummary) -> str:
                    (f" ({', '.join(inc.truncated)})" if inc.truncated else ""))
         out.append(f"- contaminated (unknown included): {len(inc.contaminated)}" +
                    (f" ({', '.join(inc.contaminated)})" if inc.contaminated else ""))
-        out += ["", "Re-record, then re-score:", "", "```bash", *inc.commands, "```"]
+        out += ["", ("Re-record each attempt (a fresh answer, with more turns for a truncated one; "
+                "an attempt recorded from a host log takes `--host-log LOG --answer-file ANSWER` "
+                "instead of `--transcript`), then re-score them:"), "",
+                "```bash", *inc.commands, "```"]
 
     if s.doubted_goldens:
         out += ["", "## Doubted goldens", "",
@@ -620,6 +627,14 @@ def render_markdown(s: RunSummary) -> str:
         for d in s.vetoes:
             judged = f" (judge said {d['judge_verdict']})" if d.get("judge_verdict") else ""
             out.append(f"- {d['label']}: {', '.join(d['hits'])}{judged}")
+
+    waiting = [r for r in s.cases if r.verdict == "needs_human" and r.excluded is None]
+    if waiting:
+        out += ["", "## Needs a human", "",
+                ("The judge was unsure (confidence 5 or lower) or contradicted itself; a person "
+                "settles these, and a settled one belongs in judge-regressions.jsonl."), ""]
+        for r in waiting:
+            out.append(f"- {attempt_label(r.qid, r.sample)} (confidence {r.confidence})")
 
     out += ["", "## Cascade", ""]
     if s.cascade:
@@ -649,9 +664,11 @@ def render_markdown(s: RunSummary) -> str:
     if s.coverage:
         c = s.coverage
         out += ["", "## Coverage", ""]
-        out.append(f"{c.get('modelled')} of {c.get('decided')} decided cases modelled "
-                   f"({_pct(c.get('coverage'))}; {c.get('cases')} cases; report version "
-                   f"{c.get('version')}; compiled surface {c.get('compiledSurface')}).")
+        version = f"; model version {c['version']}" if c.get("version") else ""
+        out.append(f"From the coverage report (the whole set, read from the model): "
+                   f"{c.get('modelled')} of {c.get('decided')} decided cases modelled "
+                   f"({_pct(c.get('coverage'))}; {c.get('cases')} cases{version}; compiled "
+                   f"surface {c.get('compiledSurface')}).")
         if c.get("by_verdict"):
             out.append("By verdict: " + ", ".join(
                 f"{k} {n}" for k, n in dict(c["by_verdict"]).items()) + ".")

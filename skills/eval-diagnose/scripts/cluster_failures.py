@@ -5,8 +5,8 @@ Writes `<run>/clusters-mechanical.jsonl` (never the diagnosed issues). No model 
 with the groups, 3 when the run or set cannot be read.
 
 Examples:
-  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run evals/bookshop/runs/baseline --set evals/bookshop
-  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run evals/bookshop/runs/baseline --set evals/bookshop --json
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run /tmp/demo/runs/baseline --set evals/bookshop
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run /tmp/demo/runs/baseline --set evals/bookshop --json
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ earlier for the run. Exit 0 when it wrote its result (nothing selected included)
 set cannot be read or cases were selected and none could be diagnosed, 2 on usage errors.
 
 Examples:
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run evals/bookshop/runs/baseline --set evals/bookshop --diagnoser replay --json
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run evals/bookshop/runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run evals/bookshop/runs/baseline --set evals/bookshop --diagnoser host --emit
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser replay --json
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser host --emit
 """
 
 from __future__ import annotations
