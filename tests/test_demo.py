@@ -98,7 +98,10 @@ def _verdicts(doc: dict) -> dict[tuple[str, int | None], tuple[str | None, str |
 def test_demo_exits_0_and_leaves_the_checkout_untouched(needs_node, demo_output):
     proc = demo_output["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "checkout untouched" in proc.stdout
+    # A fresh clone must stay clean; a working tree with earlier edits must keep the set as it was.
+    assert ("checkout clean (git status shows nothing)" in proc.stdout
+            or "checkout untouched" in proc.stdout), proc.stdout[-2000:]
+    assert "changed while the demo ran" not in proc.stdout
 
 
 def test_baseline_has_a_pass_rate_and_every_verdict_as_intended(needs_node, demo_output):

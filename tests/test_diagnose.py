@@ -438,3 +438,25 @@ def test_shipped_baseline_run_is_diagnosed_offline_with_table_codes(tmp_path, ne
         for code in (issue["primary_code"], *issue["contributing_codes"]):
             assert code in TABLE
         assert TABLE[issue["primary_code"]].owner == issue["owner"]
+
+
+def test_narrowed_rerun_voids_only_own_issues_sharing_a_diagnosed_qid():
+    events = [
+        {"kind": "issue", "event_id": "a", "qids": ["q1", "q2"], "diagnosed_by": "diagnose.py x"},
+        {"kind": "issue", "event_id": "b", "qids": ["q3"], "diagnosed_by": "diagnose.py x"},
+        {"kind": "issue", "event_id": "c", "qids": ["q1"], "diagnosed_by": "a person"},
+    ]
+    assert [v["target_event_id"] for v in diagnose.own_issue_voids(events, {"q1"})] == ["a"]
+    assert [v["target_event_id"] for v in diagnose.own_issue_voids(events, None)] == ["a", "b"]
+
+
+def test_only_naming_an_unknown_case_is_a_usage_error(tmp_path, capsys):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    main = runpy.run_path(str(DIAGNOSE), run_name="diagnose")["main"]
+    from malloy_evals import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.run(main, ["--run", str(run.dir), "--set", str(set_dir), "--diagnoser", "replay",
+                       "--only", "q9"])
+    assert exc.value.code == 2 and "q9" in capsys.readouterr().err

@@ -514,3 +514,171 @@ def test_value_json_cannot_hold_is_refused_with_input_error(tmp_path):
     with pytest.raises(LedgerError, match="not valid JSON"):
         run.append([attempt(givens={"path": Path("/tmp")})])
     assert run.read().events == []
+
+
+# ------------------------------------------------------------------------------------------
+# the appender's incremental index (rules 5 and void targets across processes)
+
+
+def _in_another_process(fn, *args) -> None:
+    """Run `fn(*args)` in a forked process (a separate Run object and index) and wait for it."""
+    proc = multiprocessing.get_context("fork").Process(target=fn, args=args)
+    proc.start()
+    proc.join()
+    assert proc.exitcode == 0
+
+
+def _append_score(run_dir: str, verdict: str) -> None:
+    Run.open(run_dir).append([score(verdict=verdict)])
+
+
+def _void_live_score(run_dir: str) -> None:
+    run = Run.open(run_dir)
+    run.void(run.score("q1", None)["event_id"], "re-judge")
+
+
+def _append_attempt_with_id(run_dir: str, event_id: str) -> None:
+    Run.open(run_dir).append([attempt(qid="q2", event_id=event_id)])
+
+
+def _append_tool_calls(run_dir: str, n: int) -> None:
+    Run.open(run_dir).append([{"kind": "tool_call", "qid": "q2", "sample": None, "tool": "get_context",
+                               "call_index": i, "targets": ["measure: revenue"]} for i in range(n)])
+
+
+def test_second_live_score_written_by_another_process_between_appends_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    run.append([score(qid="q2")])  # this process has now indexed the ledger
+    _in_another_process(_append_score, str(run.dir), "match")
+    with pytest.raises(LedgerError, match="already has a live score"):
+        run.append([score(verdict="no_match")])
+    assert ledger.validate_run(run.dir).errors == []
+
+
+def test_void_written_by_another_process_frees_the_slot(tmp_path):
+    run = make_run(tmp_path)
+    run.append([score()])
+    _in_another_process(_void_live_score, str(run.dir))
+    run.append([score(verdict="near_match")])
+    assert run.score("q1", None)["verdict"] == "near_match"
+    assert ledger.validate_run(run.dir).errors == []
+
+
+def test_void_of_an_event_another_process_wrote_is_accepted_and_a_second_refused(tmp_path):
+    run = make_run(tmp_path)
+    run.append([score()])
+    _in_another_process(_append_tool_calls, str(run.dir), 3)
+    target = run.read().events[-1]["event_id"]
+    run.void(target, "re-recorded")
+    with pytest.raises(LedgerError, match="already voided"):
+        run.void(target, "again")
+
+
+def test_id_another_process_chose_cannot_be_reused(tmp_path):
+    run = make_run(tmp_path)
+    run.append([score()])
+    _in_another_process(_append_attempt_with_id, str(run.dir), "chosen-id")
+    with pytest.raises(LedgerError, match="already in the ledger"):
+        run.append([attempt(event_id="chosen-id")])
+
+
+def test_second_append_reads_only_the_lines_written_since_the_first(tmp_path, monkeypatch):
+    run = make_run(tmp_path)
+    run.append([attempt(), score()])
+    indexed_to = (run.dir / "events.jsonl").stat().st_size
+    _in_another_process(_append_tool_calls, str(run.dir), 5)
+    starts: list[int] = []
+    take = ledger._Index._take_block
+
+    def spy(self, block, start):
+        starts.append(start)
+        return take(self, block, start)
+
+    monkeypatch.setattr(ledger._Index, "_take_block", spy)
+    run.append([score(qid="q2")])
+    assert starts == [indexed_to]  # one block, from where the first append stopped
+    assert run._index.offset == (run.dir / "events.jsonl").stat().st_size
+
+
+def test_plain_batches_do_not_read_the_ledger(tmp_path, monkeypatch):
+    run = make_run(tmp_path)
+    monkeypatch.setattr(ledger._Index, "refresh", lambda self, fd: pytest.fail("ledger was read"))
+    run.append([attempt(), {"kind": "tool_call", "qid": "q1", "sample": None,
+                            "tool": "get_context", "call_index": 0}])
+    assert len(run.read().events) == 2
+
+
+def test_replaced_ledger_file_is_indexed_again(tmp_path):
+    run = make_run(tmp_path)
+    [s] = run.append([score()])
+    path = run.dir / "events.jsonl"
+    # Restore an earlier copy (a new inode, the score not in it): the old index must not be trusted.
+    before = path.read_bytes()[: 0]
+    tmp = run.dir / "restored.jsonl"
+    tmp.write_bytes(before)
+    os.replace(tmp, path)
+    run.append([score(verdict="no_match")])
+    with pytest.raises(LedgerError, match="not an event of this ledger"):
+        run.void(s["event_id"], "it is gone")
+
+
+def test_truncated_ledger_is_indexed_again(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt()])
+    [s] = run.append([score()])
+    path = run.dir / "events.jsonl"
+    first_line = path.read_bytes().split(b"\n")[0] + b"\n"
+    with path.open("r+b") as fh:  # same inode, shorter than what was indexed
+        fh.truncate(len(first_line))
+    run.append([score(verdict="no_match")])
+    assert [e["kind"] for e in run.read().events] == ["attempt", "score"]
+    assert run.score("q1", None)["event_id"] != s["event_id"]
+
+
+def test_hand_written_score_without_final_newline_counts(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt()])
+    with (run.dir / "events.jsonl").open("ab") as fh:
+        fh.write(b'{"kind": "score", "event_id": "by-hand", "at": "2026-11-30T12:00:00Z", '
+                 b'"qid": "q1", "sample": null, "phase": "baseline", "verdict": "match"}')
+    with pytest.raises(LedgerError, match="already has a live score"):
+        run.append([score(verdict="no_match")])
+    # The refused batch wrote nothing; voiding the hand-written score then re-scoring works.
+    run.append([{"kind": "void", "target_event_id": "by-hand", "reason": "typed by hand"},
+                score(verdict="no_match")])
+    assert run.score("q1", None)["verdict"] == "no_match"
+    assert ledger.validate_run(run.dir).errors == ["events.jsonl:2: torn line (the last line has no "
+                                                   "newline; a write was cut off)"] or \
+        ledger.validate_run(run.dir).errors == []
+
+
+def test_repeated_kind_key_is_decoded_as_json_would(tmp_path):
+    run = make_run(tmp_path)
+    # The kit's prefix, but a later "kind" wins in json.loads: the line is a score.
+    line = ('{"kind":"attempt","event_id":"dup-kind","at":"2026-11-30T12:00:00Z","qid":"q1",'
+            '"sample":null,"phase":"baseline","kind":"score","verdict":"match"}\n')
+    with (run.dir / "events.jsonl").open("a") as fh:
+        fh.write(line)
+    with pytest.raises(LedgerError, match="already has a live score"):
+        run.append([score()])
+
+
+def test_id_hash_collision_is_read_back_not_trusted(tmp_path):
+    run = make_run(tmp_path)
+    [a] = run.append([attempt(), score()])[:1]
+    index = run._index
+    # Pretend "ghost" hashes like the attempt's line: only reading the line back can tell.
+    index.ids.add(ledger._id_hash("ghost"), 0)
+    with pytest.raises(LedgerError, match="not an event of this ledger"):
+        run.void("ghost", "no such event")
+    run.void(a["event_id"], "still found")
+
+
+def test_index_keeps_ids_not_events(tmp_path):
+    run = make_run(tmp_path)
+    _append_tool_calls(str(run.dir), 500)
+    [s] = run.append([score()])
+    index = run._index
+    assert len(index.ids) == 501
+    assert index.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
+    assert index.void_ids == set() and index.voided == set()

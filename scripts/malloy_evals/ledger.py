@@ -22,6 +22,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -223,12 +224,11 @@ def latest_issue_status(events: Iterable[dict[str, Any]]) -> dict[str, str]:
 # every id as a hash and an offset (16 bytes a slot), and, for voids and the two unique kinds, the
 # ids themselves. It never holds the events, so its memory follows attempts and voids, not lines.
 _INDEX_CHUNK = 1 << 20
-_TABLE_START = 1 << 10
 # A line the kit wrote starts `{"kind":"<kind>","event_id":"<id>",` (json.dumps keeps _prepare's key
 # order). For such a line of a kind the rules ignore, the id is all the index needs, so it is cut
 # out of the bytes instead of decoding the whole line (4x cheaper on get_context lines). Anything
 # else, hand-written lines included, is decoded with json.loads.
-_KIT_LINE = re.compile(rb'\{"kind":"([a-z_]+)","event_id":"([^"\\]+)",')
+_KIT_LINE = re.compile(rb'\{"kind":"([a-z_]+)","event_id":"([!#-\[\]-~]+)",')
 _RULED_KINDS = frozenset({b"void", *(k.encode() for k in UNIQUE_KINDS)})
 
 
@@ -263,57 +263,34 @@ def _line_at(fd: int, offset: int) -> bytes:
 
 
 class _IdTable:
-    """Every event id of the ledger, as a hash mapped to the byte offset of its line.
+    """Every event id of the ledger as a hash, beside the byte offset of its line.
 
-    Open addressing in two flat arrays, at most two thirds full: 16 bytes a slot, where a set of id
-    strings costs about 120 bytes an event. A hash only says "maybe"; `_Index.contains` reads the
-    line at the offset back to say "yes", so answers stay exact.
+    Two flat arrays, 16 bytes an event, where a set of id strings costs about 120: the index's
+    only per-event memory. Appending is C-speed `extend`; a lookup is one pass over the hashes for
+    a whole batch, then the candidate lines are read back, so answers stay exact.
     """
 
     def __init__(self) -> None:
-        self._hashes = array("q", bytes(8 * _TABLE_START))
-        self._offsets = array("q", [-1]) * _TABLE_START  # -1 marks an empty slot
-        self._mask = _TABLE_START - 1
-        self._count = 0
+        self.hashes = array("q")
+        self.offsets = array("q")
 
     def __len__(self) -> int:
-        return self._count
+        return len(self.hashes)
 
     def add(self, h: int, offset: int) -> None:
         """Record that the line at `offset` holds an event whose id hashes to `h`."""
-        if 3 * (self._count + 1) > 2 * len(self._offsets):
-            self._grow()
-        self._put(h, offset)
-        self._count += 1
+        self.hashes.append(h)
+        self.offsets.append(offset)
 
-    def offsets(self, h: int) -> list[int]:
-        """Offsets of the lines whose event id hashes to `h` (usually none, or one)."""
-        hashes, offsets, mask = self._hashes, self._offsets, self._mask
-        found = []
-        i = h & mask
-        while (off := offsets[i]) != -1:
-            if hashes[i] == h:
-                found.append(off)
-            i = (i + 1) & mask
-        return found
+    def extend(self, hashes: list[int], offsets: list[int]) -> None:
+        """`add` over parallel lists."""
+        self.hashes.extend(hashes)
+        self.offsets.extend(offsets)
 
-    def _put(self, h: int, offset: int) -> None:
-        hashes, offsets, mask = self._hashes, self._offsets, self._mask
-        i = h & mask
-        while offsets[i] != -1:  # linear probing: the table is never full
-            i = (i + 1) & mask
-        hashes[i] = h
-        offsets[i] = offset
-
-    def _grow(self) -> None:
-        old_hashes, old_offsets = self._hashes, self._offsets
-        size = 2 * len(old_offsets)
-        self._hashes = array("q", bytes(8 * size))
-        self._offsets = array("q", [-1]) * size
-        self._mask = size - 1
-        for h, off in zip(old_hashes, old_offsets, strict=True):
-            if off != -1:
-                self._put(h, off)
+    def candidates(self, wanted: set[int]) -> list[int]:
+        """Offsets of the lines whose id hash is in `wanted` (one pass, however many are wanted)."""
+        offsets = self.offsets
+        return [offsets[i] for i, h in enumerate(self.hashes) if h in wanted]
 
 
 class _Index:
@@ -335,10 +312,13 @@ class _Index:
     def add(self, event: dict[str, Any], offset: int) -> None:
         """Take in one event whose line starts at byte `offset`."""
         eid = event.get("event_id")
-        if not isinstance(eid, str):
-            return
+        if isinstance(eid, str):
+            self.ids.add(_id_hash(eid), offset)
+            self._take_rules(event, eid)
+
+    def _take_rules(self, event: dict[str, Any], eid: str) -> None:
+        """What rule 5 and void targets need of an event already in the id table."""
         kind = event.get("kind")
-        self.ids.add(_id_hash(eid), offset)
         if kind == "void":
             self.void_ids.add(eid)
             target = event.get("target_event_id")
@@ -358,15 +338,7 @@ class _Index:
 
     def add_line(self, line: bytes, offset: int) -> None:
         """Take in one ledger line (without its newline) starting at byte `offset`."""
-        m = _KIT_LINE.match(line)
-        if (m is not None and m[1] not in _RULED_KINDS and m[2].isascii() and line.endswith(b"}")
-                and line.count(b'"kind"') == 1 and line.count(b'"event_id"') == 1):
-            # Exactly one "kind" and one "event_id" key: a later duplicate key cannot override them.
-            self.ids.add(hash(m[2]), offset)
-            return
-        event = _decode_line(line)
-        if event is not None:
-            self.add(event, offset)
+        self._take_block(line + b"\n", offset)
 
     def refresh(self, fd: int) -> bytes:
         """Take in the whole lines past `offset` of the locked file `fd`; return the bytes after the
@@ -382,37 +354,57 @@ class _Index:
                 break
             pos += len(chunk)
             buf = carry + chunk if carry else chunk
-            start = pos - len(buf)
-            lines = buf.split(b"\n")
-            carry = lines.pop()
-            start = self._take_lines(lines, start)
-            self.offset = start
+            cut = buf.rfind(b"\n") + 1
+            carry = buf[cut:]
+            if cut:
+                self.offset = self._take_block(buf if cut == len(buf) else buf[:cut],
+                                               pos - len(buf))
         return carry
 
-    def _take_lines(self, lines: list[bytes], start: int) -> int:
-        """`add_line` over consecutive whole lines from byte `start`; returns the offset past them.
-        The kit-line test is inlined: this loop runs once per event of the ledger."""
-        match, ruled, add_id = _KIT_LINE.match, _RULED_KINDS, self.ids.add
-        for line in lines:
-            if line:
-                m = match(line)
-                if (m is not None and m[1] not in ruled and m[2].isascii() and line[-1] == 0x7D
-                        and line.count(b'"kind"') == 1 and line.count(b'"event_id"') == 1):
-                    add_id(hash(m[2]), start)
-                else:
-                    self.add_line(line, start)
-            start += len(line) + 1
-        return start
+    def _take_block(self, block: bytes, start: int) -> int:
+        """Take in a block of whole lines, each ending in a newline, from byte `start`; returns the
+        offset past it.
 
-    def contains(self, fd: int, event_id: str) -> bool:
-        """Whether the indexed ledger holds an event with this id (exact: candidates are read back)."""
-        if event_id in self.void_ids or event_id in self.unique_key_of:
-            return True
-        for offset in self.ids.offsets(_id_hash(event_id)):
-            event = _decode_line(_line_at(fd, offset))
-            if event is not None and event.get("event_id") == event_id:
-                return True
-        return False
+        This runs over every line of the ledger, so the common case is decided for the block at
+        once: when every line has the kit's prefix, ends in `}` and the block holds exactly one
+        `"kind"` and one `"event_id"` per line, no line repeats either key (json.loads would take
+        the repeat) and only lines of the ruled kinds (voids, scores) need decoding; the others give
+        their id straight from the bytes. Other blocks go line by line, decoding every line not in
+        the kit's shape."""
+        lines = block.split(b"\n")
+        lines.pop()  # the empty string after the last newline
+        starts = list(accumulate([len(line) + 1 for line in lines], initial=start))
+        matches = list(map(_KIT_LINE.match, lines))
+        n = len(lines)
+        if (None not in matches and all(map(bytes.endswith, lines, repeat(b"}")))
+                and block.count(b'"kind"') == n and block.count(b'"event_id"') == n):
+            self.ids.extend([hash(m[2]) for m in matches], starts[:-1])
+            ruled = _RULED_KINDS
+            for i in [i for i, m in enumerate(matches) if m[1] in ruled]:
+                event = _decode_line(lines[i])
+                if event is not None:  # else its id stays in the table; `existing` reads it back
+                    self._take_rules(event, event["event_id"])
+            return starts[-1]
+        for line, m, offset in zip(lines, matches, starts, strict=False):
+            if (m is not None and m[1] not in _RULED_KINDS and line.endswith(b"}")
+                    and line.count(b'"kind"') == 1 and line.count(b'"event_id"') == 1):
+                self.ids.add(hash(m[2]), offset)
+            elif line:
+                event = _decode_line(line)
+                if event is not None:
+                    self.add(event, offset)
+        return starts[-1]
+
+    def existing(self, fd: int, event_ids: set[str]) -> set[str]:
+        """Which of `event_ids` the indexed ledger holds (exact: candidate lines are read back)."""
+        found = {i for i in event_ids if i in self.void_ids or i in self.unique_key_of}
+        rest = event_ids - found
+        if rest:
+            for offset in self.ids.candidates({_id_hash(i) for i in rest}):
+                event = _decode_line(_line_at(fd, offset))
+                if event is not None and event.get("event_id") in rest:
+                    found.add(event["event_id"])
+        return found
 
 
 class Run:
@@ -572,8 +564,15 @@ class Run:
                                           self.events_path)
         return out
 
-    def _check_batch(self, batch: list[dict[str, Any]], index: _Index, fd: int) -> None:
-        """Refuse duplicate ids, bad void targets and a second live score per key (rule 5)."""
+    def _check_batch(self, batch: list[dict[str, Any]], index: _Index, fd: int,
+                     supplied: set[str]) -> None:
+        """Refuse duplicate ids, bad void targets and a second live score per key (rule 5).
+
+        `supplied` holds the ids callers chose; a fresh uuid4 id cannot repeat, so it is not looked up.
+        """
+        batch_ids = {e["event_id"] for e in batch}
+        targets = {e["target_event_id"] for e in batch if e["kind"] == "void"}
+        known = index.existing(fd, supplied | (targets - batch_ids))
         # Overlays on the index, so a big ledger's index is not copied for every append.
         ids: set[str] = set()
         kinds: dict[str, str] = {}
@@ -586,11 +585,11 @@ class Run:
 
         for e in batch:
             eid, kind = e["event_id"], e["kind"]
-            if eid in ids or index.contains(fd, eid):
+            if eid in ids or eid in known:
                 raise LedgerError(self.events_path, None, f"event_id {eid!r} is already in the ledger")
             if kind == "void":
                 target = e["target_event_id"]
-                if target not in ids and not index.contains(fd, target):
+                if target not in ids and target not in known:
                     raise LedgerError(self.events_path, None,
                                       f"void: target_event_id {target!r} is not an event of this ledger")
                 if kinds.get(target) == "void" or target in index.void_ids:
@@ -627,10 +626,12 @@ class Run:
         except (ValueError, TypeError) as exc:  # NaN, infinity, or a value JSON has no type for
             raise LedgerError(self.events_path, None, f"event is not valid JSON: {exc}") from None
         data = b"".join(lines)
+        lengths = [len(line) for line in lines]  # the index needs where each line starts
+        del lines  # the joined copy is enough: a batch of 10,000 rows is ~15 MB of lines
         # The index is only needed for rules about other events; plain appends skip reading the file.
         # A caller-supplied event_id must be checked for uniqueness; uuid4 ids need no check.
-        needs_index = any(e["kind"] in ("void", *UNIQUE_KINDS) for e in batch) or any(
-            src.get("event_id") for src in events)
+        supplied = {e["event_id"] for e, src in zip(batch, events, strict=True) if src.get("event_id")}
+        needs_index = bool(supplied) or any(e["kind"] in ("void", *UNIQUE_KINDS) for e in batch)
         with self._locked() as fd:
             index = None
             if needs_index:
@@ -643,7 +644,7 @@ class Run:
                     # index keeps it only if the batch is written: a refused batch drops the index.
                     self._index = None
                     index.add_line(tail, index.offset)
-                self._check_batch(batch, index, fd)
+                self._check_batch(batch, index, fd, supplied)
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 # A torn last line: start on a fresh line so this batch is not glued onto it.
@@ -654,10 +655,10 @@ class Run:
                 view = view[written:]
             os.fsync(fd)
             if index is not None:
-                offset = size + len(data) - sum(len(line) for line in lines)
-                for e, line in zip(batch, lines, strict=True):
+                offset = size + len(data) - sum(lengths)  # past a leading newline, if one was added
+                for e, length in zip(batch, lengths, strict=True):
                     index.add(e, offset)
-                    offset += len(line)
+                    offset += length
                 index.offset = offset
                 self._index = index
         return batch

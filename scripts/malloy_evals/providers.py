@@ -239,15 +239,25 @@ def rerecord_command(role: str, key: str, set_dir: Path | None) -> str:
     return f"re-run the {role} step with a live provider and --record"
 
 
-AUTHORED_REPLIES = "_authored.jsonl"   # a set's hand-written replies, beside its recordings
+# Where a set keeps the hand-written replies its recordings were made from, per role.
+AUTHORED_REPLIES = {"judge": "_authored.jsonl", "coverage": "authored-replies.jsonl",
+                    "diagnose": "authored-replies.jsonl"}
 
 
 def _hand_hint(role: str, set_dir: Path | None) -> str:
+    """How to regenerate hand-authored recordings of a role through its own code path."""
     s = str(set_dir) if set_dir else "evals/<set>"
-    replies = Path(set_dir) / "recordings" / role / AUTHORED_REPLIES if set_dir else None
+    name = AUTHORED_REPLIES.get(role, "_authored.jsonl")
+    replies = Path(set_dir) / "recordings" / role / name if set_dir else None
     source = str(replies) if replies is not None and replies.is_file() else "<replies.jsonl>"
+    if role == "coverage":
+        return ("for hand-authored recordings: .venv/bin/python skills/eval-answer/scripts/"
+                f"check_coverage.py --set {s} --model <dir> --reader hand:{source} --record")
+    if role == "diagnose":
+        return ("for hand-authored recordings: .venv/bin/python skills/eval-diagnose/scripts/"
+                f"diagnose.py --run <run> --set {s} --diagnoser hand:{source} --record")
     return (f"for hand-authored recordings: .venv/bin/python scripts/author_recordings.py "
-            f"--set {s} --role {role} --replies {source}")
+            f"--set {s} --replies {source}")
 
 
 # --------------------------------------------------------------------------- anthropic

@@ -230,7 +230,13 @@ def _compile(node: Any, home: str) -> Check:
         checks.append(_keyword(key, arg, node, home))
     if len(checks) == 1:
         return checks[0]
-    return lambda v: all(c(v) for c in checks)
+
+    def every(v: Any) -> bool:
+        for c in checks:  # a plain loop: cheaper than all() over a generator, called per value
+            if not c(v):
+                return False
+        return True
+    return every
 
 
 def _keyword(key: str, arg: Any, node: dict[str, Any], home: str) -> Check:
@@ -248,11 +254,17 @@ def _keyword(key: str, arg: Any, node: dict[str, Any], home: str) -> Check:
         return _compile(target, name)
     if key == "type":
         types = [_TYPES[t] for t in (arg if isinstance(arg, list) else [arg])]
+        if len(types) == 1:
+            return types[0]
         return lambda v: any(t(v) for t in types)
     if key == "enum":
         values = list(arg)
         for x in values:
             _json_equal(x, x)  # refuse containers up front
+        if all(x is None or type(x) is str for x in values):
+            # Strings and null only (every enum the kit has): a set lookup, same answers.
+            strings, null = frozenset(x for x in values if x is not None), None in values
+            return lambda v: (type(v) is str and v in strings) or (null and v is None)
         return lambda v: not isinstance(v, (dict, list)) and any(_json_equal(v, x) for x in values)
     if key == "const":
         _json_equal(arg, arg)
@@ -270,17 +282,27 @@ def _keyword(key: str, arg: Any, node: dict[str, Any], home: str) -> Check:
         return lambda v: not isinstance(v, list) or len(v) >= arg
     if key == "items":
         item = _compile(arg, home)
-        return lambda v: not isinstance(v, list) or all(item(x) for x in v)
+        return lambda v: not isinstance(v, list) or all(map(item, v))
     if key == "required":
         names = list(arg)
         return lambda v: not isinstance(v, dict) or all(n in v for n in names)
     if key == "properties":
-        props = {k: _compile(sub, home) for k, sub in arg.items()}
-        return lambda v: not isinstance(v, dict) or all(c(v[k]) for k, c in props.items() if k in v)
+        props = [(k, _compile(sub, home)) for k, sub in arg.items()]
+
+        def each_property(v: Any) -> bool:
+            if not isinstance(v, dict):
+                return True
+            for k, c in props:
+                if k in v and not c(v[k]):
+                    return False
+            return True
+        return each_property
     if key == "additionalProperties":
         if "patternProperties" in node:
             raise _Uncompilable("patternProperties")
         declared = set(node.get("properties", {}))
+        if arg is False:
+            return lambda v: not isinstance(v, dict) or v.keys() <= declared
         extra = _compile(arg, home)
         return lambda v: not isinstance(v, dict) or all(extra(x) for k, x in v.items()
                                                         if k not in declared)
