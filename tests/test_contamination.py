@@ -703,3 +703,122 @@ def test_relative_set_that_exists_here_is_protected_where_it_is_too(tmp_path, mo
 def test_home_folder_is_inferred_from_the_cwd(command):
     result = check([bash(command)], cwd="/home/al/repo", set_dir="/home/al/repo/sets/shop")
     assert result.contaminated is True
+
+
+# ------------------------------------------------------------------ adversarial review
+# Each scenario here slipped through (false negative) or voided an honest attempt (false
+# positive) before the review; the module docstring says what was chosen where SPEC is silent.
+
+@pytest.mark.parametrize("uses", [
+    pytest.param([bash("ln -s sets /tmp/x"), bash("cat /tmp/x/shop/a.csv")],
+                 id="relative_symlink_to_the_sets_parent_then_read"),
+    pytest.param([bash("ln -s /w /tmp/r"), read("/tmp/r/sets/shop/a.csv")],
+                 id="symlink_to_the_repo_then_read_tool"),
+    pytest.param([bash("ln -s /w/pkg /tmp/p && cat /tmp/p/shop.malloy")],
+                 id="symlink_then_model_file_in_one_command"),
+    pytest.param([bash("ln -s /w /tmp/r"), bash("grep -rn revenue /tmp/r")],
+                 id="recursive_read_through_a_symlink"),
+    pytest.param([bash("cat {sets,x}/shop/a.csv")], id="brace_expansion_of_the_set_folder"),
+    pytest.param([bash("cat sets/{shop,x}/a.csv")], id="brace_expansion_inside_the_path"),
+    pytest.param([use("Glob", pattern="{sets,x}/**")], id="glob_tool_with_braces"),
+    pytest.param([bash("echo sets/shop/a.csv | xargs cat")], id="echo_piped_into_xargs"),
+    pytest.param([bash("git log -p")], id="git_log_patch_from_repo_root"),
+    pytest.param([bash("git log --stat")], id="git_log_stat_lists_set_files"),
+    pytest.param([bash("git diff HEAD~5")], id="git_diff_of_whole_tree"),
+    pytest.param([bash("git show")], id="git_show_last_commit"),
+    pytest.param([bash("git -C /w log -p")], id="git_dash_C_log_patch"),
+    pytest.param([bash("cd sets && git show HEAD:./shop/a.csv")], id="git_object_path_from_cwd"),
+    pytest.param([bash("cd /w/src && git show HEAD:sets/shop/a.csv")],
+                 id="git_object_path_from_the_repo_top_above_the_cwd"),
+    pytest.param([bash("awk 'BEGIN{while((getline l < \"sets/shop/a.csv\")>0) print l}'")],
+                 id="awk_getline_from_a_literal"),
+    pytest.param([bash("sed -n 'r sets/shop/a.csv' /dev/null")], id="sed_r_command"),
+    pytest.param([use("mcp__filesystem__directory_tree", path="/w")], id="mcp_directory_tree"),
+    pytest.param([bash("fd csv")], id="fd_from_repo_root"),
+    pytest.param([bash("locate a.csv")], id="locate_searches_everything"),
+    pytest.param([use("mcp__git__git_show", repo_path="/w", revision="HEAD")], id="mcp_git_show"),
+    pytest.param([use("mcp__sqlite__read_query",
+                      query="select * from read_csv('/w/sets/shop/a.csv')")],
+                 id="sql_literal_in_a_reading_mcp_tool"),
+])
+def test_evasive_reads_of_the_eval_area_are_contaminated(uses):
+    assert check(uses).contaminated is True
+
+
+@pytest.mark.parametrize("uses", [
+    pytest.param([use("mcp__notes__lookup", path=MODEL)], id="other_mcp_server_path"),
+    pytest.param([use("mcp__notes__lookup", uri=f"file://{MODEL}")], id="other_mcp_server_uri"),
+    pytest.param([use("mcp__duckdb__query", sql=f"select * from '{MODEL}'")],
+                 id="database_server_query_literal"),
+])
+def test_a_non_publisher_mcp_tool_reading_the_model_file_is_contaminated(uses):
+    result = check(uses)
+    assert result.contaminated is True
+    assert rules(result) == ["model-file"]
+
+
+def test_publisher_model_path_stays_exempt_even_when_absolute():
+    call = use("mcp__publisher__malloy_executeQuery", modelPath=MODEL,
+               query="run: orders -> { aggregate: revenue }")
+    assert check([call]).contaminated is False
+
+
+def test_grep_r_of_an_unknown_home_may_hold_the_repo():
+    # The cwd /w reveals no home folder, so `~` could be above the set.
+    assert check([bash("grep -rn revenue ~")]).contaminated is True
+
+
+def test_read_under_an_unknown_home_matching_the_sets_tail_is_contaminated():
+    assert check([bash("cat ~/w/sets/shop/a.csv")]).contaminated is True
+
+
+@pytest.mark.parametrize("uses", [
+    pytest.param([bash("python -m pip install pandas")], id="python_m_pip"),
+    pytest.param([bash("python3 -m venv .venv")], id="python_m_venv"),
+    pytest.param([bash("uv pip install duckdb")], id="uv_pip"),
+    pytest.param([bash("echo '{}' | python -m json.tool")], id="json_tool_on_stdin"),
+    pytest.param([bash("git status"), bash("git log --oneline -5")], id="git_without_contents"),
+    pytest.param([bash("git show HEAD:README.md")], id="git_show_of_one_other_file"),
+    pytest.param([bash("git diff --stat -- src")], id="git_diff_narrowed_to_a_sibling"),
+    pytest.param([bash("git diff")], id="git_diff_in_a_scratch_repo"),
+    pytest.param([bash("awk -F, '{s+=$3} END {print s}' /tmp/out.csv")], id="awk_sum"),
+    pytest.param([bash("awk '$1 == \"gold\" {print}' /tmp/x.txt")], id="awk_word_gold"),
+    pytest.param([bash("sed -n '1,5p' /tmp/x.txt")], id="sed_print_lines"),
+    pytest.param([bash("sed 's/revenue/r x/' /tmp/a.txt")], id="sed_substitution_with_r"),
+    pytest.param([bash("find /tmp/scratch -name '*.csv' | xargs wc -l")], id="xargs_of_scratch"),
+    pytest.param([bash("ln -s /tmp/scratch/a /tmp/b && cat /tmp/b")], id="own_symlink"),
+    pytest.param([bash("cat {a,b}.txt")], id="brace_of_own_files"),
+    pytest.param([use("mcp__filesystem__directory_tree", path="/tmp/scratch")],
+                 id="tree_of_scratch"),
+    pytest.param([use("WebSearch", query="malloy 'evals/' gold runs")], id="web_search"),
+    pytest.param([use("Read", file_path="/tmp/medievals/notes.txt")], id="medievals_folder"),
+    pytest.param([use("mcp__publisher__malloy_executeQuery", modelPath="shop.malloy",
+                      query="run: orders -> { aggregate: runs is count(), gold is sum(gold_amt) }")],
+                 id="malloy_fields_named_runs_and_gold"),
+])
+def test_honest_tool_uses_from_the_repo_root_are_clean(uses):
+    cwd = "/tmp/scratch" if uses[0].input.get("command") == "git diff" else CWD
+    assert check(uses, cwd=cwd).contaminated is False
+
+
+def test_inline_code_reading_only_scratch_files_from_the_repo_root_is_still_unknown():
+    # SPEC 5.1 rule 3 decides this: code that can read, run from a folder holding the set, is
+    # "unknown" even when the one path it names is the answerer's own scratch file.
+    result = check([bash("python -c \"print(open('/tmp/scratch/out.csv').read())\"")])
+    assert result.contaminated == "unknown"
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param("cat ${X:-sets}/shop/a.csv", id="variable_default_value"),
+    pytest.param('cat "$PWD/sets/shop/a.csv"', id="pwd_variable"),
+    pytest.param("cat $(pwd)/sets/shop/a.csv", id="pwd_substitution"),
+    pytest.param("cat `pwd`/sets/shop/a.csv", id="pwd_backticks"),
+    pytest.param("cd sets && cat $PWD/shop/a.csv", id="pwd_after_cd"),
+    pytest.param('ln -s "$(pwd)/sets" /tmp/s && cat /tmp/s/shop/a.csv', id="symlink_via_pwd"),
+])
+def test_paths_built_from_the_cwd_or_variable_defaults_are_resolved(command):
+    assert check([bash(command)]).contaminated is True
+
+
+def test_pwd_of_an_honest_file_stays_clean():
+    assert check([bash("cat $(pwd)/notes.txt && echo $PWD")]).contaminated is False

@@ -131,7 +131,8 @@ def test_leaky_is_incomplete_with_no_pass_rate(needs_node, demo_output):
     doc = demo_output["leaky"]
     assert doc["status"] == "incomplete"
     assert doc["pass_rate"] is None
-    assert doc["headline"].startswith("INCOMPLETE: 1 truncated, 3 contaminated")
+    assert doc["headline"] == ("INCOMPLETE: 1 truncated (bk_best_month), 3 contaminated "
+                               "(bk_member_count, bk_revenue_by_genre, bk_total_revenue); no pass rate")
     assert sorted(doc["incomplete"]["truncated"]) == LEAKY_INCOMPLETE["truncated"]
     assert sorted(doc["incomplete"]["contaminated"]) == LEAKY_INCOMPLETE["contaminated"]
     assert "--rescore" in doc["incomplete"]["commands"][-1]

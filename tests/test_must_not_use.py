@@ -300,3 +300,65 @@ def test_cli_reads_must_not_use_from_the_set(tmp_path):
     doc = json.loads(out.stdout)
     assert doc["hits"] == ["books.list_price"]
     assert doc["unchecked"] == ["list price as revenue"]
+
+
+# ------------------------------------------------------------------ evasion attempts (review)
+
+@pytest.mark.parametrize("query", [
+    pytest.param("run: order_items -> { aggregate: x is books . list_price.sum() }",
+                 id="spaces_around_the_dot"),
+    pytest.param("run: order_items -> { aggregate: x is books\n    .list_price.sum() }",
+                 id="newline_before_the_dot"),
+    pytest.param("run: order_items -> { aggregate: x is books /* c */ . list_price.sum() }",
+                 id="block_comment_beside_the_dot"),
+    pytest.param("run: order_items -> { aggregate: x is books. -- note\n list_price.sum() }",
+                 id="line_comment_after_the_dot"),
+    pytest.param("run: order_items -> { aggregate: x is `books` . `list_price`.sum() }",
+                 id="spaced_backtick_segments"),
+    pytest.param("run: order_items extend { measure: m is books.list_price.sum() } -> "
+                 "{ aggregate: m }", id="inside_an_extend_measure"),
+])
+def test_forbidden_path_spelled_with_blanks_malloy_ignores_is_a_hit(query):
+    # Regression: the Malloy runtime compiles `books . list_price` (whitespace and comments
+    # between tokens are skipped), and the veto used to miss it (a leaf hit, or even absent).
+    result = check_must_not_use(query, ["books.list_price"])
+    assert result.hits == ["books.list_price"]
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize("query", [
+    pytest.param("run: order_items -> { aggregate: x is BOOKS.LIST_PRICE.sum() }",
+                 id="other_case_does_not_compile"),
+    pytest.param("run: order_items -> { aggregate: x is books.list\u200b_price.sum() }",
+                 id="zero_width_space_does_not_compile"),
+    pytest.param("run: order_items -> { aggregate: x is books.list_pri\u0441e.sum() }",
+                 id="cyrillic_lookalike_is_another_name"),
+])
+def test_lookalike_spellings_are_not_the_forbidden_path(query):
+    # Malloy identifiers are case-sensitive ASCII names: these do not name the field (the query
+    # fails to compile or names another field), so they are no veto; the judge sees the rows.
+    assert check_must_not_use(query, ["books.list_price"]).hits == []
+
+
+def test_renamed_forbidden_leaf_in_an_extend_is_a_leaf_hit_for_the_judge():
+    # SPEC 5.2: a dotted entry never hits a bare leaf; `dimension: x is list_price` inside
+    # `books extend` is shown to the judge as a suspicion, not vetoed.
+    query = "run: books extend { dimension: x is list_price } -> { aggregate: a is x.sum() }"
+    result = check_must_not_use(query, ["books.list_price"])
+    assert (result.hits, result.leaf_hits) == ([], ["books.list_price"])
+    assert "list_price" in result.judge_note
+
+
+def test_bare_entry_renamed_in_an_extend_is_a_hit():
+    query = "run: order_items extend { measure: lv is list_value } -> { aggregate: lv }"
+    assert check_must_not_use(query, ["list_value"]).hits == ["list_value"]
+
+
+@pytest.mark.parametrize("query", [
+    pytest.param("run: t -> { where: note = f'{books.list_price}' }", id="inside_a_prefixed_string"),
+    pytest.param("run: t -> { aggregate: c is count() } -- books.list_price", id="in_a_comment"),
+    pytest.param("run: t -> { where: a = 1--books.list_price\n aggregate: c is count() }",
+                 id="double_dash_opens_a_comment_in_malloy"),
+])
+def test_forbidden_path_only_in_noise_is_absent(query):
+    assert check_must_not_use(query, ["books.list_price"]).absent == ["books.list_price"]

@@ -305,3 +305,19 @@ def test_batch_mode_sends_one_message_batch_and_returns_each_result(monkeypatch)
     assert out["r1.q2._"].data["verdict"] == "no_match"
     # batches are billed at half price
     assert out["r1.q1._"].cost_usd == pytest.approx((1000 * 1 + 200 * 5) / 1e6 / 2)
+
+
+def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lacks(tmp_path):
+    # calibrate_judge / check_judge have no --emit / --ingest: their help must not list `host`,
+    # and choosing it must not ask for flags the script does not accept.
+    import argparse
+
+    from malloy_evals.providers import add_provider_arguments, provider_from_args
+
+    p = argparse.ArgumentParser()
+    add_provider_arguments(p, "--judge", host=False)
+    assert "| host |" not in p.format_help()
+    args = p.parse_args(["--judge", "host"])
+    with pytest.raises(UsageError) as err:
+        provider_from_args(args, "judge", role="judge", set_dir=tmp_path)
+    assert "--emit or --ingest" not in str(err.value) and "does not take --judge host" in str(err.value)

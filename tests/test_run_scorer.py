@@ -272,3 +272,42 @@ def test_score_run_script_scores_resumes_and_prints_one_json_document(needs_node
     again = subprocess.run(argv, cwd=KIT, check=False, capture_output=True, text=True,
                            timeout=300)
     assert json.loads(again.stdout)["counts"]["skipped (current pins)"] == 2
+
+
+def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(needs_node, tmp_path):
+    # score_run's --judge help names `host`; the flow must work end to end (emit, reply, ingest).
+    sample = KIT / "evals" / "bookshop"
+    set_dir = tmp_path / "set"
+    set_dir.mkdir()
+    for part in ("model", "data"):
+        shutil.copytree(sample / part, set_dir / part)
+    shutil.copy(sample / "set.json", set_dir / "set.json")
+    cases = [{"qid": q, "question": f"How many orders ({q})?", "goldenRevision": 1,
+              "coverage": "covered", "golden": {"kind": "scalar", "value": {"n": 2500}}}
+             for q in ("q1", "q2")]
+    (set_dir / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    run = Run.create(tmp_path / "run", set_dir, "test-answerer", run_id="host-1")
+    run.append([{"kind": "attempt", "qid": q, "sample": None, "submitted": True,
+                 "contaminated": False, "final_query": "run: orders -> {aggregate: n is count()}",
+                 "answer_text": "2500"} for q in ("q1", "q2")])
+    base = [sys.executable, str(KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"),
+            "--run", str(run.dir), "--set", str(set_dir), "--judge", "host", "--local", "--json"]
+
+    emit = subprocess.run([*base, "--emit"], cwd=KIT, check=False, capture_output=True,
+                          text=True, timeout=300)
+    assert emit.returncode == EXIT_OK, emit.stderr
+    assert json.loads(emit.stdout)["counts"]["not scored"] == 2
+    assert live_scores(run) == []
+    judge_dir = run.dir / "artifacts" / "q1" / "_" / "judge"
+    assert (judge_dir / "request.json").is_file()
+    (judge_dir / "reply.json").write_text(json.dumps(
+        {"why": "2500 equals the golden", "verdict": "match", "confidence": 9,
+         "column_pairing": {"n": "n"}, "gold_status": "verified", "gold_note": ""}))
+
+    ingest = subprocess.run([*base, "--ingest"], cwd=KIT, check=False, capture_output=True,
+                            text=True, timeout=300)
+    assert ingest.returncode == EXIT_OK, ingest.stderr
+    doc = json.loads(ingest.stdout)
+    assert (doc["counts"]["scored"], doc["counts"]["not scored"]) == (1, 1)
+    assert [(e["qid"], e["verdict"], e["judge_model"]) for e in live_scores(run)] == [
+        ("q1", "match", "host")]

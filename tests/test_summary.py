@@ -192,7 +192,7 @@ def test_truncated_attempt_makes_the_run_incomplete_with_no_rate_and_repair_comm
                             judge_spec="replay", endpoint_flag="--local")
     assert s.status == "incomplete"
     assert s.pass_rate is None
-    assert s.headline.startswith("INCOMPLETE: 1 truncated, 0 contaminated")
+    assert s.headline == "INCOMPLETE: 1 truncated (q2), 0 contaminated; no pass rate"
     assert s.incomplete.truncated == ["q2"] and s.incomplete.qids == ["q2"]
     assert s.incomplete.commands[0].endswith(
         "record_attempt.py --run runs/r1 --set evals/bookshop --qid q2 "
@@ -201,6 +201,25 @@ def test_truncated_attempt_makes_the_run_incomplete_with_no_rate_and_repair_comm
         "score_run.py --run runs/r1 --set evals/bookshop --judge replay --local "
         "--only q2 --rescore")
     assert re.search(r"pass rate \d", sm.render_markdown(s)) is None
+
+
+def test_incomplete_headline_lists_each_counts_own_qids():
+    # One shared list after "1 contaminated" read as if every listed qid were contaminated.
+    events = [attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated"),
+              attempt("q2", contaminated=True), score("q2", None, reason="contaminated"),
+              attempt("q3", contaminated=True), score("q3", None, reason="contaminated")]
+    s = sm.summarize_events(INFO, events)
+    assert s.headline == "INCOMPLETE: 1 truncated (q1), 2 contaminated (q2, q3); no pass rate"
+
+
+def test_repair_command_for_a_host_judged_run_starts_with_emit():
+    # `--judge host` alone is refused by score_run: the printed command must be runnable.
+    events = [attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated")]
+    s = sm.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+                            judge_spec="host", endpoint_flag="--local")
+    assert s.incomplete.commands[-1].endswith(
+        "score_run.py --run runs/r1 --set evals/bookshop --judge host --emit --local "
+        "--only q1 --rescore")
 
 
 def test_contamination_unknown_counts_as_contaminated():
@@ -307,3 +326,13 @@ def test_readme_duckdb_queries_count_the_verdicts_of_a_ledger(tmp_path, monkeypa
     assert counted == {"match": 2, "no_match": 1, None: 1}
     s = sm.summarize(run, None)
     assert live == {"match": s.verdicts["match"], None: s.verdicts["null"]} == {"match": 2, None: 1}
+
+
+def test_coverage_section_of_a_subset_report_does_not_claim_the_whole_set():
+    # A check_coverage --only report covers 2 cases; the summary must not call it the whole set.
+    report = {"cases": 2, "decided": 2, "modelled": 1, "coverage": 0.5,
+              "by_verdict": {"MODELLED": 1, "MISSING": 1}, "compiledSurface": "read"}
+    s = sm.summarize_events(INFO, [attempt("q1"), score("q1", "match")], coverage_report=report)
+    text = sm.render_markdown(s)
+    assert "the whole set" not in text
+    assert "over the report's own 2 cases" in text and "1 of 2 decided cases modelled" in text

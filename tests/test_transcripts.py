@@ -573,3 +573,11 @@ def test_new_generation_entity_without_a_usable_id_is_minted_from_type_source_an
                                                          "relevance": "high"}]}]})
     assert summary["entity_ids"] == ["source:books:books", "dimension:books:genre"]
     assert summary["hits"][1] == {"entity_id": "dimension:books:genre", "relevance": None, "position": 1}
+
+
+def test_cli_bad_sample_is_a_usage_error_said_in_words(tmp_path):
+    # argparse names the type function on a bad value; the message must not leak `_count`.
+    proc = run_cli("--run", tmp_path, "--set", tmp_path, "--qid", "q1", "--transcript",
+                   tmp_path / "t.jsonl", "--sample", "abc")
+    assert proc.returncode == 2
+    assert "'abc' is not a whole number" in proc.stderr and "_count" not in proc.stderr

@@ -24,6 +24,28 @@ relative `--set`/`--run` that exists on this machine is protected both where the
 it and where it is here. Needles are matched on what a path reaches below (or above) the cwd,
 never on the cwd's own folders, so a session run under `/ci/runs/...` is not voided wholesale.
 Shell commands are read by a small lexer (quotes, pipelines, heredocs, substitutions), never run.
+
+Where SPEC 5.1 is silent, these are the choices (each has a test):
+- A link the answerer made (`ln -s TARGET LINK`) is followed: a later read through LINK is a read
+  of TARGET. Unquoted brace words (`cat {sets,x}/a.csv`) and Glob patterns are brace-expanded.
+  Words that `echo`/`printf` pipe into `xargs` are paths.
+- git: `REV:PATH` names PATH under the repository top, which may be the cwd or any folder above
+  it; `git log -p` (or --stat, -S, ...), `git show`/`git diff` without `REV:PATH`, `git stash
+  show`, `ls-files`, `ls-tree` and `archive` print from the whole tree (a pathspec after `--`
+  narrows them). An MCP git tool (`git_show`, `git_diff`, `git_log`) reads its repo_path the same
+  way.
+- awk and sed scripts are not paths, but what they read is: awk's quoted literals, and `getline`
+  or `system()` (code that can read: rule 3); sed's `r FILE` / `R FILE` and `e`.
+- `fd` lists everything under its roots; `locate` the whole file system; an MCP
+  `directory_tree` its root. `~` whose home the cwd does not reveal is a folder of unknown place.
+- The `modelPath` exemption belongs to Publisher tools: another MCP server's tool (filesystem,
+  database, notes) that names the model file in a path or a query literal reads it. A reading
+  tool's string literals count (a SQL `read_csv('/repo/sets/x.csv')`); prose fields (`prompt`,
+  `content`, `description`) and web searches do not.
+- `python -m pip|venv|ensurepip|json.tool` and `uv pip|venv|add|sync` manage packages, so they are
+  not code that may read the set; `python -m` of anything else is.
+- Not decided here: a Publisher `getModel`-style tool called with a `modelPath` returns model text
+  but is exempt by SPEC rule 2; a subagent's (Task) own tool uses count only as the host logs them.
 """
 
 from __future__ import annotations
@@ -155,8 +177,10 @@ def is_under(path: Ref, folder: Ref) -> bool:
     Both absolute, or both relative to the same unknown cwd: a plain prefix test. A relative path
     against an absolute folder (cwd unknown) hits when it starts with the folder's last two or more
     segments (`evals/bookshop/x` against `/repo/evals/bookshop`); an absolute path against a
-    relative folder hits when it holds the folder's segments in a row.
+    relative folder hits when it holds the folder's segments in a row. A path under a home folder
+    the log does not reveal (`~/repo/x`) is like a relative one: the home may be anywhere.
     """
+    path, folder = _unhome(path, folder), _unhome(folder, path)
     if path.absolute == folder.absolute:
         return path.segs[:len(folder.segs)] == folder.segs
     if folder.absolute:  # relative path, cwd unknown
@@ -170,13 +194,23 @@ def is_under(path: Ref, folder: Ref) -> bool:
 _UNKNOWN_DEPTH = None
 
 
+def _unhome(ref: Ref, other: Ref) -> Ref:
+    """`~/...` whose home the log did not reveal, compared with a path outside any `~`: the home
+    could be any folder, so the part below it is compared as a path relative to an unknown
+    folder."""
+    if ref.absolute and ref.segs[:1] == ("~",) and other.segs[:1] != ("~",):
+        return Ref(False, ref.segs[1:])
+    return ref
+
+
 def below(root: Ref, target: Ref) -> tuple[str, ...] | None | Literal[False]:
     """The target's segments under `root` when `root` is the target or a folder above it.
 
     False: not above it. None: above it, but how far is unknown (a relative root such as `.`
     when the cwd is unknown and the target absolute: any folder might be the cwd, so a
-    recursive read from it is taken to reach the target).
+    recursive read from it is taken to reach the target; likewise `~` when the home is unknown).
     """
+    root, target = _unhome(root, target), _unhome(target, root)
     if root.absolute == target.absolute:
         if root.segs[:1] == ("..",) and target.segs[:1] != ("..",):
             return _UNKNOWN_DEPTH  # `..` is above the unknown cwd, hence above the target too
@@ -263,6 +297,7 @@ _FILE_WORDS = frozenset({"read", "write", "edit", "multiedit", "notebookread", "
                          "view", "file", "files", "cat", "open", "create", "str", "replace",
                          "move", "copy", "delete", "mkdir", "rm", "head", "tail", "stat"})
 _FETCH_WORDS = frozenset({"webfetch", "fetch", "http", "curl", "browse", "url", "download"})
+_TREE_NAMES = ("directorytree", "tree")
 _LIST_NAMES = frozenset({"ls", "listdir", "listdirectory", "listfiles", "directorytree", "tree",
                          "listallowed", "dirlist"})
 
@@ -272,17 +307,30 @@ def _words(name: str) -> set[str]:
     return {w for w in re.split(r"[^a-z0-9]+", snake.lower()) if w}
 
 
+def _split_tool(name: str) -> tuple[str, str]:
+    """(server, bare tool name) of `mcp__server__tool`; ("", name) for a host tool."""
+    if not name.startswith("mcp__"):
+        return "", name
+    parts = name.split("__", 2)
+    return (parts[1], parts[2]) if len(parts) == 3 else ("", parts[-1])
+
+
+def is_publisher_tool(name: str) -> bool:
+    """Whether a tool is the Publisher's (malloy_*, or any tool of a publisher/malloy server):
+    the only MCP tools whose paths the rule-2 exemption covers wholesale."""
+    server, bare = _split_tool(name)
+    key = re.sub(r"[^a-z0-9]", "", bare.lower())
+    return key.startswith("malloy") or key in _PUBLISHER_KEYS or (
+        bool(server) and any(w in _words(server) for w in ("publisher", "malloy")))
+
+
 def tool_kind(name: str) -> ToolKind:
     """What a host tool can do, from its name (Claude Code's names and common others)."""
     prefixed = name.startswith("mcp__")
-    server, bare = "", name
-    if prefixed:
-        parts = name.split("__", 2)
-        server, bare = (parts[1], parts[2]) if len(parts) == 3 else ("", parts[-1])
+    _server, bare = _split_tool(name)
     key = re.sub(r"[^a-z0-9]", "", bare.lower())
     words = _words(bare)
-    if key.startswith("malloy") or key in _PUBLISHER_KEYS or (
-            prefixed and any(w in _words(server) for w in ("publisher", "malloy"))):
+    if is_publisher_tool(name):
         return "mcp"
     if words & _SHELL_WORDS or key in _SHELL_NAMES:
         return "shell"
@@ -305,8 +353,13 @@ _PATH_KEYS = frozenset({
     "dir", "directory", "dirname", "folder", "target_file", "target_directory", "target",
     "source", "destination", "dest", "root", "relative_workspace_path", "absolute_path",
     "modelpath", "model_path", "packagename", "package_name", "package", "projectname",
-    "project_name", "project", "uri",
+    "project_name", "project", "uri", "repo_path", "repository_path", "repo_root",
+    "root_path", "base_path", "workspace_path", "project_path",
 })
+_MODEL_PATH_KEYS = frozenset({"modelpath", "model_path"})
+# Free-text inputs of a reading tool that are the tool's own code or prose, never its target.
+_PROSE_KEYS = frozenset({"content", "new_string", "old_string", "file_text", "new_source", "text",
+                         "prompt", "description", "new_str", "old_str"})
 _CWD_KEYS = frozenset({"cwd", "workdir", "working_directory", "workingdirectory"})
 _URL_KEYS = frozenset({"url", "urls", "uri", "href", "endpoint"})
 _COMMAND_KEYS = frozenset({"command", "cmd", "commands", "script"})
@@ -393,6 +446,7 @@ class _State:
     cwd: Ref | None
     written: dict[Ref, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # shell variables set so far
+    links: dict[Ref, list[Ref]] = field(default_factory=dict)  # link -> where it may point
 
 
 _URL_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*)://([^\s'\"<>()\[\]{}\\,;|`]*)")
@@ -504,8 +558,13 @@ def _see(use: ToolUse, state: _State) -> _Seen:
     for value in _keyed(data, _CWD_KEYS):
         seen.touches.append(_path_touch(value, cwd))
         cwd = to_ref(value, cwd)
+    words = _words(_split_tool(name)[1])
+    if "git" in words and words & {"show", "diff", "log"} and not is_publisher_tool(name):
+        # A git tool (mcp__git__git_show) prints contents from the whole repository it names.
+        for value in list(_keyed(data, _PATH_KEYS)) or ["."]:
+            seen.sweeps.append(Sweep(root=to_ref(value.replace("\\", "/"), cwd), pattern=None))
     if kind == "mcp":
-        _see_mcp(data, cwd, seen)
+        _see_mcp(data, cwd, seen, publisher=is_publisher_tool(name))
         return seen
     for value in _keyed(data, _URL_KEYS):
         seen.touches.extend(_embedded(value, cwd, literals_path_like=True)
@@ -529,35 +588,53 @@ def _see(use: ToolUse, state: _State) -> _Seen:
             seen.touches.append(Touch(text=value, ref=to_ref(value), path_like=False))
     elif kind == "glob":
         root = to_ref(path_values[0].replace("\\", "/"), cwd) if path_values else cwd or Ref(False, ())
-        for pattern in _keyed(data, _GLOB_KEYS):
-            fixed, rest = _glob_split(pattern, root)
-            seen.touches.append(Touch(text=pattern, ref=to_ref(pattern.replace("\\", "/"), root), base=root,
-                                      path_like=True))
-            seen.sweeps.append(Sweep(root=fixed, pattern=rest, kind="glob"))
+        for given in _keyed(data, _GLOB_KEYS):
+            for pattern in _brace_expand(given):  # the Glob tool expands `{a,b}`
+                fixed, rest = _glob_split(pattern, root)
+                seen.touches.append(Touch(text=given, ref=to_ref(pattern.replace("\\", "/"), root),
+                                          base=root, path_like=True))
+                seen.sweeps.append(Sweep(root=fixed, pattern=rest, kind="glob"))
+    elif kind == "list" and re.sub(r"[^a-z]", "", name.lower()).endswith(_TREE_NAMES):
+        # A tree tool lists everything below its root (MCP filesystem's directory_tree).
+        for value in path_values or ["."]:
+            seen.sweeps.append(Sweep(root=to_ref(value.replace("\\", "/"), cwd), pattern=None))
     elif kind == "file":
         _remember_written(data, path_values, cwd, state)
+    if kind in ("file", "fetch", "other") and not words & {"write", "edit", "create", "todo",
+                                                          "multiedit", "replace", "web"}:
+        # A reading tool's other inputs (a SQL query: read_csv('/repo/sets/x.csv')) name paths
+        # in string literals; its prose fields do not.
+        for key, value in data.items():
+            lowered = key.lower() if isinstance(key, str) else ""
+            if lowered in _PATH_KEYS | _URL_KEYS | _CWD_KEYS | _PROSE_KEYS:
+                continue
+            for text in _strings(value):
+                seen.touches.extend(_embedded(text, cwd, literals_path_like=False, runs=False))
     return seen
 
 
-def _see_mcp(data: dict[str, Any], cwd: Ref | None, seen: _Seen) -> None:
+def _see_mcp(data: dict[str, Any], cwd: Ref | None, seen: _Seen, *, publisher: bool = True) -> None:
     """An MCP call: its path-ish arguments, URLs, and quoted literals in its other text.
 
     Package-relative paths (`modelPath: bookshop.malloy`) are not resolved against the host's cwd:
-    the server resolves them. Everything here is exempt from rule 2 (SPEC 5.1).
+    the server resolves them. A `modelPath`, and everything a Publisher tool names, is exempt from
+    rule 2 (SPEC 5.1); another server's tool (a filesystem or database server) reading the model
+    file through a `path` or a query literal is a file tool reading it.
     """
     path_keys = _PATH_KEYS | _URL_KEYS
-    for value in _keyed(data, path_keys):
-        if _URL_RE.search(value):
-            seen.touches.extend(_embedded(value, None, literals_path_like=True, exempt=True))
-        else:
-            seen.touches.append(_path_touch(value, None, exempt=True))
+    for key_set, exempt in ((_MODEL_PATH_KEYS, True), (path_keys - _MODEL_PATH_KEYS, publisher)):
+        for value in _keyed(data, key_set):
+            if _URL_RE.search(value):
+                seen.touches.extend(_embedded(value, None, literals_path_like=True, exempt=exempt))
+            else:
+                seen.touches.append(_path_touch(value, None, exempt=exempt))
     for key, value in data.items():
         if isinstance(key, str) and key.lower() in path_keys:
             continue
         for text in _strings(value):
             # A query's words are not paths (`gold/total` divides two fields): only URLs and
             # string literals count.
-            seen.touches.extend(_embedded(text, None, literals_path_like=False, exempt=True,
+            seen.touches.extend(_embedded(text, None, literals_path_like=False, exempt=publisher,
                                           runs=False))
 
 
@@ -739,6 +816,8 @@ _INTERPRETERS = frozenset({"python", "python3", "python2", "pypy", "pypy3", "nod
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "fish"})
 _INLINE_FLAGS = frozenset({"-c", "-e", "--eval", "-p", "--print", "-E", "--command",
                            "-command", "--execute", "-cmd"})
+# `python -m X` for these runs a packaging or stdin tool, not code that walks the cwd.
+_TOOL_MODULES = frozenset({"pip", "venv", "ensurepip", "virtualenv", "json.tool"})
 _ARCHIVE_EXT = (".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tar.xz", ".zip", ".7z", ".tbz2")
 # Commands whose first operand is a pattern or a script, not a path, unless an option gave it.
 _PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "ack-grep",
@@ -783,20 +862,39 @@ def _program(words: list[_Word]) -> tuple[str, list[_Word]]:
 def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
                depth: int = 0) -> Ref | None:
     """Analyse one shell command string; returns the cwd it leaves behind (`cd`)."""
-    for simple in split_shell(command):
+    if cwd is not None and cwd.absolute:
+        # `$(pwd)/sets/x` and "$PWD/sets/x" name the cwd: the lexer would otherwise split them.
+        command = _PWD_SUBST_RE.sub(lambda _m: cwd.text(), command)
+        state.env["PWD"] = cwd.text()
+    simples = split_shell(command)
+    # `echo sets/shop/a.csv | xargs cat`: what echo prints becomes the paths xargs reads.
+    feeds_xargs = any(w.value.rsplit("/", 1)[-1] == "xargs" for s in simples for w in s.words)
+    for simple in simples:
         _expand_variables(simple, state.env)
-        cwd = _see_simple(simple, cwd, state, seen, depth)
+        cwd = _see_simple(simple, cwd, state, seen, depth, feeds_xargs)
+        if cwd is not None and cwd.absolute:
+            state.env["PWD"] = cwd.text()
     return cwd
 
 
-_VAR_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+# $VAR, ${VAR}, and ${VAR:-default} / ${VAR-default} / ${VAR:=default} (the default is used when
+# the session never set VAR).
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-=]([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_PWD_SUBST_RE = re.compile(r"\$\(\s*pwd\s*\)|`\s*pwd\s*`")
+
+
+def _var_value(m: re.Match[str], env: dict[str, str]) -> str:
+    name = m.group(1) or m.group(3)
+    if name in env:
+        return env[name]
+    return m.group(2) if m.group(2) is not None else m.group(0)
 
 
 def _expand_variables(simple: _Simple, env: dict[str, str]) -> None:
     """Substitute variables the session set earlier (`D=/repo/evals; cat $D/x`), then record
     this command's own assignments."""
     def sub(text: str) -> str:
-        return _VAR_RE.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+        return _VAR_RE.sub(lambda m: _var_value(m, env), text)
 
     for w in simple.words:
         w.value = sub(w.value)
@@ -819,7 +917,7 @@ def _carries_mcp(simple: _Simple) -> bool:
 
 
 def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
-                depth: int) -> Ref | None:
+                depth: int, feeds_xargs: bool = False) -> Ref | None:
     exempt = _carries_mcp(simple)
     for op, target in simple.redirects:
         seen.touches.append(Touch(text=target.value, ref=to_ref(target.value, cwd), base=cwd,
@@ -849,14 +947,16 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
             return cwd  # back to a folder (or a home) the log does not show: keep what we know
         seen.touches.append(Touch(text=target, ref=to_ref(target, cwd), base=cwd, path_like=True))
         return to_ref(target, cwd)
-    if prog in _NO_PATH_ARGS:
+    if prog in _NO_PATH_ARGS and not (feeds_xargs and prog in ("echo", "printf")):
         return cwd
+    if prog in ("ln", "link"):
+        _remember_link(args, cwd, state)
     if prog == "git" and args:
-        sub = args[0].value
-        if sub == "grep":
+        sub = next((a.value for a in args if not a.value.startswith("-")), "")
+        if sub == "grep" and args[0].value == "grep":
             prog, args = "git-grep", args[1:]
-        elif sub in ("ls-files", "archive", "ls-tree"):
-            seen.sweeps.append(Sweep(root=cwd or Ref(False, ()), pattern=None))
+        else:
+            _see_git(args, cwd, seen, exempt)
     if prog in _SHELLS:
         inline = _inline_code(prog, args)
         if inline is not None and depth < 4:
@@ -883,20 +983,105 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
                 skip_next = True  # the option's value is a pattern or a number, not a path
             continue
         if k == pattern_index:
+            _see_program_text(prog, v, cwd, seen, exempt)
             continue
         path_args.append(w)
-        seen.touches.extend(_word_touches(v, cwd, exempt))
+        for expanded in _brace_expand(v) if not w.quoted and "{" in v else [v]:
+            seen.touches.extend(_word_touches(expanded, cwd, exempt))
     _sweeps_for(prog, args, path_args, cwd, seen)
     for w in path_args:
         if w.glob and not w.quoted:
-            fixed, rest = _glob_split(w.value, cwd)
-            seen.sweeps.append(Sweep(root=fixed, pattern=rest,
-                                     kind="ls-glob" if prog in ("ls", "du", "tree") else "glob"))
+            for expanded in _brace_expand(w.value):
+                fixed, rest = _glob_split(expanded, cwd)
+                seen.sweeps.append(Sweep(root=fixed, pattern=rest,
+                                         kind="ls-glob" if prog in ("ls", "du", "tree") else "glob"))
     if prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python"):
         _see_interpreter(prog, args, simple, cwd, state, seen)
     elif head is not None and ("/" in head.value or head.value.endswith((".sh", ".py"))):
         _see_script_file(head.value, cwd, state, seen)
     return cwd
+
+
+_GIT_VALUE_OPTS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+# git subcommands that print file contents (diffs, blobs) from the whole tree unless narrowed.
+_GIT_CONTENT = frozenset({"show", "diff", "diff-tree", "diff-index", "diff-files", "format-patch",
+                          "whatchanged", "range-diff"})
+_GIT_LOG_CONTENT = ("-p", "-u", "--patch", "--stat", "--name-only", "--name-status", "--numstat",
+                    "--raw", "--full-diff", "-S", "-G", "--follow")
+_REV_PATH_RE = re.compile(r"^[^\s:/]*:(?!/)(.+)$")
+
+
+def _see_git(args: list[_Word], cwd: Ref | None, seen: _Seen, exempt: bool) -> str:
+    """A git command: paths in `REV:PATH` objects, and what prints contents from the whole tree
+    (`git log -p`, `git show`, `git diff`, `git ls-files`, `git archive`). Returns the subcommand.
+
+    `REV:PATH` names a path from the repository's top, which may be the cwd or any folder above
+    it, so the path is tried under each (`REV:./PATH` is relative to the cwd)."""
+    root = cwd
+    sub_at = None
+    k = 0
+    while k < len(args):
+        v = args[k].value
+        if v in _GIT_VALUE_OPTS:
+            if v == "-C" and k + 1 < len(args):
+                root = to_ref(args[k + 1].value, root)
+            k += 2
+            continue
+        if not v.startswith("-"):
+            sub_at = k
+            break
+        k += 1
+    if sub_at is None:
+        return ""
+    sub, rest = args[sub_at].value, args[sub_at + 1:]
+    values = [a.value for a in rest]
+    has_object_path = False
+    for v in values:
+        m = _REV_PATH_RE.match(v)
+        if m and not v.startswith("-"):
+            has_object_path = True
+            path = m.group(1)
+            bases: list[Ref | None] = [root]
+            if root is not None and not path.startswith(("./", "../")):
+                bases += [Ref(root.absolute, root.segs[:i]) for i in range(len(root.segs))]
+            for base in bases:
+                seen.touches.append(Touch(text=v, ref=to_ref(path, base), base=root,
+                                          path_like=True, model_exempt=exempt))
+    here = root or Ref(False, ())
+    narrowed = [to_ref(v, root) for v in values[values.index("--") + 1:]] if "--" in values else []
+    reads_tree = (sub in ("ls-files", "archive", "ls-tree")
+                  or (sub in _GIT_CONTENT and not has_object_path)
+                  or (sub == "log" and any(v.startswith(_GIT_LOG_CONTENT) for v in values))
+                  or (sub == "stash" and values[:1] == ["show"]))
+    if reads_tree:
+        for ref in narrowed or [here]:
+            seen.sweeps.append(Sweep(root=ref, pattern=None))
+    return sub
+
+
+_SED_READ_RE = re.compile(r"(?:^|[;{}\n])\s*(?:[0-9$]+|/[^/\n]*/)?(?:,\s*(?:[0-9$]+|/[^/\n]*/))?"
+                          r"\s*[rR]\s+([^;}\n]+)")
+
+
+def _see_program_text(prog: str, text: str, cwd: Ref | None, seen: _Seen, exempt: bool) -> None:
+    """The script operand of awk or sed, which can read files itself: awk's `getline < "f"` and
+    `system()`, sed's `r FILE` / `R FILE` and `e`. Its regexes are not paths (`/evals/`); only
+    quoted literals (awk) and `r` operands (sed) are."""
+    if prog in ("awk", "gawk", "mawk", "nawk"):
+        seen.touches.extend(_embedded(text, cwd, literals_path_like=False, exempt=exempt,
+                                      runs=False))
+        m = re.search(r"\bgetline\b|\bsystem\s*\(|\|\s*getline|\bclose\s*\(", text)
+        if m:
+            roots = tuple(t.ref for t in _embedded(text, cwd, literals_path_like=True, runs=False)
+                          if not t.url)
+            seen.scripts.append(Script(cwd=cwd, primitive=m.group(0).strip(), roots=roots))
+    elif prog in ("sed", "gsed"):
+        for m in _SED_READ_RE.finditer(text):
+            seen.touches.append(Touch(text=m.group(1).strip(), ref=to_ref(m.group(1).strip(), cwd),
+                                      base=cwd, path_like=True, model_exempt=exempt))
+        if re.search(r"(?:^|[;{}\n])\s*(?:[0-9$]+|/[^/\n]*/)?\s*e(?:\s|$|;)", text) or re.search(
+                r"s(.).*?\1.*?\1[gpIi0-9]*e", text):
+            seen.scripts.append(Script(cwd=cwd, primitive="sed e"))
 
 
 def _word_touches(value: str, cwd: Ref | None, exempt: bool) -> list[Touch]:
@@ -990,6 +1175,13 @@ def _sweeps_for(prog: str, args: list[_Word], path_args: list[_Word], cwd: Ref |
         for root in roots(operands) or [here]:
             seen.sweeps.append(Sweep(root=root, pattern=None, filters=filters,
                                      max_depth=max_depth))
+    elif prog in ("fd", "fdfind"):
+        # `fd PATTERN [ROOT...]` lists every name below its roots (the cwd by default).
+        operands = [w for w in path_args if not w.value.startswith("-")]
+        for root in roots(operands[1:]):
+            seen.sweeps.append(Sweep(root=root, pattern=None))
+    elif prog in ("locate", "plocate", "mlocate", "slocate"):
+        seen.sweeps.append(Sweep(root=Ref(True, ()), pattern=None))  # the whole file system
     elif prog in ("ls", "dir", "exa", "eza", "lsd"):
         if "R" in short or "--recursive" in values or "--tree" in values:
             for root in roots(path_args):
@@ -1063,9 +1255,14 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
                           if not t.url)
             seen.scripts.append(Script(cwd=cwd, primitive=primitive.strip(), roots=roots))
         return
-    if "-m" in [a.value for a in args]:
-        seen.scripts.append(Script(cwd=cwd, primitive=None))  # a module: its code is not here
+    values = [a.value for a in args]
+    if "-m" in values:
+        module = values[values.index("-m") + 1] if values.index("-m") + 1 < len(values) else ""
+        if module not in _TOOL_MODULES:
+            seen.scripts.append(Script(cwd=cwd, primitive=None))  # a module: its code is not here
         return
+    if prog == "uv" and values and values[0] != "run":
+        return  # `uv pip install x`, `uv venv`: package management, not the answerer's code
     script = next((a.value for a in args if not a.value.startswith("-")), None)
     if script is None:
         if not args:
@@ -1088,6 +1285,59 @@ def _see_script_file(script: str, cwd: Ref | None, state: _State, seen: _Seen) -
     if m:
         roots = tuple(t.ref for t in _embedded(body, cwd, literals_path_like=True) if not t.url)
         seen.scripts.append(Script(cwd=cwd, primitive=m.group(0).lstrip("."), roots=roots))
+
+
+# ------------------------------------------------------------------------------------ links
+
+def _through_link(ref: Ref, links: dict[Ref, list[Ref]]) -> list[Ref]:
+    """Where a path may really be when it runs through a link the answerer made earlier."""
+    out: list[Ref] = []
+    for link, targets in links.items():
+        n = len(link.segs)
+        if link.segs and ref.absolute == link.absolute and ref.segs[:n] == link.segs:
+            out.extend(Ref(t.absolute, t.segs + ref.segs[n:]) for t in targets)
+    return out
+
+
+def _follow_links(seen: _Seen, links: dict[Ref, list[Ref]]) -> None:
+    """Add, for every path a use names through a link it made (`ln -s /repo/sets /tmp/x`, then
+    `cat /tmp/x/shop/a.csv`), the path the link leads to: a read through a link is a read of
+    its target."""
+    if not links:
+        return
+    for touch in list(seen.touches):
+        for ref in _through_link(touch.ref, links):
+            seen.touches.append(Touch(text=touch.text, ref=ref, path_like=touch.path_like,
+                                      url=touch.url, model_exempt=touch.model_exempt,
+                                      base=touch.base))
+    for sweep in list(seen.sweeps):
+        for ref in _through_link(sweep.root, links):
+            seen.sweeps.append(Sweep(root=ref, pattern=sweep.pattern, filters=sweep.filters,
+                                     excludes=sweep.excludes, max_depth=sweep.max_depth,
+                                     kind=sweep.kind))
+    for script in list(seen.scripts):
+        if script.cwd is not None:
+            for ref in _through_link(script.cwd, links):
+                seen.scripts.append(Script(cwd=ref, primitive=script.primitive,
+                                           roots=script.roots))
+
+
+def _remember_link(args: list[_Word], cwd: Ref | None, state: _State) -> None:
+    """`ln [-s] TARGET LINK` (or `ln -s TARGET DIR/`): remember where the link leads. A relative
+    target is taken both against the cwd and against the link's folder (where ln resolves it)."""
+    operands = [a.value for a in args if not a.value.startswith("-")]
+    if len(operands) < 2:
+        return
+    target, link = operands[0], operands[-1]
+    link_ref = to_ref(link, cwd)
+    targets = [to_ref(target, cwd)]
+    if not target.startswith(("/", "~")) and link_ref.segs:
+        targets.append(to_ref(target, Ref(link_ref.absolute, link_ref.segs[:-1])))
+    name = target.rstrip("/").rsplit("/", 1)[-1]
+    for ref in (link_ref, to_ref(f"{link.rstrip('/')}/{name}", cwd) if name else None):
+        if ref is not None and ref.segs:
+            state.links.setdefault(ref, []).extend(t for t in targets if t not in
+                                                   state.links.get(ref, []))
 
 
 # ------------------------------------------------------------------------------------ rules
@@ -1227,7 +1477,7 @@ def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect) -> list
                 if is_under(touch.ref, folder.ref):
                     add("eval-area", folder.label)
                     break
-        if kind != "mcp" and not touch.model_exempt and not touch.url:
+        if not touch.model_exempt and not touch.url:
             for model in protect.models:
                 if _model_match(touch, model):
                     add("model-file", model.label)
@@ -1354,6 +1604,7 @@ def check_contamination(
     reasons: list[Reason] = []
     for index, use in enumerate(tool_uses):
         seen = _see(use, state)
+        _follow_links(seen, state.links)
         reasons.extend(_rule_hits(index, use, seen, protect))
     host = len(tool_uses)
     if reported_calls is not None and reported_calls > host:

@@ -12,6 +12,10 @@ Steps:
 2. Blank comments and string literals in ONE left-to-right pass, keeping every position, so a
    name in a comment or a string never counts and `//` inside a URL string eats nothing.
 3. Look for each path as a whole identifier path (a longer join path ending in it counts).
+   Malloy's lexer skips whitespace and comments between tokens, so `books . list_price`,
+   `books\n  .list_price` and `books./* x */list_price` name `books.list_price`: blanks around a
+   dot are closed up before matching. Identifiers are case-sensitive in Malloy (`LIST_PRICE` is
+   not `list_price`; the query would not compile), so matching is too.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ _PATH_RE = re.compile(rf"^{_IDENT}(?:\.{_IDENT})*$")
 # `products.retail_price.avg()` names `products.retail_price`: the aggregate call goes.
 _TRAILING_CALL_RE = re.compile(rf"^(?P<path>.+)\.{_IDENT}\(\s*\)$")
 _CONNECTIVES = (" as ", " through ")
+# Whitespace (and blanked comments) on either side of a path dot: Malloy ignores it.
+_SPACED_DOT_RE = re.compile(r"\s*\.\s*")
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,8 @@ def check_must_not_use(query: str | None, entries: Iterable[str]) -> MustNotUseR
         # No query: nothing can be proven present or absent, so everything is the judge's.
         unchecked = list(entries)
     else:
-        text = blank_noise(query).replace("`", "")
+        # Positions no longer matter once blanked: close up `a . b` so it reads as `a.b`.
+        text = _SPACED_DOT_RE.sub(".", blank_noise(query).replace("`", ""))
         for entry in entries:
             path = classify_entry(entry)
             if path is None:

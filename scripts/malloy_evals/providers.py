@@ -774,9 +774,11 @@ def default_record_dir(set_dir: Path | None, role: str) -> Path | None:
 
 
 def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
-    """The provider flags every LLM-using script shares (one spelling everywhere)."""
+    """The provider flags every LLM-using script shares (one spelling everywhere). A script
+    without `host` (no --emit / --ingest to drive it) does not offer it in its help."""
     p.add_argument(flag, required=True, metavar="PROVIDER",
-                   help="anthropic:<model> | replay[:DIR] | host | hand:FILE")
+                   help="anthropic:<model> | replay[:DIR] | host | hand:FILE" if host
+                   else "anthropic:<model> | replay[:DIR] | hand:FILE (host is not offered here)")
     p.add_argument("--record", nargs="?", const="", default=None, metavar="DIR",
                    help="record every reply (default folder: <set>/recordings/<role>/)")
     p.add_argument("--max-cost-usd", type=float, default=None,
@@ -798,6 +800,11 @@ def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | 
                                               default_record_dir(set_dir, role))
     host_mode = "emit" if getattr(args, "emit", False) else (
         "ingest" if getattr(args, "ingest", False) else None)
+    if getattr(args, flag_attr) == "host" and not hasattr(args, "emit"):
+        # This script has no --emit / --ingest, so "needs --emit or --ingest" would name flags
+        # it does not accept.
+        raise UsageError(f"this script does not take --{flag_attr} host (it has no --emit / "
+                         "--ingest); use anthropic:<model>, replay[:DIR] or hand:FILE")
     return make_provider(getattr(args, flag_attr), role=role, set_dir=set_dir,
                          record_dir=record_dir, host_mode=host_mode, host_dir=host_dir,
                          max_cost_usd=getattr(args, "max_cost_usd", None),

@@ -256,7 +256,13 @@ def _keyword(key: str, arg: Any, node: dict[str, Any], home: str) -> Check:
         types = [_TYPES[t] for t in (arg if isinstance(arg, list) else [arg])]
         if len(types) == 1:
             return types[0]
-        return lambda v: any(t(v) for t in types)
+
+        def any_type(v: Any) -> bool:
+            for t in types:
+                if t(v):
+                    return True
+            return False
+        return any_type
     if key == "enum":
         values = list(arg)
         for x in values:
@@ -284,8 +290,8 @@ def _keyword(key: str, arg: Any, node: dict[str, Any], home: str) -> Check:
         item = _compile(arg, home)
         return lambda v: not isinstance(v, list) or all(map(item, v))
     if key == "required":
-        names = list(arg)
-        return lambda v: not isinstance(v, dict) or all(n in v for n in names)
+        names = frozenset(arg)
+        return lambda v: not isinstance(v, dict) or v.keys() >= names
     if key == "properties":
         props = [(k, _compile(sub, home)) for k, sub in arg.items()]
 

@@ -222,7 +222,7 @@ def evaluate(eval_set: Any, case: Any, submission: J.Submission, *, provider: An
                             raw_replies=call.to_json(), **base)
     else:
         final = J.post_process(call.parsed, veto_hits=hits, contaminated=contaminated or False,
-                               phrases=phrases)
+                               phrases=phrases, answer_text=submission.answer_text or "")
         decision = Decision(verdict=final.verdict, reason=final.reason, why=final.why,
                             confidence=final.confidence, column_pairing=final.column_pairing,
                             gold_status=final.gold_status, gold_note=final.gold_note,

@@ -269,6 +269,11 @@ def _call_counts(g: _Attempt) -> tuple[int, int, int]:
 # Commands printed for an INCOMPLETE run
 
 
+def _counted(n: int, what: str, labels: Sequence[str]) -> str:
+    """`3 contaminated (q1, q2, q3)`; a zero count has no list."""
+    return f"{n} {what} ({', '.join(sorted(labels))})" if n else f"{n} {what}"
+
+
 def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
                     judge_spec: str | None, endpoint_flag: str | None) -> list[str]:
     """The re-record command per attempt, then the one re-score command (SPEC 9)."""
@@ -279,8 +284,10 @@ def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
         cmds.append(f"{py}/record_attempt.py --run {run_dir} --set {set_dir} --qid {qid}"
                     f"{sample_flag} --transcript <new-transcript.jsonl>")
     qids = ",".join(sorted({q for q, _ in attempts}))
+    # A host judge re-scores in two steps; the first (--emit) is the one to print.
+    judge = (judge_spec or "<provider>") + (" --emit" if judge_spec == "host" else "")
     cmds.append(f"{py}/score_run.py --run {run_dir} --set {set_dir} "
-                f"--judge {judge_spec or '<provider>'} {endpoint_flag or '(--local | --mcp-url URL)'}"
+                f"--judge {judge} {endpoint_flag or '(--local | --mcp-url URL)'}"
                 f" --only {qids} --rescore")
     return cmds
 
@@ -416,8 +423,11 @@ def summarize_events(
 
     rate = pass_rate(verdict_counts["match"], verdict_counts["match"] + verdict_counts["no_match"])
     if incomplete is not None:
-        headline = (f"INCOMPLETE: {len(truncated)} truncated, {len(contaminated)} contaminated "
-                    f"({', '.join(incomplete.qids)}); no pass rate")
+        # Each count carries its own qids: one shared list after "3 contaminated" read as if
+        # all of them were contaminated.
+        headline = (f"INCOMPLETE: {_counted(len(truncated), 'truncated', incomplete.truncated)}, "
+                    f"{_counted(len(contaminated), 'contaminated', incomplete.contaminated)}; "
+                    "no pass rate")
         shown_rate = None
     else:
         headline = rate.text
@@ -665,9 +675,12 @@ def render_markdown(s: RunSummary) -> str:
         c = s.coverage
         out += ["", "## Coverage", ""]
         version = f"; model version {c['version']}" if c.get("version") else ""
-        out.append(f"From the coverage report (the whole set, read from the model): "
+        # The report covers the cases it was run on (the whole set, or an --only subset), not
+        # this run's attempts: say so rather than claim the whole set.
+        out.append(f"From the coverage report (read from the model, over the report's own "
+                   f"{c.get('cases')} cases, not this run's attempts): "
                    f"{c.get('modelled')} of {c.get('decided')} decided cases modelled "
-                   f"({_pct(c.get('coverage'))}; {c.get('cases')} cases{version}; compiled "
+                   f"({_pct(c.get('coverage'))}{version}; compiled "
                    f"surface {c.get('compiledSurface')}).")
         if c.get("by_verdict"):
             out.append("By verdict: " + ", ".join(

@@ -14,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,9 +26,13 @@ from malloy_evals.transcripts import record_attempt, render_text
 
 
 def _count(value: str) -> int:
-    number = int(value)
+    """argparse type: a whole number, 0 or more (said in words, not as the function's name)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
     if number < 0:
-        raise ValueError(value)
+        raise argparse.ArgumentTypeError(f"{value} is negative")
     return number
 
 

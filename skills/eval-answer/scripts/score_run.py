@@ -3,11 +3,13 @@
 
 Attempts are scored in parallel with a progress line each on stderr. Resumable: an attempt whose
 live score carries the current golden revision and judge pins is skipped; a stale one is voided
-and re-scored. Exit 0 when the results were written (an INCOMPLETE run included), 3 when nothing
-could be judged or an input could not be read.
+and re-scored. With `--judge host --emit` it writes every unscored attempt's judge request (one
+per attempt, for a fresh host subagent each); `--judge host --ingest` then scores the attempts whose
+reply.json is there and leaves the rest for a later --ingest. Exit 0 when the results were written
+(an INCOMPLETE run included), 3 when nothing could be judged or an input could not be read.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run evals/bookshop/runs/baseline --set evals/bookshop --judge replay --local
+Examples (the first on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge replay --local --only q03,q07 --rescore --json
 """
@@ -28,7 +30,7 @@ def main(argv=None) -> int:
     p = cli.parser(__doc__)
     p.add_argument("--run", required=True, type=cli.existing_dir, help="the run folder")
     p.add_argument("--set", required=True, type=cli.existing_dir, help="the set folder")
-    add_provider_arguments(p, "--judge", host=False)
+    add_provider_arguments(p, "--judge")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--mcp-url", help="the Publisher's MCP endpoint to re-execute against")
     where.add_argument("--local", action="store_true",
@@ -42,7 +44,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
-    judge = provider_from_args(args, "judge", role="judge", set_dir=args.set)
+    judge = provider_from_args(args, "judge", role="judge", set_dir=args.set, host_dir=args.run)
     result = score_run(args.run, args.set, judge=judge, judge_spec=args.judge,
                        mcp_url=args.mcp_url, local=args.local, coverage=args.coverage,
                        parallel=args.parallel, only=args.only, rescore=args.rescore)

@@ -6,9 +6,10 @@ the ledger (score_attempt.py does that). Needs the attempt's re-executed predict
 final query (reexecute.py writes it). Exit 0 with a verdict (a null verdict with its reason is a
 result), 3 when it could not judge (a missing or stale recording names the command that re-records).
 
-Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
+Examples (on a scratch copy, re-executed first: cp -r evals/bookshop/runs/baseline /tmp/baseline, then
+skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --local):
   .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --sample 1 --judge host --emit
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit
   .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json
 """
 
