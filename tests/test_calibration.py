@@ -293,3 +293,32 @@ def test_author_tool_reports_a_reply_that_ends_wrong(tmp_path):
                                    "replies": [verdict("no_match", 9, "wrong on purpose")]}) + "\n")
     report = C.author_judge_recordings(es, replies, out_dir=tmp_path / "rec", samples=1)
     assert report.exit_code == 1     # and every other canned answer had no authored reply
+
+
+class DoubtsTheKeyOn(ByAnswer):
+    """Says no_match everywhere it should, but marks the golden verified_wrong for some answers."""
+
+    def __init__(self, doubted: str):
+        super().__init__()
+        self.doubted = doubted
+
+    def complete(self, request):
+        answer = request.key.split(".")[-1]
+        v = "match" if answer == "known_right" else "no_match"
+        status = "verified_wrong" if answer == self.doubted else "verified"
+        obj = verdict(v, 9, "compared the revenue figure with the golden", gold_status=status,
+                      gold_note="the answer says the key double counts" if status != "verified"
+                      else None)
+        return LlmReply(text=json.dumps(obj), data=obj, source=self.model,
+                        request_digest=request.digest())
+
+
+def test_a_wrong_answer_that_talks_the_judge_into_doubting_the_key_is_a_mismatch(tmp_path):
+    # Review finding: SPEC 9 takes a judge's verified_wrong out of every aggregate, so a no_match
+    # that comes with it escapes; calibration must catch a judge that lets an answer do that.
+    report = C.calibrate(calib_set(tmp_path), DoubtsTheKeyOn("stuffed"), samples=1)
+    st = statuses(report)
+    assert st["stuffed"] == "MISMATCH" and report.exit_code == 1
+    assert st["known_wrong"] == "ok"
+    msg = next(a.message for e in report.entries for a in e.answers if a.answer == "stuffed")
+    assert "verified_wrong" in msg

@@ -822,3 +822,45 @@ def test_paths_built_from_the_cwd_or_variable_defaults_are_resolved(command):
 
 def test_pwd_of_an_honest_file_stays_clean():
     assert check([bash("cat $(pwd)/notes.txt && echo $PWD")]).contaminated is False
+
+
+@pytest.mark.parametrize("uses", [
+    pytest.param([use("ExitPlanMode", plan="1. Never open `sets/shop/a.csv` or 'runs/'")],
+                 id="plan_text"),
+    pytest.param([use("Task", description="check", prompt="do not read 'sets/shop/a.csv'",
+                      subagent_type="general-purpose")], id="subagent_prompt"),
+    pytest.param([use("AskUserQuestion", questions=[{"question": "Use 'runs/' or not?"}])],
+                 id="question_to_the_user"),
+])
+def test_paths_in_prose_of_non_reading_tools_are_not_reads(uses):
+    assert check(uses).contaminated is False
+
+
+def test_code_building_a_protected_path_from_pieces_outside_the_repo_is_unknown():
+    # Regression: run from /tmp, `open('/w/se' + 'ts/shop/a.csv')` named no folder above the set.
+    result = check([bash("cd /tmp && python3 -c \"print(open('/w/se'+'ts/shop/a.csv').read())\"")])
+    assert result.contaminated == "unknown"
+    assert rules(result) == ["script-may-read"]
+
+
+def test_script_written_with_tee_is_read_when_it_runs():
+    uses = [bash("tee /tmp/r.py <<'EOF'\nprint(open('/w/se' + 'ts/shop/a.csv').read())\nEOF"),
+            bash("cd /tmp && python3 /tmp/r.py")]
+    result = check(uses)
+    assert result.contaminated == "unknown"
+    assert [r.tool_use_index for r in result.reasons] == [1]
+
+
+def test_code_outside_the_repo_reading_its_own_files_is_clean():
+    assert check([bash("cd /tmp && python3 -c \"print(open('/tmp/x.csv').read())\"")]
+                 ).contaminated is False
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param("/proc/self/root/w/sets/shop/a.csv", id="proc_self_root"),
+    pytest.param("/proc/self/cwd/sets/shop/a.csv", id="proc_self_cwd"),
+    pytest.param("/proc/1234/cwd/sets/shop/a.csv", id="proc_pid_cwd"),
+])
+def test_proc_aliases_of_root_and_cwd_are_resolved(path):
+    assert check([read(path)]).contaminated is True
+    assert check([bash(f"cat {path}")]).contaminated is True

@@ -362,3 +362,22 @@ def test_bare_entry_renamed_in_an_extend_is_a_hit():
 ])
 def test_forbidden_path_only_in_noise_is_absent(query):
     assert check_must_not_use(query, ["books.list_price"]).absent == ["books.list_price"]
+
+
+@pytest.mark.parametrize("query", [
+    pytest.param('# """\nrun: books -> { aggregate: x is list_price.sum() }',
+                 id="triple_quote_in_an_annotation_before_run"),
+    pytest.param('#(doc) """\nrun: books -> { aggregate: x is list_price.sum() }',
+                 id="triple_quote_in_a_doc_annotation"),
+    pytest.param('run: books -> {\n  # """\n  aggregate: x is list_price.sum() }',
+                 id="triple_quote_in_an_inner_annotation"),
+])
+def test_quote_inside_an_annotation_cannot_hide_the_query_after_it(query):
+    # Regression: Malloy runs these (an annotation ends at its line), but the blanker opened a
+    # triple-quoted string at `# """` and blanked the rest of the query: the veto was evaded.
+    assert check_must_not_use(query, ["list_price"]).hits == ["list_price"]
+
+
+def test_field_named_only_in_an_annotation_is_absent():
+    query = "# books.list_price is not used here\nrun: books -> { aggregate: y is count() }"
+    assert check_must_not_use(query, ["list_price"]).absent == ["list_price"]

@@ -336,3 +336,24 @@ def test_coverage_section_of_a_subset_report_does_not_claim_the_whole_set():
     text = sm.render_markdown(s)
     assert "the whole set" not in text
     assert "over the report's own 2 cases" in text and "1 of 2 decided cases modelled" in text
+
+
+def test_repair_commands_reach_a_run_typed_relative_to_another_folder(tmp_path, monkeypatch):
+    # The printed commands run from the kit's root; `runs/r1` typed in /tmp/x must not stay
+    # relative there. Paths that already work from the kit's root are printed as typed.
+    set_dir = tmp_path / "s"
+    set_dir.mkdir()
+    (set_dir / "set.json").write_text(json.dumps({
+        "name": "s", "datasetVersion": 1, "targetPackage": "p", "targetModelPath": "m.malloy"}))
+    (set_dir / "cases.jsonl").write_text("")
+    run = Run.create(tmp_path / "runs" / "r1", set_dir, "m", run_id="r1")
+    run.append([attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated")])
+    (tmp_path / "replies.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    s = sm.summarize(run, None, run_label="runs/r1", set_label=str(KIT / "evals" / "bookshop"),
+                     judge_spec="hand:replies.jsonl", endpoint_flag="--local")
+    record, rescore = s.incomplete.commands
+    assert f"--run {tmp_path / 'runs' / 'r1'} --set {KIT / 'evals' / 'bookshop'} " in record
+    assert f"--judge hand:{tmp_path / 'replies.jsonl'} --local" in rescore
+    monkeypatch.chdir(KIT)
+    assert sm.from_kit_root("evals/bookshop") == "evals/bookshop"

@@ -262,6 +262,7 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
             want, want_reason = expected(name)
             got: list[str | None] = []
             reasons: list[str | None] = []
+            doubted = False  # a sample whose judge read marked the golden verified_wrong
             calls = 0
             message = None
             n = 1 if name == "empty" else samples
@@ -277,6 +278,7 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
                         continue
                     got.append(d.verdict)
                     reasons.append(d.reason)
+                    doubted = doubted or d.gold_status == "verified_wrong"
                     calls += d.provider_calls
                 if dry and name != "empty":
                     results.append(CannedResult(name, key, want, want_reason, got, reasons,
@@ -289,6 +291,11 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
             ok = all(g == want for g in got) and all(r == want_reason for r in reasons)
             if name == "empty" and calls:
                 ok, message = False, "the empty answer reached the judge"
+            elif doubted:
+                # SPEC 9 takes a judge's verified_wrong out of every aggregate, so a canned answer
+                # that talks the judge into doubting its key escapes its verdict.
+                ok, message = False, ("the judge marked the golden verified_wrong: the attempt "
+                                      "would be out of every aggregate")
             if not ok and message is None:
                 message = (f"must end {want or 'null ' + str(want_reason)}; got "
                            + ", ".join(g or f"null {r}" for g, r in zip(got, reasons, strict=True)))

@@ -44,6 +44,9 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
   `content`, `description`) and web searches do not.
 - `python -m pip|venv|ensurepip|json.tool` and `uv pip|venv|add|sync` manage packages, so they are
   not code that may read the set; `python -m` of anything else is.
+- `$PWD`, `$(pwd)` and `${VAR:-default}` are expanded; a script written with `tee <<EOF` is read
+  when it runs; code whose absolute string literal is the start of a protected path
+  (`'/w/se' + 'ts'`) may read it, wherever it runs (`script-may-read`).
 - Not decided here: a Publisher `getModel`-style tool called with a `modelPath` returns model text
   but is exempt by SPEC rule 2; a subagent's (Task) own tool uses count only as the host logs them.
 """
@@ -126,6 +129,16 @@ def to_ref(path: str, base: Ref | None = None) -> Ref:
             text = text[9:]
     if (text == "~" or text.startswith("~/")) and base is not None and _home(base):
         text = "/" + "/".join(_home(base)) + text[1:]
+    # /proc/self/root is `/` and /proc/self/cwd the cwd (any pid, as the shell's own): aliases.
+    proc = re.match(r"^/proc/(?:self|thread-self|\d+)/(root|cwd)(?=/|$)", text)
+    if proc:
+        rest = text[proc.end():]
+        if proc.group(1) == "root":
+            text = rest or "/"
+        elif base is not None:
+            text = base.text().rstrip("/") + (rest or "/")
+        else:
+            text = "." + rest
     absolute = text.startswith(("/", "~"))
     raw = [s for s in text.split("/") if s not in ("", ".")]
     if not absolute and base is not None:
@@ -359,7 +372,7 @@ _PATH_KEYS = frozenset({
 _MODEL_PATH_KEYS = frozenset({"modelpath", "model_path"})
 # Free-text inputs of a reading tool that are the tool's own code or prose, never its target.
 _PROSE_KEYS = frozenset({"content", "new_string", "old_string", "file_text", "new_source", "text",
-                         "prompt", "description", "new_str", "old_str"})
+                         "prompt", "description", "new_str", "old_str", "plan"})
 _CWD_KEYS = frozenset({"cwd", "workdir", "working_directory", "workingdirectory"})
 _URL_KEYS = frozenset({"url", "urls", "uri", "href", "endpoint"})
 _COMMAND_KEYS = frozenset({"command", "cmd", "commands", "script"})
@@ -600,8 +613,8 @@ def _see(use: ToolUse, state: _State) -> _Seen:
             seen.sweeps.append(Sweep(root=to_ref(value.replace("\\", "/"), cwd), pattern=None))
     elif kind == "file":
         _remember_written(data, path_values, cwd, state)
-    if kind in ("file", "fetch", "other") and not words & {"write", "edit", "create", "todo",
-                                                          "multiedit", "replace", "web"}:
+    if kind in ("file", "fetch") and not words & {"write", "edit", "create", "todo",
+                                                 "multiedit", "replace", "web"}:
         # A reading tool's other inputs (a SQL query: read_csv('/repo/sets/x.csv')) name paths
         # in string literals; its prose fields do not.
         for key, value in data.items():
@@ -951,6 +964,11 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
         return cwd
     if prog in ("ln", "link"):
         _remember_link(args, cwd, state)
+    if prog == "tee" and simple.stdin_text:
+        # `tee /tmp/r.py <<EOF ... EOF` writes a script as surely as `cat > /tmp/r.py` does.
+        for w in args:
+            if not w.value.startswith("-"):
+                state.written[to_ref(w.value, cwd)] = "\n".join(simple.stdin_text)
     if prog == "git" and args:
         sub = next((a.value for a in args if not a.value.startswith("-")), "")
         if sub == "grep" and args[0].value == "grep":
@@ -1491,9 +1509,18 @@ def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect) -> list
     if not reasons:
         for script in seen.scripts:
             roots = ((script.cwd or Ref(False, ())),) + script.roots
-            if any(below(root, t.ref) is not False for root in roots for t in targets):
+            if any(below(root, t.ref) is not False or _spells_start_of(root, t.ref)
+                   for root in roots for t in targets):
                 add("script-may-read", script.primitive or "unseen script")
     return reasons
+
+
+def _spells_start_of(literal: Ref, target: Ref) -> bool:
+    """Whether code's absolute literal is the first characters of a protected path
+    (`'/w/se' + 'ts/shop'`): a path built by pieces starts with one."""
+    if not (literal.absolute and target.absolute and literal.segs) or literal.segs[0] == "~":
+        return False
+    return target.text().startswith(literal.text())
 
 
 def _targets(text: str, base: Ref | None, *, is_file: bool) -> list[_Target]:

@@ -11,6 +11,10 @@ Steps:
    is prose.
 2. Blank comments and string literals in ONE left-to-right pass, keeping every position, so a
    name in a comment or a string never counts and `//` inside a URL string eats nothing.
+   Malloy annotations (`# bar_chart`, `#(doc) ...`, `## ...`) run to the end of their line and are
+   blanked like a line comment (SPEC 5.2 does not name them): a field named in a doc tag is not a
+   use, and a quote inside one (three quotes after `#`) must not open a string that hides the
+   query after it.
 3. Look for each path as a whole identifier path (a longer join path ending in it counts).
    Malloy's lexer skips whitespace and comments between tokens, so `books . list_price`,
    `books\n  .list_price` and `books./* x */list_price` name `books.list_price`: blanks around a
@@ -58,14 +62,15 @@ def noise_spans(text: str) -> list[tuple[int, int]]:
 
     Whichever token opens first wins: a `--` inside `'2024-01--2024-06'` is part of the string,
     a quote inside a `-- comment` is part of the comment. Backtick identifiers are skipped whole
-    (they are names, not noise) so nothing inside them opens a comment.
+    (they are names, not noise) so nothing inside them opens a comment. A `#` annotation runs to
+    the end of its line, as Malloy reads it.
     """
     spans: list[tuple[int, int]] = []
     i, n = 0, len(text)
     while i < n:
         c = text[i]
         two = text[i:i + 2]
-        if two in ("--", "//"):
+        if two in ("--", "//") or c == "#":
             end = text.find("\n", i)
             end = n if end < 0 else end
             spans.append((i, end))

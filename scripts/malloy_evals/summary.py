@@ -522,16 +522,42 @@ def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str 
               run_label: str | None = None, set_label: str | None = None) -> RunSummary:
     """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade.
 
-    `run_label` / `set_label` are the paths as the user typed them, for the printed commands.
+    `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
+    a relative one that does not reach the same folder from the kit's root (where the printed
+    `.venv/bin/python skills/...` commands run) is printed absolute.
     """
     report = load_coverage_report(coverage_report)
     events = list(run.live())
     return summarize_events(
         _run_info(run), events, eval_set, coverage_report=report,
-        run_dir=run_label or str(getattr(run, "dir", "<run>")),
-        set_dir=set_label or str(getattr(eval_set, "dir", "<set>")),
-        judge_spec=judge_spec, endpoint_flag=endpoint_flag,
+        run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
+        set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
+        judge_spec=_judge_spec_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
     )
+
+
+def from_kit_root(label: str) -> str:
+    """`label` when it names the same place from the kit's root as from here, else absolute.
+
+    The repair commands start `.venv/bin/python skills/...`, so they run from the kit's root;
+    `runs/r1` typed in another folder would point somewhere else there."""
+    from .paths import KIT_ROOT
+
+    path = Path(label)
+    if path.is_absolute() or label.startswith("<"):
+        return label
+    here = path.resolve()
+    return label if (KIT_ROOT / path).resolve() == here else str(here)
+
+
+def _judge_spec_from_kit_root(spec: str | None) -> str | None:
+    """`hand:FILE` / `replay:DIR` with the path made to work from the kit's root."""
+    if not spec:
+        return spec
+    kind, sep, arg = spec.partition(":")
+    if kind in ("hand", "replay") and sep and arg:
+        return f"{kind}:{from_kit_root(arg)}"
+    return spec
 
 
 def _run_info(run: Any) -> Mapping[str, Any]:
