@@ -347,12 +347,16 @@ def test_shipped_bookshop_recordings_decide_every_case_offline(needs_node, capsy
 
 
 class FakeRest:
-    """Stands in for mcp_client.PublisherRest: the two routes check_coverage reads."""
+    """Stands in for mcp_client.PublisherRest: the three routes check_coverage reads."""
 
     served_infos: object = None
+    content_sha: object = "c" * 64
 
     def __init__(self, base_url):
         self.base = base_url
+
+    def package(self, env, pkg):
+        return {"name": pkg, "sourceContentSha": self.content_sha}
 
     def models(self, env, pkg):
         return [{"path": "shop.malloy"}]
@@ -392,3 +396,18 @@ def test_unscoped_convention_warns_and_scoped_ones_do_not(tmp_path, monkeypatch)
                             warn=warnings.append)
     scope = [w for w in warnings if "states no scope" in w]
     assert scope == ["set.json: conventions[2] states no scope (say what it applies to)"]
+
+
+def test_report_model_sha_is_the_runs_model_sha_local_and_served(tmp_path, monkeypatch):
+    # A coverage report and a run over one model must carry the same digest (run.json modelSha
+    # = the package's sourceContentSha), or nobody can tell they measured the same model.
+    from malloy_evals import mcp_client
+    from malloy_evals.mcp_server import package_sha
+
+    model = _model_dir(tmp_path)
+    view = coverage.read_local_model(model, describe=lambda d: SURFACE)
+    assert view.model_sha256 == package_sha(model)
+    monkeypatch.setattr(FakeRest, "served_infos", None)
+    monkeypatch.setattr(mcp_client, "PublisherRest", FakeRest)
+    served = coverage.read_served_model("http://127.0.0.1:1", "samples", "shop")
+    assert served.model_sha256 == "c" * 64

@@ -321,3 +321,14 @@ def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lac
     with pytest.raises(UsageError) as err:
         provider_from_args(args, "judge", role="judge", set_dir=tmp_path)
     assert "--emit or --ingest" not in str(err.value) and "does not take --judge host" in str(err.value)
+
+
+def test_anthropic_without_a_key_is_unmeasured_naming_the_variable_not_a_traceback(monkeypatch):
+    # The SDK raises a bare TypeError deep in the request when no credential is set.
+    from malloy_evals.errors import UnmeasuredError
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    provider = make_provider("anthropic:claude-haiku-4-5", role="judge", set_dir=None)
+    with pytest.raises(UnmeasuredError, match="needs ANTHROPIC_API_KEY in the environment"):
+        provider.complete(request())

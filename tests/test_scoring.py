@@ -63,7 +63,7 @@ def test_clean_structured_verdict_appends_one_score_with_every_pin(world, monkey
     for pin in PINS:
         assert event[pin] is not None, pin
     doctrine = J.load_doctrine()
-    assert event["rubric_sha"] == doctrine.sha and event["judge_version"] == 1
+    assert event["rubric_sha"] == doctrine.sha and event["judge_version"] == int(doctrine.version)
     assert event["judge_prompt_sha"] == J.judge_prompt_sha() and event["golden_revision"] == 2
     assert event["judge_model"] == "claude-haiku-4-5-20251001"
     assert event["judge_cost_usd"] == pytest.approx((1000 * 1 + 200 * 5) / 1e6)

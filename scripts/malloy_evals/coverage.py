@@ -342,7 +342,11 @@ def read_local_model(model_dir: Path, *,
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UnmeasuredError(f"{model_dir}: no such model folder")
-    text, sha = model_text(model_dir)
+    text, _ = model_text(model_dir)
+    # The report's modelSha256 is the same digest as a run's modelSha and the served package's
+    # sourceContentSha, so a coverage report and a run over one model can be matched by it.
+    from .mcp_server import package_sha
+    sha = package_sha(model_dir)
     if not text:
         raise UnmeasuredError(f"{model_dir}: no .malloy files")
     describe = describe or _describe_with_runtime
@@ -416,6 +420,16 @@ def surface_from_source_infos(model_path: str, source_infos: Any, queries: Any) 
     return {"path": model_path, "sources": sources, "queries": named}
 
 
+def _served_sha(rest: Any, environment: str, package: str) -> str | None:
+    """The package's `sourceContentSha` (a run's modelSha), when the server reports one."""
+    try:
+        info = rest.package(environment, package)
+    except KitError:
+        return None  # the digest of the source texts stands in
+    sha = info.get("sourceContentSha") if isinstance(info, dict) else None
+    return sha if isinstance(sha, str) and sha else None
+
+
 def read_served_model(publisher_url: str, environment: str, package: str) -> ModelView:
     """A served package over the Publisher REST API: each model's source text and compiled
     `sourceInfos` (SPEC 5.4). No compiled sources means `not read`, and the reader gets the text."""
@@ -439,7 +453,7 @@ def read_served_model(publisher_url: str, environment: str, package: str) -> Mod
         else:
             problems.append(f"{path}: no compiled sourceInfos")
     text = "\n".join(texts)
-    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    sha = _served_sha(rest, environment, package) or hashlib.sha256(text.encode("utf-8")).hexdigest()
     inv = inventory({"models": models}) if models and not problems else ""
     if inv.strip():
         return ModelView("read", inv, sha, where)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 import time
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import paths
-from .errors import InputError, KitError, UsageError
+from .errors import InputError, KitError, UnmeasuredError, UsageError
 
 ROLES = ("judge", "coverage", "diagnose")
 HAND_AUTHORED = "hand-authored"
@@ -324,6 +325,13 @@ class AnthropicProvider:
     # The SDK client is built lazily so --dry-run and --help never need a key.
     def client(self) -> Any:
         if self._client is None:
+            # Without a credential the SDK fails inside the request with a TypeError (a
+            # traceback); say what is missing instead, naming the variable, never its value.
+            if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+                raise UnmeasuredError(
+                    f"anthropic:{self.model} needs ANTHROPIC_API_KEY in the environment; without "
+                    "a key, work offline with replay, hand:FILE, or host (--emit, then --ingest) "
+                    "where the script offers it")
             import anthropic
             self._client = anthropic.Anthropic(max_retries=0, timeout=self.timeout_seconds)
         return self._client
