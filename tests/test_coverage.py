@@ -250,6 +250,27 @@ def test_missing_recording_leaves_the_case_undecided_and_nothing_decided_exits_3
     assert (report.decided, report.coverage, report.exit_code) == (0, None, 3)
 
 
+def test_host_emit_with_every_case_pending_exits_0_not_3(tmp_path):
+    # Emitting the requests is what --emit is for, as in score_attempt and diagnose.
+    from malloy_evals.providers import make_provider
+
+    emitter = make_provider("host", role="coverage", set_dir=tmp_path, host_mode="emit",
+                            host_dir=tmp_path / "host")
+    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], emitter)
+    assert report.cases_detail[0]["why"].startswith(coverage.HOST_PENDING)
+    assert (report.decided, report.pending, report.exit_code) == (0, 1, 0)
+    assert list((tmp_path / "host").rglob("*request.json"))
+
+
+def test_one_pending_and_one_failed_case_still_exits_3():
+    from malloy_evals.providers import HostReplyPending
+
+    reader = FakeReader({"cov.q1": [HostReplyPending("waiting")]})
+    report = coverage.measure([CoverageCase("q1", "Revenue?", []),
+                               CoverageCase("q2", "Margin?", [])], VIEW, [], reader)
+    assert (report.decided, report.pending, report.exit_code) == (0, 1, 3)
+
+
 def test_request_carries_inventory_conventions_question_and_concepts():
     reader = FakeReader({"cov.q1": [reply("MISSING")]})
     coverage.measure([CoverageCase("q1", "What was margin?", ["gross margin"])], VIEW,

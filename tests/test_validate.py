@@ -264,3 +264,19 @@ def test_unreadable_set_folder_exits_3(tmp_path):
 @pytest.mark.parametrize("name", ["validate", "validate_set", "new_run"])
 def test_script_without_arguments_is_a_usage_error(name):
     assert script(name).returncode == 2
+
+
+def test_issue_naming_a_code_outside_the_diagnose_table_is_an_error(tmp_path):
+    # The schema checks only a code's spelling; membership comes from eval-diagnose's table.
+    run = make_run(tmp_path)
+    issue = {"kind": "issue", "event_id": "i1", "at": "2026-11-30T12:00:00Z", "issue_id": "x",
+             "qids": ["q1"], "component": "construction", "owner": "agent-skill",
+             "diagnosis": "d"}
+    raw_line(run, {**issue, "primary_code": "MISSING", "contributing_codes": ["AMBIGUOUS"]})
+    assert validate_run(run.dir).errors == []
+    raw_line(run, {**issue, "event_id": "i2", "primary_code": "MADE_UP",
+                   "contributing_codes": ["MISSING", "ALSO_MADE_UP"]})
+    assert validate_run(run.dir).errors == [
+        "events.jsonl:2: issue 'x': cause code 'MADE_UP' is not a row of the eval-diagnose table",
+        "events.jsonl:2: issue 'x': cause code 'ALSO_MADE_UP' is not a row of the eval-diagnose "
+        "table"]

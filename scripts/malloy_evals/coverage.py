@@ -486,6 +486,9 @@ def build_request(qid: str, question: str, concepts: list[str], conventions: lis
 
 # --------------------------------------------------------------------------- the report
 
+HOST_PENDING = "host reply pending"
+
+
 @dataclass(frozen=True)
 class CoverageReport:
     """check_coverage's report (reference/schemas/coverage_report.schema.json)."""
@@ -511,8 +514,18 @@ class CoverageReport:
         return doc
 
     @property
+    def pending(self) -> int:
+        """Cases whose host request was emitted and awaits its reply (host --emit)."""
+        return sum(1 for row in self.cases_detail
+                   if str(row.get("why") or "").startswith(HOST_PENDING))
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.decided else EXIT_UNMEASURED
+        # Emitting requests is --emit's job, as in score_attempt and diagnose: not "could not
+        # measure", as long as every undecided case is waiting for its host reply.
+        if self.decided or (self.cases and self.pending == self.cases - self.decided):
+            return EXIT_OK
+        return EXIT_UNMEASURED
 
 
 def summarise(rows: list[CaseCoverage]) -> dict[str, Any]:
@@ -570,7 +583,7 @@ def read_case(provider: Any, request: Any, repeat: int) -> list[Reading]:
         try:
             reply = provider.complete(request)
         except HostReplyPending as exc:
-            readings.append(Reading(None, f"host reply pending: {exc}"))
+            readings.append(Reading(None, f"{HOST_PENDING}: {exc}"))
             break
         except KitError as exc:  # replay miss/stale, budget, gave up: this case is undecided
             readings.append(Reading(None, f"reader failed: {exc}"))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import schemas, vocab
-from .errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError
+from .errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 
 if TYPE_CHECKING:
     from .sets import EvalSet
@@ -966,6 +966,8 @@ def _check_events(read: LedgerRead, phase: str | None) -> tuple[list[LineProblem
                                             f"reported_calls {rc} > host_tool_uses {htu} (the host "
                                             "log misses calls; check_contamination treats this as "
                                             "contamination)"))
+        if kind == "issue":
+            errors.extend(_unknown_cause_codes(event, line))
         if kind == "void":
             target = event.get("target_event_id")
             if isinstance(target, str):
@@ -995,6 +997,24 @@ def _check_events(read: LedgerRead, phase: str | None) -> tuple[list[LineProblem
             live_unique[slot] = (event["event_id"], line)
             slots[event["event_id"]] = slot
     return errors, warnings
+
+
+def _unknown_cause_codes(event: dict[str, Any], line: int) -> list[LineProblem]:
+    """Codes an issue names that are not rows of the eval-diagnose table: the schema checks only
+    their spelling, membership comes from the table (SPEC 3)."""
+    from .codes import load_codes
+
+    named = [event.get("primary_code"), *(event.get("contributing_codes") or [])]
+    named = [c for c in named if isinstance(c, str)]
+    if not named:
+        return []
+    try:
+        table = load_codes()
+    except KitError as exc:
+        return [LineProblem(EVENTS_FILE, line, f"issue: cannot check its codes: {exc}")]
+    return [LineProblem(EVENTS_FILE, line, f"issue {event.get('issue_id')!r}: cause code {c!r} is "
+                                           "not a row of the eval-diagnose table")
+            for c in named if c not in table]
 
 
 def validate_runs(directories: Iterable[str | Path]) -> ValidationReport:

@@ -306,12 +306,15 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                                   rescore=rescore, parallel=parallel, progress=progress,
                                   dry_run=dry_run)
         model_sha = _model_sha(eval_set, endpoint, local)
+        served = {"mcpUrl": mcp_url, "servedRevision": endpoint.served_revision,
+                  "environment": endpoint.environment, "package": endpoint.package,
+                  "modelPath": endpoint.model_path}
 
     pins = {"judgeModel": _judge_model(run, judge),
             "judgeVersion": judge_pins.get("judge_version"),
             "rubricSha": judge_pins.get("rubric_sha"),
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),
-            "modelSha": model_sha}
+            "modelSha": model_sha, **served}
     return finish_run(run, eval_set, coverage=coverage, judge_spec=judge_spec,
                       endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes,
                       run_label=str(run_dir), set_label=str(set_dir),
