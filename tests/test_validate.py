@@ -278,5 +278,5 @@ def test_issue_naming_a_code_outside_the_diagnose_table_is_an_error(tmp_path):
                    "contributing_codes": ["MISSING", "ALSO_MADE_UP"]})
     assert validate_run(run.dir).errors == [
         "events.jsonl:2: issue 'x': cause code 'MADE_UP' is not a row of the eval-diagnose table",
-        "events.jsonl:2: issue 'x': cause code 'ALSO_MADE_UP' is not a row of the eval-diagnose "
-        "table"]
+        ("events.jsonl:2: issue 'x': cause code 'ALSO_MADE_UP' is not a row of the "
+         "eval-diagnose table")]
