@@ -151,3 +151,16 @@ def test_demo_prints_both_summaries(needs_node, demo_output):
     out = demo_output["proc"].stdout
     assert demo_output["baseline"]["headline"] in out
     assert demo_output["leaky"]["headline"] in out
+
+
+def test_baseline_needs_human_is_the_judges_own_low_confidence_read(needs_node, demo_output):
+    # The showcase must come from the judge's confidence (<= 5), not from the kit's
+    # self-contradiction override, and keep the judge's leaning as judge_verdict.
+    unsure = [c for c in demo_output["baseline"]["cases"] if c["verdict"] == "needs_human"]
+    assert [(c["qid"], c["confidence"]) for c in unsure] == [("bk_units_per_order", 4)]
+    assert not unsure[0]["why"].startswith("[verdict contradicted")
+    ledger = demo_output["scratch"] / "runs" / "baseline" / "events.jsonl"
+    scores = [json.loads(line) for line in ledger.read_text().splitlines()
+              if '"kind":"score"' in line.replace(" ", "")]
+    mine = [s for s in scores if s["qid"] == "bk_units_per_order"]
+    assert [(s["verdict"], s["judge_verdict"]) for s in mine] == [("needs_human", "no_match")]

@@ -71,7 +71,9 @@ Q_VETO = ("run: order_items -> {\n  aggregate:\n    avg_price_paid is revenue / 
           "    catalogue_avg is books.list_price.avg()\n}")
 Q_DAYS = ("run: orders -> {\n  where: ship_date is not null\n"
           "  aggregate: avg_days is avg(date_diff('day', order_date, ship_date))\n}")
-Q_UNITS = ("run: order_items -> {\n  aggregate:\n    copies is sum(quantity)\n    orders.order_count\n"
+# Shipped orders only: a population the case's rubric neither accepts nor calls wrong (the
+# low-confidence showcase; see runs/EXPECTED.md).
+Q_UNITS = ("run: order_items -> {\n  where: orders.status = 'shipped'\n  aggregate:\n    copies is sum(quantity)\n    orders.order_count\n"
            "    copies_per_order is sum(quantity) / orders.order_count\n}")
 Q_MARCH = ("run: order_items -> {\n  where: orders.ship_date >= @2025-03-01 and orders.ship_date < @2025-04-01\n"
            "  aggregate: gross_revenue\n}")
@@ -170,7 +172,9 @@ ATTEMPTS = {
         "bk_units_per_order": {"steps": [
             gc("copies per order quantity"),
             ex(Q_UNITS),
-        ], "answer": ("A customer buys roughly **2.6 copies per order** (6,423 copies over 2,500 orders).\n\n" + block(Q_UNITS))},
+        ], "answer": ("On average a customer buys **2.56 copies per order** (5,427 copies over 2,116 orders). "
+                   "I counted shipped orders only: pending orders have not left the warehouse yet and can still be cancelled, "
+                   "and cancelled and returned orders did not end in copies the customer kept.\n\n" + block(Q_UNITS))},
         "bk_shipped_march_2025": {"steps": [
             gc("revenue ship date"),
             ex(Q_MARCH),
