@@ -12,9 +12,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import duckdb
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
+from duck_support import duck_rows
 from malloy_evals.errors import UsageError
 from malloy_evals.mcp_client import McpProtocolError, McpToolError, PublisherRest, connect
 from malloy_evals.mcp_server import build_envelope, package_sha, parse_package_arg
@@ -40,15 +40,7 @@ def _free_port() -> int:
 
 
 def _duck(sql: str) -> list[dict]:
-    con = duckdb.connect()
-    try:
-        con.execute("SET threads=1")
-        con.execute(f"SET file_search_path='{MINI / 'data'}'")
-        cur = con.execute(sql)
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    finally:
-        con.close()
+    return duck_rows(sql, MINI / "data")
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import os
 import signal
 from pathlib import Path
 
-import duckdb
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
+from duck_support import duck_rows
 from malloy_evals import paths
 from malloy_evals import runtime as runtime_mod
 from malloy_evals.errors import UnmeasuredError
@@ -22,15 +22,7 @@ BOOKSHOP_MODEL = KIT_ROOT / "evals" / "bookshop" / "model"
 
 def duck(sql: str, data_dir: Path = MINI_DATA) -> list[dict]:
     """Rows DuckDB itself gives for `sql` over the CSVs (one thread, like the runner)."""
-    con = duckdb.connect()
-    try:
-        con.execute("SET threads=1")
-        con.execute(f"SET file_search_path='{data_dir}'")
-        cur = con.execute(sql)
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    finally:
-        con.close()
+    return duck_rows(sql, data_dir)
 
 
 @pytest.fixture(scope="module")

@@ -115,10 +115,21 @@ def existing_dir(value: str) -> Path:
     return path
 
 
+def count(value: str) -> int:
+    """argparse type: a whole number, 0 or more, refused in words (not as the function's name)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return number
+
+
 def split_qids(value: str) -> list[str]:
     """argparse type for `--only q1,q2`."""
     return [q.strip() for q in value.split(",") if q.strip()]
 
 
-__all__ = ["EXIT_UNMEASURED", "EXIT_USAGE", "add_json_flag", "dumps", "emit", "existing_dir",
+__all__ = ["EXIT_UNMEASURED", "EXIT_USAGE", "add_json_flag", "count", "dumps", "emit", "existing_dir",
            "parser", "progress", "run", "split_qids", "to_jsonable"]

@@ -12,7 +12,6 @@ Exit codes: 0 clean, 1 contaminated (true or "unknown"), 2 usage (a needle under
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,16 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 from malloy_evals import cli
 from malloy_evals.contamination import check_contamination, render_text
 from malloy_evals.toollog import read_tool_uses
-
-
-def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return number
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="an extra gold needle (repeatable; extends the defaults)")
     p.add_argument("--eval-path", action="append", default=[],
                    help="an extra eval-area needle (repeatable; extends the defaults)")
-    p.add_argument("--reported-calls", type=_count,
+    p.add_argument("--reported-calls", type=cli.count,
                    help="the calls the answerer reported (overrides the log's reportedCalls)")
     cli.add_json_flag(p)
     args = p.parse_args(argv)

@@ -14,7 +14,6 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,28 +24,17 @@ from malloy_evals import cli
 from malloy_evals.transcripts import record_attempt, render_text
 
 
-def _count(value: str) -> int:
-    """argparse type: a whole number, 0 or more (said in words, not as the function's name)."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return number
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = cli.parser(__doc__)
     p.add_argument("--run", required=True, type=Path, help="the run folder (made by new_run.py)")
     p.add_argument("--set", required=True, type=Path, dest="set_dir", help="the set folder")
     p.add_argument("--qid", required=True, help="the case this attempt answers")
-    p.add_argument("--sample", type=_count, default=None, help="sample number (omit for a case answered once)")
+    p.add_argument("--sample", type=cli.count, default=None, help="sample number (omit for a case answered once)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--transcript", type=Path, help="Claude Code transcript: stream-json or saved session .jsonl")
     source.add_argument("--host-log", type=Path, help="host tool-use log {toolUses, reportedCalls, cwd}")
     p.add_argument("--answer-file", type=Path, help="the answer text (with --host-log)")
-    p.add_argument("--reported-calls", type=_count, default=None,
+    p.add_argument("--reported-calls", type=cli.count, default=None,
                    help="MCP calls the answerer said it made (overrides the host log's field)")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
