@@ -4,7 +4,8 @@
 Copies the two recorded runs of evals/bookshop (baseline, leaky) into a scratch folder outside the
 checkout, measures coverage by replaying the recorded coverage reader, then scores each run with
 score_run.py against the kit's local endpoint over the sample model (--local: real Malloy
-re-execution) and the recorded judge (--judge replay), and prints both summaries. The checkout is
+re-execution) and the recorded judge (--judge replay), prints both summaries, and then says who
+owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). The checkout is
 left as it was; the scratch folder is printed so RESULTS.md, summary.json and the ledgers can be
 read afterwards.
 
@@ -27,6 +28,7 @@ KIT = Path(__file__).resolve().parents[1]
 SET_DIR = KIT / "evals" / "bookshop"
 RUNS = ("baseline", "leaky")
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
+DIAGNOSE = KIT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
 
 
 def rel(path: Path) -> str:
@@ -139,6 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         codes[name] = run_step(f"score_run {name}", argv_score)
         if codes[name] != 0 and not args.keep_going:
             break
+        if codes[name] == 0 and (SET_DIR / "recordings" / "diagnose").is_dir():
+            # A score says an answer was wrong; the diagnosis says why and who owns the fix.
+            code = run_step(f"diagnose {name}", [sys.executable, str(DIAGNOSE),
+                                                 "--run", str(runs_dir / name),
+                                                 "--set", rel(SET_DIR), "--diagnoser", "replay"])
+            if code != 0:
+                codes[name] = code
+                if not args.keep_going:
+                    break
 
     print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run)")
     clean, line = checkout_verdict(before, before_set)

@@ -164,3 +164,34 @@ def test_baseline_needs_human_is_the_judges_own_low_confidence_read(needs_node, 
               if '"kind":"score"' in line.replace(" ", "")]
     mine = [s for s in scores if s["qid"] == "bk_units_per_order"]
     assert [(s["verdict"], s["judge_verdict"]) for s in mine] == [("needs_human", "no_match")]
+
+
+# Who owns each baseline failure, as the recorded diagnoser says and the cause-code table allows.
+BASELINE_DIAGNOSES = {
+    "bk_avg_days_to_ship": ("QUERY-FAILED", "agent-skill"),
+    "bk_avg_price_paid": ("FORBIDDEN-FIELD", "agent-skill"),
+    "bk_channel_mix": ("NO-QUERY-RUN", "agent-skill"),
+    "bk_gross_bookings": ("WRONG-FIELD", "agent-skill"),
+    "bk_refunded_amount": ("RULE_UNWRITTEN", "model"),
+}
+
+
+def _live_issues(run_dir: Path) -> list[dict]:
+    from malloy_evals.ledger import Run
+
+    return [e for e in Run.open(run_dir).live() if e["kind"] == "issue"]
+
+
+def test_demo_diagnoses_every_baseline_failure_with_its_owner(needs_node, demo_output):
+    issues = _live_issues(demo_output["scratch"] / "runs" / "baseline")
+    owned = {q: (i["primary_code"], i["owner"]) for i in issues for q in i["qids"]}
+    assert owned == BASELINE_DIAGNOSES
+    failed = {c["qid"] for c in demo_output["baseline"]["cases"] if c["verdict"] == "no_match"}
+    assert failed == set(BASELINE_DIAGNOSES)
+    assert "issues appended 5" in demo_output["proc"].stdout
+
+
+def test_demo_leaky_diagnoses_only_the_clean_pass_that_retrieval_missed(needs_node, demo_output):
+    issues = _live_issues(demo_output["scratch"] / "runs" / "leaky")
+    assert [(i["qids"], i["primary_code"], i["owner"]) for i in issues] == [
+        (["bk_revenue_2024"], "NEVER-ASKED", "agent-skill")]
