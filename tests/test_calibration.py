@@ -254,6 +254,14 @@ def test_bookshop_regressions_pass_in_replay():
     assert json.loads(out.stdout)["judged"] >= 5
 
 
+@pytest.mark.parametrize("script", ["calibrate_judge", "check_judge"])
+def test_reports_pin_judge_version_as_the_scores_do(script):
+    # Regression: the reports said "2" where every score event pins 2.
+    out = run_script(script, "--set", str(BOOKSHOP), "--judge", "replay")
+    assert json.loads(out.stdout)["judge_version"] == J.current_pins()["judge_version"]
+    assert isinstance(json.loads(out.stdout)["judge_version"], int)
+
+
 def test_a_broken_bookshop_recording_fails_closed_naming_the_fix(tmp_path):
     copy = tmp_path / "bookshop"
     shutil.copytree(BOOKSHOP, copy, ignore=shutil.ignore_patterns("runs", "data"))

@@ -262,6 +262,17 @@ def test_host_emit_with_every_case_pending_exits_0_not_3(tmp_path):
     assert list((tmp_path / "host").rglob("*request.json"))
 
 
+def test_host_emit_text_says_waiting_for_replies_not_exit_3(tmp_path):
+    # Regression: the text said "(exit 3)" while the script exited 0 for a pending emit.
+    from malloy_evals.providers import make_provider
+
+    emitter = make_provider("host", role="coverage", set_dir=tmp_path, host_mode="emit",
+                            host_dir=tmp_path / "host")
+    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], emitter)
+    text = coverage.render_text(report)
+    assert "exit 3" not in text and "--ingest" in text
+
+
 def test_one_pending_and_one_failed_case_still_exits_3():
     from malloy_evals.providers import HostReplyPending
 

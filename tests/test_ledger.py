@@ -352,6 +352,13 @@ def test_missing_ledger_reads_as_a_problem_not_an_exception(tmp_path):
     assert read.events == [] and [str(p) for p in read.problems] == ["events.jsonl: missing"]
 
 
+def test_unreadable_ledger_raises_input_error_naming_it(tmp_path):
+    (tmp_path / "events.jsonl").mkdir()  # present, but not a file that can be read
+    with pytest.raises(InputError, match=r"events\.jsonl: cannot be read") as info:
+        ledger.read_ledger(tmp_path / "events.jsonl")
+    assert info.value.exit_code == 3
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=2000))
 def test_arbitrary_bytes_read_as_events_or_problems(data):

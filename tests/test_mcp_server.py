@@ -159,6 +159,23 @@ def test_query_and_query_name_misuse_is_invalid_params(needs_node, client, args)
     assert err.value.code == -32602
 
 
+@pytest.mark.parametrize(("tool", "args", "named"), [
+    pytest.param("malloy_executeQuery", {"environmentName": "samples", "packageName": "mini",
+                                         "query": "run: orders -> by_region"}, "modelPath",
+                 id="required-modelPath-missing"),
+    pytest.param("malloy_getContext", {"environmentName": "samples", "packageName": "mini",
+                                       "query": "orders", "limit": 51}, "limit", id="limit-above-50"),
+])
+def test_schema_breaking_arguments_are_a_publisher_shaped_tool_error(needs_node, client, tool, args,
+                                                                     named):
+    # Regression: the SDK answered these with a bare text block, no {error, suggestions} resource.
+    result = client.call(tool, args)
+    assert result.is_error and result.uri is not None
+    assert set(result.payload) >= {"error", "suggestions"} and named in result.payload["error"]
+    assert result.payload["suggestions"] and len(result.texts) == 2
+    assert result.texts[1].startswith(result.payload["error"] + "\n\nSuggestions:\n- ")
+
+
 @pytest.mark.parametrize("query", [
     pytest.param("run: duckdb.sql('select 1 as x')", id="raw-sql"),
     pytest.param("run: duckdb.table('../data/orders.csv') -> { aggregate: c is count() }", id="table"),

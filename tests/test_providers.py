@@ -19,6 +19,7 @@ from malloy_evals.providers import (
     RecordingStale,
     cost_usd,
     make_provider,
+    pinned_model,
     price_for,
 )
 
@@ -150,6 +151,24 @@ def test_replay_hit_reads_the_kth_sample_for_the_kth_identical_call(tmp_path):
     with pytest.raises(RecordingMissing, match="only 2 sample"):
         provider.complete(req)
     assert provider.model == "hand-authored"
+
+
+def test_replay_pin_for_a_key_without_recording_is_the_folders_source_before_any_call(tmp_path):
+    # Regression: a score decided before any judge call (truncated, golden gate) pinned
+    # judge_model None, or the source of whichever call happened to run first.
+    write_recording(tmp_path, request("r1.q1._"), [verdict()], source="claude-opus-4-1")
+    write_recording(tmp_path, request("r1.q2._"), [verdict()], source="claude-opus-4-1")
+    provider = make_provider(f"replay:{tmp_path}", role="judge", set_dir=None)
+    assert pinned_model(provider, "r1.q9._") == "claude-opus-4-1"
+
+
+def test_replay_pin_over_a_mixed_folder_is_replay_not_null(tmp_path):
+    write_recording(tmp_path, request("r1.q1._"), [verdict()], source="claude-opus-4-1")
+    write_recording(tmp_path, request("r1.q2._"), [verdict()])
+    provider = make_provider(f"replay:{tmp_path}", role="judge", set_dir=None)
+    provider.complete(request("r1.q2._"))
+    assert pinned_model(provider, "r1.q9._") == "replay"
+    assert pinned_model(provider, "r1.q1._") == "claude-opus-4-1"
 
 
 def test_replay_miss_fails_closed_naming_the_rerecord_command(tmp_path):

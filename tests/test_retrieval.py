@@ -68,6 +68,12 @@ def test_name_found_in_returned_docs_is_in_docs():
     assert r.delivery == {TOTAL: "in_docs"} and r.recall == 1.0
 
 
+def test_one_word_name_listed_as_a_doc_token_is_missing():
+    r = row(required=[REVENUE], got=delivered([STATUS], tokens=["revenue"], asked=["measure"]))
+    assert r.delivery == {REVENUE: "missing"} and r.recall == 0.0
+    assert r.where_to_fix == "not retrieved"
+
+
 def test_same_name_under_another_kind_is_missing():
     r = row(required=[TOTAL], got=delivered(["dimension:orders:total_sales"], asked=["measure"]))
     assert r.delivery == {TOTAL: "missing"} and r.recall == 0.0
@@ -438,6 +444,15 @@ def test_cli_prints_n_a_for_missing_precision(tmp_path):
     Run.create(run_dir, set_dir, answerer_model="m", run_id="r").append(attempt_events("b", None, "no_match", []))
     proc = run_cli("--run", run_dir, "--set", set_dir)
     assert proc.returncode == 0 and "mean precision n/a" in proc.stdout
+
+
+def test_unreadable_ledger_is_an_input_error_naming_it(run_env):
+    set_dir, run_dir = run_env
+    events = run_dir / "events.jsonl"
+    events.unlink()
+    events.mkdir()  # present, but not a file that can be read
+    with pytest.raises(InputError, match="events.jsonl: cannot be read"):
+        score_retrieval(run_dir, set_dir)
 
 
 def test_cli_without_run_json_exits_3(tmp_path):

@@ -208,6 +208,15 @@ def test_unreadable_folder_is_exit_3(tmp_path):
         load_set(tmp_path / "nope")
 
 
+def test_unreadable_cases_file_is_exit_3_naming_the_file(tmp_path):
+    d = write_set(tmp_path, [case()])
+    (d / "cases.jsonl").unlink()
+    (d / "cases.jsonl").mkdir()  # a file that exists and cannot be read as one
+    report = check_set(d)
+    assert report.exit_code == 3 and not report.readable
+    assert report.errors[0].startswith(f"{d / 'cases.jsonl'}: cannot be read")
+
+
 def test_unknown_case_raises_input_error(tmp_path):
     with pytest.raises(InputError, match="no case with qid 'zz'"):
         load_set(write_set(tmp_path, [case()])).case("zz")

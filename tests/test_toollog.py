@@ -174,6 +174,13 @@ def test_bad_line_in_the_middle_names_the_line(tmp_path):
     assert err.value.line == 2
 
 
+def test_pretty_printed_log_broken_on_line_3_names_line_3(tmp_path):
+    text = '{"toolUses": [\n  {"name": "Read", "input": {"file_path": "a"}},\n  {bad}\n]}\n'
+    with pytest.raises(InputError) as err:
+        read_tool_uses(write(tmp_path, text, "log.json"))
+    assert err.value.line == 3 and "not JSON" in str(err.value)
+
+
 @pytest.mark.parametrize("content", [pytest.param("", id="empty"), pytest.param("  \n\n", id="blank")])
 def test_empty_file_is_an_input_error(tmp_path, content):
     with pytest.raises(InputError, match="empty"):

@@ -452,6 +452,18 @@ def test_transcript_copy_redacts_secrets_and_events_carry_none(env, tmp_path):
     assert secret_key not in ledger and "hunter2" not in ledger
 
 
+def test_transcript_copy_redacts_values_of_secret_named_environment_variables(env, tmp_path,
+                                                                              monkeypatch):
+    set_dir, run_dir = env
+    monkeypatch.setenv("WAREHOUSE_API_KEY", "plainvalue-no-known-shape-42")
+    lines = stream_json_lines()
+    lines.insert(1, assistant("msg_0", tool_use("toolu_0", "Bash", {"command": "env"})))
+    lines.insert(2, tool_result("toolu_0", "HOME=/root\nplainvalue-no-known-shape-42\n"))
+    record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    copy = (run_dir / "artifacts" / "q1" / "_" / "transcript.jsonl").read_text()
+    assert "plainvalue-no-known-shape-42" not in copy and "[REDACTED]" in copy
+
+
 def test_redaction_leaves_malloy_filters_alone():
     assert redact_secrets("where: sort_key = 3") == "where: sort_key = 3"
 

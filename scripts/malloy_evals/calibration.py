@@ -219,11 +219,17 @@ class CalibrationReport:
 
     def to_json(self) -> dict:
         return {"set": self.set_dir, "judge": self.judge, "samples": self.samples,
-                "judge_version": self.judge_version, "rubric_sha": self.rubric_sha,
+                "judge_version": _version_pin(self.judge_version), "rubric_sha": self.rubric_sha,
                 "judge_prompt_sha": self.judge_prompt_sha, "dry_run": self.dry_run,
                 "usage": self.usage, "entries": [_asdict(e) for e in self.entries],
                 "mismatches": self.mismatches, "errors": self.errors,
                 "exit_code": self.exit_code}
+
+
+def _version_pin(version: str) -> int | str:
+    """JUDGE_VERSION as every score pins it (an int when it is one), so a report and the scores
+    it vouches for can be compared key for key."""
+    return int(version) if version.isdigit() else version
 
 
 def _asdict(obj: Any) -> Any:
@@ -381,7 +387,7 @@ class RegressionReport:
         for r in self.rows:
             counts[r.status] = counts.get(r.status, 0) + 1
         return {"set": self.set_dir, "judge": self.judge, "repeat": self.repeat,
-                "judge_version": self.judge_version, "rubric_sha": self.rubric_sha,
+                "judge_version": _version_pin(self.judge_version), "rubric_sha": self.rubric_sha,
                 "judge_prompt_sha": self.judge_prompt_sha, "fixtures": len(self.rows),
                 "judged": self.judged, "counts": counts,
                 "classes_missing": self.classes_missing,

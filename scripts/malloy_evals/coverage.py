@@ -727,7 +727,9 @@ def render_text(report: CoverageReport) -> str:
         lines.append(f"labels vs measurement: {lc['agree']} of {lc['compared']} agree. {lc['note']}")
         for d in lc["disagree"]:
             lines.append(f"  {d['qid']}: label {d['label']}, measured {d['verdict']} ({d['shape']})")
-    if not report.decided:
+    if not report.decided and report.exit_code == EXIT_OK:
+        lines.append("nothing decided yet: every case waits for its host reply; run again with --ingest")
+    elif not report.decided:
         lines.append("nothing decided: no measurement (exit 3)")
     return "\n".join(lines)
 

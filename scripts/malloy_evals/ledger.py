@@ -218,6 +218,9 @@ def read_ledger(path: str | Path) -> LedgerRead:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     except FileNotFoundError:
         return LedgerRead([], [LineProblem(path.name, None, "missing")], [])
+    except OSError as exc:
+        # Present but unreadable (a folder, no permission): could not measure, never a traceback.
+        raise InputError(path, None, f"cannot be read: {exc.strerror or exc}") from None
     return parse_ledger(data, path.name)
 
 

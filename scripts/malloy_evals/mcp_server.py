@@ -10,7 +10,9 @@ Contract notes (from the Publisher's server at 0.0.209):
 - success: `content[0]` is a resource block `{uri, mimeType: application/json, text: JSON}`;
 - tool errors: `isError`, the same resource block holding `{error, suggestions, ...}`, then a
   text block with the message and the suggestions;
-- `malloy_executeQuery` with both or neither of `query` / `queryName` is a JSON-RPC -32602.
+- `malloy_executeQuery` with both or neither of `query` / `queryName` is a JSON-RPC -32602;
+- arguments that break a tool's input schema (a required one missing, `limit` above 50) are a
+  tool error of the same shape, naming the arguments, never the SDK's bare text block.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from urllib.parse import quote
 import mcp_types
 from mcp import MCPError
 from mcp.server.mcpserver import MCPServer
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field, ValidationError
 
 from .errors import UsageError
 from .runtime import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
@@ -466,7 +469,8 @@ class Endpoint:
     # -- wiring --
 
     def _build(self) -> MCPServer:
-        server = MCPServer(SERVER_NAME, version="0.0.1", instructions=INSTRUCTIONS, log_level="WARNING")
+        server = _PublisherShapedServer(SERVER_NAME, version="0.0.1", instructions=INSTRUCTIONS,
+                                        log_level="WARNING")
         ep = self
 
         @server.tool(name="malloy_executeQuery",
@@ -534,6 +538,36 @@ class Endpoint:
         async def model_route(request: Request) -> Response:
             p = request.path_params
             return await answer(self.rest_model, p["env"], p["pkg"], p["path"])
+
+
+def argument_error(tool: str, arguments: dict[str, Any], exc: ValidationError) -> mcp_types.CallToolResult:
+    """The tool error for arguments that break a tool's input schema: which argument, and why."""
+    problems = []
+    for err in exc.errors():
+        name = ".".join(str(part) for part in err.get("loc", ())) or "arguments"
+        problems.append(f"{name}: {err.get('msg', 'invalid')}")
+    message = f"Invalid arguments for tool {tool}: " + "; ".join(problems)
+    suggestions = ["environmentName, packageName and modelPath are required; give `query`, or "
+                   "`sourceName` + `queryName`" if tool == "malloy_executeQuery" else
+                   "Call malloy_getContext with no arguments to list environments and packages"]
+    if tool == "malloy_getContext":
+        suggestions.append("`limit` is between 1 and 50")
+    env = arguments.get("environmentName") if isinstance(arguments.get("environmentName"), str) else None
+    return tool_error(_uri(env, fragment=tool), message, suggestions)
+
+
+class _PublisherShapedServer(MCPServer):
+    """MCPServer whose argument-validation failures keep the Publisher's error shape (SPEC 6:
+    every error is `isError` with `{error, suggestions}` at content[0] plus a text block); the
+    SDK alone answers them with a bare text block a Publisher client cannot read."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return argument_error(name, arguments, exc.__cause__)
+            raise
 
 
 def build_server(packages: list[ServedPackage]) -> Endpoint:

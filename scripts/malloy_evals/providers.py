@@ -562,19 +562,40 @@ class ReplayProvider:
         self.set_dir = set_dir
         self._calls: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
+        self._folder_source: str | None = None
 
     def path_for(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
     def source_of(self, key: str) -> str | None:
-        """The recording's source for a key, without consuming a sample (for pins)."""
+        """The recording's source for a key, without consuming a sample (for pins); for a key
+        with no readable recording (a score decided before any judge call), the folder's."""
         path = self.path_for(key)
-        if not path.is_file():
-            return None
-        try:
-            return _load_recording(path).get("source")
-        except InputError:
-            return None
+        if path.is_file():
+            try:
+                source = _load_recording(path).get("source")
+            except InputError:
+                source = None
+            if source:
+                return str(source)
+        return self.folder_source()
+
+    def folder_source(self) -> str:
+        """The source every recording in the folder shares, else `replay`: a fixed value, so a
+        score that never reached the judge pins the same judge_model whatever order attempts ran
+        in (falling back to the last call's source made that pin depend on thread timing)."""
+        with self._lock:
+            if self._folder_source is None:
+                sources: set[str] = set()
+                for path in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
+                    try:
+                        source = _load_recording(path).get("source")
+                    except InputError:
+                        continue
+                    if source:
+                        sources.add(str(source))
+                self._folder_source = sources.pop() if len(sources) == 1 else "replay"
+            return self._folder_source
 
     def _fix(self, key: str) -> str:
         return (f"re-record with: {rerecord_command(self.role, key, self.set_dir)}; "

@@ -110,7 +110,9 @@ class Delivered:
                 self.returned.update(dict.fromkeys(sys.intern(e) for e in ids if isinstance(e, str)))
             tokens = summary.get("doc_tokens")
             if isinstance(tokens, list):
-                self.doc_tokens.update(t.lower() for t in tokens if isinstance(t, str))
+                # A doc token has at least one underscore (SPEC 5.3): a one-word name is never
+                # delivered by docs, even when a hand-written or older ledger lists it.
+                self.doc_tokens.update(t.lower() for t in tokens if isinstance(t, str) and "_" in t)
         self.asked |= _asked_cached(tuple(call_target_types(call)))
 
 
@@ -501,7 +503,11 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
     measured = load_coverage_report(coverage) if coverage is not None else None
     warnings: list[str] = []
     events_path = run_dir / "events.jsonl"
-    states = collect_attempts(events_path, warnings) if events_path.exists() else {}
+    try:
+        states = collect_attempts(events_path, warnings) if events_path.exists() else {}
+    except OSError as exc:
+        # An unreadable ledger is could-not-measure (exit 3), reported without a traceback.
+        raise InputError(events_path, None, f"cannot be read: {exc.strerror or exc}") from None
     rows: list[RetrievalRow] = []
     live_ids: dict[Key, list[str]] = {}
     for key, state in states.items():

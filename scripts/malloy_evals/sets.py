@@ -293,7 +293,8 @@ def _scan(set_dir: Path) -> _Scan:
         set_bytes = _read_bytes(set_dir / SET_FILE)
         case_bytes = _read_bytes(set_dir / CASES_FILE)
     except OSError as exc:
-        raise InputError(set_dir, None, f"cannot be read: {exc.strerror}") from None
+        # Name the file that failed (set.json or cases.jsonl), not only its folder.
+        raise InputError(exc.filename or set_dir, None, f"cannot be read: {exc.strerror}") from None
     scan.dataset_sha = hashlib.sha256((set_bytes or b"") + (case_bytes or b"")).hexdigest()
 
     if set_bytes is None:

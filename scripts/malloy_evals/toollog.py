@@ -75,8 +75,9 @@ def parse_tool_log(text: str, path: str | Path = "<log>") -> ToolLog:
         raise InputError(path, None, "empty file: no tool-use log or transcript in it")
     try:
         whole = json.loads(text)
-    except ValueError:
+    except ValueError as exc:
         whole = _NOT_ONE_DOCUMENT
+        _raise_if_one_broken_document(text, exc, path)
     if whole is not _NOT_ONE_DOCUMENT:
         return _from_document(whole, path)
     records, warnings = _json_lines(text, path)
@@ -91,6 +92,25 @@ def parse_tool_log(text: str, path: str | Path = "<log>") -> ToolLog:
 
 
 _NOT_ONE_DOCUMENT = object()
+
+
+def _parses_alone(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def _raise_if_one_broken_document(text: str, exc: ValueError, path: str | Path) -> None:
+    """A pretty-printed log that fails to parse is one broken document: name the line where the
+    parse stopped, not line 1. It is told from JSON lines by no line being an object by itself."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2 or _parses_alone(lines[0]):
+        return
+    if any(line.lstrip().startswith("{") and _parses_alone(line) for line in lines[1:]):
+        return  # JSON lines with a bad line: _json_lines names it
+    raise InputError(path, getattr(exc, "lineno", None), f"not JSON: {getattr(exc, 'msg', exc)}") from None
 
 
 def _has_any(obj: dict[str, Any], keys: tuple[str, ...]) -> bool:

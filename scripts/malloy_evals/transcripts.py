@@ -13,6 +13,7 @@ what counts as a secret when the transcript is copied into the run's artifacts.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -476,6 +477,18 @@ _NAMED_PATTERNS: list[tuple[re.Pattern[str], str]] = [
 _SECRET_NAME = re.compile(r"(?i)^" + _SECRET_WORD + r"$")
 
 
+# Shorter values ("1", "true") would blank ordinary text; a real credential is longer.
+_MIN_ENV_SECRET = 8
+
+
+def _environment_secrets() -> list[str]:
+    """Values of this process's environment variables whose names contain KEY, TOKEN, SECRET or
+    PASSWORD (SPEC 4), longest first so a value containing another is blanked whole."""
+    values = {v for k, v in os.environ.items()
+              if _SECRET_NAME.match(k) and len(v.strip()) >= _MIN_ENV_SECRET}
+    return sorted(values, key=len, reverse=True)
+
+
 def redact_tokens(text: str) -> str:
     """`text` with secret-shaped strings (API keys, bearer tokens) replaced by `[REDACTED]`."""
     for pattern, replacement in _TOKEN_PATTERNS:
@@ -488,6 +501,11 @@ def redact_secrets(text: str) -> str:
     tokens, and values of names containing KEY, TOKEN, SECRET or PASSWORD written as `NAME=value`
     or as a JSON string member. It over-redacts rather than leak: the copy is evidence, not data."""
     text = redact_tokens(text)
+    # The values of this machine's secret-named environment variables (SPEC 4), wherever they
+    # surface (an `env` printout, an echoed header); like the named patterns, copy only.
+    for value in _environment_secrets():
+        if value in text:
+            text = text.replace(value, _REDACTED)
     for pattern, replacement in _NAMED_PATTERNS:
         text = pattern.sub(replacement, text)
     return text
