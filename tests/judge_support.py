@@ -116,7 +116,7 @@ class FakeProvider:
             raise item
         text = item if isinstance(item, str) else json.dumps(item)
         return LlmReply(text=text, data=item if isinstance(item, dict) else None,
-                        source=self.model, request_digest=request.digest(), input_tokens=10,
+                        source=self.model, request_digest=request.digest(model=self.model), input_tokens=10,
                         output_tokens=5, cost_usd=None)
 
 

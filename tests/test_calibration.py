@@ -45,7 +45,7 @@ class ByAnswer:
         v = self.decide(answer, self.keys.count(request.key))
         obj = verdict(v, 9, "compared the revenue figure with the golden")
         return LlmReply(text=json.dumps(obj), data=obj, source=self.model,
-                        request_digest=request.digest())
+                        request_digest=request.digest(model=self.model))
 
 
 def calib_set(tmp_path, entries=(ENTRY,)):
@@ -177,7 +177,7 @@ class Scripted:
         v = self.by_key[request.key].pop(0)
         obj = verdict(v, 9)
         return LlmReply(text=json.dumps(obj), data=obj, source="scripted",
-                        request_digest=request.digest())
+                        request_digest=request.digest(model="scripted"))
 
 
 def regress_set(tmp_path, fixtures):
@@ -227,7 +227,7 @@ def test_a_fixture_settled_as_needs_human_agrees_with_a_low_confidence_read(tmp_
         def complete(self, request):
             obj = verdict("match", 4)
             return LlmReply(text=json.dumps(obj), data=obj, source="s",
-                            request_digest=request.digest())
+                            request_digest=request.digest(model="s"))
     assert C.check_regressions(es, Unsure({})).rows[0].status == "ok"
 
 
@@ -318,7 +318,7 @@ class DoubtsTheKeyOn(ByAnswer):
                       gold_note="the answer says the key double counts" if status != "verified"
                       else None)
         return LlmReply(text=json.dumps(obj), data=obj, source=self.model,
-                        request_digest=request.digest())
+                        request_digest=request.digest(model=self.model))
 
 
 def test_a_wrong_answer_that_talks_the_judge_into_doubting_the_key_is_a_mismatch(tmp_path):

@@ -36,7 +36,8 @@ class FakeReader:
             raise item
         data = item if isinstance(item, dict) else None
         text = item if isinstance(item, str) else json.dumps(item)
-        return LlmReply(text=text, data=data, source="fake-reader", request_digest=request.digest())
+        return LlmReply(text=text, data=data, source="fake-reader",
+                        request_digest=request.digest(model="fake-reader"))
 
 
 def reply(verdict, entities=(), quantities=(), resolved_by=None, rule_kind=None, why="because"):

@@ -215,7 +215,8 @@ class FakeDiagnoser:
         data = self.clusters if qid == "clusters" else self.per_case.get(qid)
         if data is None:
             raise RecordingMissing(f"no reply for {request.key}")
-        return LlmReply(json.dumps(data), data, "fake-diagnoser", request.digest())
+        return LlmReply(json.dumps(data), data, "fake-diagnoser",
+                        request.digest(model="fake-diagnoser"))
 
 
 def make_set(tmp_path: Path) -> Path:

@@ -134,9 +134,11 @@ def test_unknown_model_costs_none_never_zero():
 # ---------------------------------------------------------------- replay and record
 
 def write_recording(folder: Path, req: LlmRequest, samples: list, **over) -> Path:
+    """A recording as --record writes it: digested with the model named as its source."""
     folder.mkdir(parents=True, exist_ok=True)
-    rec = {"request_digest": req.digest(), "prompt_version": req.prompt_version,
-           "source": "hand-authored", "samples": samples, **over}
+    source = over.pop("source", "hand-authored")
+    rec = {"request_digest": req.digest(model=source), "prompt_version": req.prompt_version,
+           "source": source, "samples": samples, **over}
     path = folder / f"{req.key}.json"
     path.write_text(json.dumps(rec))
     return path
@@ -192,9 +194,40 @@ def test_replay_recording_of_another_packet_fails_closed(tmp_path):
         provider.complete(request(text="the packet now"))
 
 
-def test_digest_ignores_the_model_and_covers_the_messages():
-    assert request().digest() == request().digest()
-    assert request(text="a").digest() != request(text="b").digest()
+def test_digest_is_stable_and_covers_the_messages():
+    assert request().digest(model="m") == request().digest(model="m")
+    assert request(text="a").digest(model="m") != request(text="b").digest(model="m")
+
+
+def test_same_request_under_two_model_ids_has_two_digests():
+    # SPEC 7.5: the model is part of the digest; null (host) is a third value.
+    digests = {request().digest(model="claude-opus-4-1"),
+               request().digest(model="claude-haiku-4-5-20251001"), request().digest(model=None)}
+    assert len(digests) == 3
+
+
+def test_replay_of_a_correct_recording_hits_and_pins_its_source(tmp_path):
+    write_recording(tmp_path, request(), [verdict("no_match")], source="claude-opus-4-1")
+    provider = make_provider(f"replay:{tmp_path}", role="judge", set_dir=None)
+    reply = provider.complete(request())
+    assert reply.data["verdict"] == "no_match" and reply.source == "claude-opus-4-1"
+    assert reply.request_digest == request().digest(model="claude-opus-4-1")
+    assert provider.model == "claude-opus-4-1"
+
+
+def test_replay_recording_whose_source_was_edited_fails_closed_naming_the_rerecord(tmp_path):
+    # A recording made by one model cannot be passed off as another's: the digest no longer
+    # matches, so replay refuses it like a changed packet.
+    path = write_recording(tmp_path, request("calib.q1.known_right"), [verdict()],
+                           source="claude-haiku-4-5-20251001")
+    rec = json.loads(path.read_text())
+    rec["source"] = "claude-opus-4-1"
+    path.write_text(json.dumps(rec))
+    provider = make_provider(f"replay:{tmp_path}", role="judge", set_dir=tmp_path)
+    with pytest.raises(RecordingStale, match="digest") as err:
+        provider.complete(request("calib.q1.known_right"))
+    assert "claude-opus-4-1" in str(err.value)
+    assert "calibrate_judge.py --set" in str(err.value) and "--record" in str(err.value)
 
 
 def test_record_wraps_a_live_provider_and_replay_reads_it_back(tmp_path, monkeypatch):
@@ -208,6 +241,32 @@ def test_record_wraps_a_live_provider_and_replay_reads_it_back(tmp_path, monkeyp
     assert rec["source"] == "claude-haiku-4-5-20251001" and len(rec["samples"]) == 2
     replay = make_provider(f"replay:{tmp_path}", role="judge", set_dir=None)
     assert replay.complete(request()).data["verdict"] == "near_match"
+
+
+def test_anthropic_recorded_digest_is_taken_with_the_answering_model_id(tmp_path, monkeypatch):
+    # The API reports the dated id; that id is the source, and the digest is taken with it.
+    with messages_server([(200, message_body(json.dumps(verdict()),
+                                             model="claude-haiku-4-5-20251001"))], monkeypatch):
+        recorder = make_provider("anthropic:claude-haiku-4-5", role="judge", set_dir=None,
+                                 record_dir=tmp_path, backoff_seconds=0.0)
+        reply = recorder.complete(request())
+    rec = json.loads((tmp_path / "r1.q1._.json").read_text())
+    assert rec["request_digest"] == request().digest(model="claude-haiku-4-5-20251001")
+    assert reply.request_digest == rec["request_digest"]
+    assert rec["request_digest"] != request().digest(model=None)
+
+
+def test_hand_record_digests_with_hand_authored_and_replays(tmp_path):
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"key": "r1.q1._", "replies": [verdict("no_match")]}) + "\n")
+    out = tmp_path / "rec"
+    make_provider(f"hand:{replies}", role="judge", set_dir=None,
+                  record_dir=out).complete(request())
+    rec = json.loads((out / "r1.q1._.json").read_text())
+    assert rec["source"] == "hand-authored"
+    assert rec["request_digest"] == request().digest(model="hand-authored")
+    replay = make_provider(f"replay:{out}", role="judge", set_dir=None)
+    assert replay.complete(request()).data["verdict"] == "no_match"
 
 
 def test_hand_replies_repeat_their_last_reply_and_say_hand_authored(tmp_path):
@@ -228,7 +287,10 @@ def test_host_emit_writes_the_request_and_ingest_reads_the_reply(tmp_path):
         emit.complete(request())
     req_path = tmp_path / "host" / "judge" / "r1.q1._.request.json"
     emitted = json.loads(req_path.read_text())
-    assert emitted["system"] == "the doctrine" and emitted["request_digest"] == request().digest()
+    assert emitted["system"] == "the doctrine"
+    # The host's model is unknown: the emitted request is digested with model null.
+    assert emitted["request_digest"] == request().digest(model=None)
+    assert emitted["digest_model"] is None
     ingest = make_provider("host", role="judge", set_dir=None, host_mode="ingest",
                            host_dir=tmp_path)
     with pytest.raises(HostReplyPending):

@@ -718,8 +718,8 @@ def render_text(report: CoverageReport) -> str:
         kind = f" ({r['rule_kind']})" if r.get("rule_kind") else ""
         lines.append(f"{r['verdict'] or 'undecided':<15} {r['qid']}{kind}: {r['why']}")
     pct = "n/a" if report.coverage is None else f"{100 * report.coverage:.0f}%"
-    lines.append(f"coverage {pct} ({report.modelled}/{report.decided} decided, {report.cases} "
-                 f"cases) at version {report.version or '(unlabelled)'}; compiledSurface: "
+    lines.append(f"coverage {pct} ({report.modelled} MODELLED of {report.decided} decided; "
+                 f"{report.cases} cases) at version {report.version or '(unlabelled)'}; compiledSurface: "
                  f"{report.compiledSurface}; reader {report.reader}")
     lines.append("  " + ", ".join(f"{k} {v}" for k, v in report.by_verdict.items()))
     if report.labelComparison is not None:

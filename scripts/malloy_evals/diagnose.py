@@ -904,7 +904,10 @@ def _keep(path: Path, request: Any, reply: Any, outcome: Any) -> None:
     """The raw request digest, reply and outcome of one call, kept beside the run for review."""
     from . import cli
 
-    doc = {"key": request.key, "request_digest": request.digest(),
+    # The digest the answering model was asked under (SPEC 7.5: the model is part of it); with no
+    # reply no model answered, so it is taken with model null, as a host request is.
+    digest = reply.request_digest if reply is not None else request.digest(model=None)
+    doc = {"key": request.key, "request_digest": digest,
            "prompt_version": request.prompt_version,
            "reply": None if reply is None else {"source": reply.source, "text": reply.text,
                                                 "data": reply.data},

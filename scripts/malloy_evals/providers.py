@@ -13,10 +13,19 @@ Providers, chosen by a spec string:
 - `hand:<FILE>`: replies authored by a person (JSONL of `{key, replies}`), answered by key; with
   `--record` this is how hand-authored recordings are written through the exact request path.
 
-The request digest is sha256 over the canonical JSON (sorted keys, no spaces) of system, messages,
-tools (the output schema) and parameters (max_tokens). It deliberately leaves the model id out: a
-recording made by any model replays for the same request, and the recording's `source` names the
-model (or `hand-authored`), which is what the score pins as `judge_model`.
+The request digest (SPEC 7.5) is sha256 over the canonical JSON (sorted keys, no spaces) of
+model, system, messages, tools (the output schema) and parameters (max_tokens). The model is the
+one that answers the request:
+
+- `anthropic:<model>`: the model id the API reports for the reply (the requested id when it
+  reports none), which is also the reply's `source`;
+- `--record`: the recording's `request_digest` is taken with the model that produced the reply
+  and is written as its `source` (a live model id, or `hand-authored` for `hand:`);
+- `replay`: a recording is verified by recomputing the digest with the recording's own `source` as
+  the model, so a recording made by claude-x replays, pins claude-x as `judge_model`, and a
+  changed request, or a `source` edited to another model, fails closed as stale;
+- `host`: the host subagent's model is not known, so the emitted request and its ingest are both
+  digested with model null.
 """
 
 from __future__ import annotations
@@ -97,19 +106,25 @@ class LlmRequest:
     prompt_version: str         # judge: "JUDGE_VERSION:rubric_sha:judge_prompt_sha"
     max_tokens: int = 4096
 
-    def digest(self) -> str:
-        """sha256 of what the model is asked (model id excluded, see the module docstring)."""
+    def digest(self, *, model: str | None) -> str:
+        """sha256 of what `model` is asked: model, system, messages, tools and parameters.
+
+        `model` is the one that answers (see the module docstring); None only where it is not
+        known (a host subagent). It is a required keyword so no caller leaves it out by accident.
+        """
         tools = [] if self.output_schema is None else [{"name": STRUCTURED_TOOL,
                                                         "input_schema": self.output_schema}]
-        body = {"system": self.system, "messages": self.messages, "tools": tools,
+        body = {"model": model, "system": self.system, "messages": self.messages, "tools": tools,
                 "parameters": {"max_tokens": self.max_tokens}}
         return sha256_text(canonical_json(body))
 
-    def to_json(self) -> dict:
+    def to_json(self, *, model: str | None = None) -> dict:
+        """The request as a document (what a host subagent reads), digested with `model`; the
+        default null is the host's digest, so emit and ingest agree."""
         return {"role": self.role, "key": self.key, "system": self.system,
                 "messages": self.messages, "output_schema": self.output_schema,
                 "prompt_version": self.prompt_version, "max_tokens": self.max_tokens,
-                "request_digest": self.digest()}
+                "digest_model": model, "request_digest": self.digest(model=model)}
 
 
 @dataclass(frozen=True)
@@ -446,7 +461,10 @@ class AnthropicProvider:
                 self.stats.cost_usd += cost
         # The dated id the API reports is the most exact pin for judge_model.
         source = getattr(message, "model", None) or self.model
-        return LlmReply(text=text, data=data, source=str(source), request_digest=request.digest(),
+        # The digest is taken with the model that answered, the same id the recording's source
+        # carries, so a replay of this reply verifies against it.
+        return LlmReply(text=text, data=data, source=str(source),
+                        request_digest=request.digest(model=str(source)),
                         input_tokens=tin, output_tokens=tout, cache_read_tokens=cread,
                         cache_write_tokens=cwrite, cost_usd=cost)
 
@@ -606,7 +624,10 @@ class ReplayProvider:
         if not path.is_file():
             raise RecordingMissing(f"{path}: no recording for {request.key}; {self._fix(request.key)}")
         rec = _load_recording(path)
-        digest = request.digest()
+        # Verified with the recording's own source as the model: the request must be the one that
+        # model was asked, so an edited source is as stale as an edited packet.
+        recorded = rec.get("source")
+        digest = request.digest(model=recorded if isinstance(recorded, str) else None)
         if rec.get("prompt_version") != request.prompt_version:
             raise RecordingStale(
                 f"{path}: recorded under prompt version {rec.get('prompt_version')!r}, current is "
@@ -614,7 +635,8 @@ class ReplayProvider:
         if rec.get("request_digest") != digest:
             raise RecordingStale(
                 f"{path}: request digest {str(rec.get('request_digest'))[:12]}... differs from the "
-                f"request built now ({digest[:12]}...): the packet changed; {self._fix(request.key)}")
+                f"request built now for model {recorded!r} ({digest[:12]}...): the packet or the "
+                f"recorded model changed; {self._fix(request.key)}")
         with self._lock:
             k = self._calls[request.key]
             self._calls[request.key] += 1
@@ -652,7 +674,10 @@ class RecordingProvider:
             if request.key in self._fresh and path.is_file():
                 rec = json.loads(path.read_text(encoding="utf-8"))
             else:
-                rec = {"request_digest": request.digest(), "prompt_version": request.prompt_version,
+                # Digested with the model that produced the reply, which is also written as the
+                # source: replay recomputes the digest with that source and must find this one.
+                rec = {"request_digest": request.digest(model=reply.source),
+                       "prompt_version": request.prompt_version,
                        "source": reply.source, "samples": []}
                 self._fresh.add(request.key)
             rec["samples"].append(reply.to_sample())
@@ -698,7 +723,7 @@ class HandProvider:
             self._calls[request.key] += 1
         items = self.replies[request.key]
         return reply_from_sample(items[min(k, len(items) - 1)], source=HAND_AUTHORED,
-                                 digest=request.digest())
+                                 digest=request.digest(model=HAND_AUTHORED))
 
 
 # --------------------------------------------------------------------------- host
@@ -734,7 +759,9 @@ class HostProvider:
 
     def complete(self, request: LlmRequest) -> LlmReply:
         req_path, reply_path = self.files_for(request.key)
-        digest = request.digest()
+        # The host subagent's model is not known: emit (to_json's default) and ingest both
+        # digest with model null, so they agree.
+        digest = request.digest(model=None)
         if self.mode == "emit":
             req_path.parent.mkdir(parents=True, exist_ok=True)
             doc = request.to_json()
