@@ -13,6 +13,7 @@ import enum
 import json
 import runpy
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath
 from typing import Any
@@ -72,9 +73,17 @@ def emit(result: Any, *, as_json: bool, render: Callable[[Any], str] | None = No
     sys.stdout.flush()
 
 
+_PROGRESS_LOCK = threading.Lock()
+
+
 def progress(message: str) -> None:
-    """A progress or warning line: always stderr, so stdout stays one JSON document."""
-    print(message, file=sys.stderr, flush=True)
+    """A progress or warning line: always stderr, so stdout stays one JSON document.
+
+    One write per line under a lock: print() writes the text and the newline separately, and
+    lines from worker threads (score_run, check_coverage) then run into each other."""
+    with _PROGRESS_LOCK:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
 
 
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> None:
