@@ -381,3 +381,13 @@ def test_serve_local_missing_package_dir_is_usage_error(tmp_path):
     proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/x={tmp_path / 'nope'}"],
                           check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "is not a folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_serving_on_a_port_already_held_exits_3_before_saying_serving(http_server):
+    port = http_server[1].rsplit(":", 1)[1]
+    proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}",
+                           "--http", port], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 3
+    assert "serving" not in proc.stderr and "Traceback" not in proc.stderr
+    assert f"127.0.0.1:{port} cannot be served" in proc.stderr

@@ -33,7 +33,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
-from .errors import UsageError
+from .errors import UnmeasuredError, UsageError
 from .runtime import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
 
 SERVER_NAME = "malloy-publisher-mcp-server"  # the Publisher's server name, so hosts treat us alike
@@ -575,6 +575,21 @@ def build_server(packages: list[ServedPackage]) -> Endpoint:
     return Endpoint(packages)
 
 
+def check_port_free(port: int) -> None:
+    """Refuse a busy or impossible port before anything says "serving" (exit 3, one line)."""
+    import socket
+
+    if not 0 < port < 65536:
+        raise UsageError(f"--http {port}: a port is 1 to 65535")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise UnmeasuredError(f"127.0.0.1:{port} cannot be served: {exc.strerror or exc} "
+                                  "(another server holds it? pick a free port)") from None
+
+
 def serve(packages: list[ServedPackage], http_port: int | None = None) -> None:
     """Serve until stopped: stdio by default, else stateless streamable HTTP at 127.0.0.1:PORT/mcp."""
     endpoint = build_server(packages)
@@ -589,5 +604,6 @@ def serve(packages: list[ServedPackage], http_port: int | None = None) -> None:
         endpoint.close()
 
 
-__all__ = ["Endpoint", "ServedPackage", "build_envelope", "build_server", "package_sha",
+__all__ = ["Endpoint", "ServedPackage", "build_envelope", "build_server", "check_port_free",
+           "package_sha",
            "parse_package_arg", "serve", "tool_error", "tool_success"]

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals import cli
 from malloy_evals.errors import EXIT_OK, UnmeasuredError
-from malloy_evals.mcp_server import parse_package_arg, serve
+from malloy_evals.mcp_server import check_port_free, parse_package_arg, serve
 from malloy_evals.runtime import runtime_missing_reason
 
 
@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     extra = [Path(a) for a in args.allow]
     packages = [parse_package_arg(v, extra, args.timeout) for v in args.package]
     if args.http is not None:
+        check_port_free(args.http)
         names = [f"{s.environment}/{s.name}" for s in packages]
         base = f"http://127.0.0.1:{args.http}"
         if args.json:
