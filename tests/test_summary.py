@@ -357,3 +357,16 @@ def test_repair_commands_reach_a_run_typed_relative_to_another_folder(tmp_path, 
     assert f"--judge hand:{tmp_path / 'replies.jsonl'} --local" in rescore
     monkeypatch.chdir(KIT)
     assert sm.from_kit_root("evals/bookshop") == "evals/bookshop"
+
+
+def test_repair_command_for_an_attempt_recorded_from_a_host_log_asks_for_a_host_log():
+    events = [attempt("q1", contaminated=True,
+                      transcript_path="artifacts/q1/_/host-log.json"),
+              score("q1", None, reason="contaminated"),
+              attempt("q2", truncated=True, transcript_path="artifacts/q2/_/transcript.jsonl"),
+              score("q2", None, reason="answerer_truncated")]
+    s = sm.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+                            judge_spec="replay", endpoint_flag="--local")
+    assert s.incomplete.commands[0].endswith(
+        "--qid q1 --host-log <new-host-log.json> --answer-file <new-answer.md>")
+    assert s.incomplete.commands[1].endswith("--qid q2 --transcript <new-transcript.jsonl>")

@@ -275,14 +275,18 @@ def _counted(n: int, what: str, labels: Sequence[str]) -> str:
 
 
 def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
-                    judge_spec: str | None, endpoint_flag: str | None) -> list[str]:
-    """The re-record command per attempt, then the one re-score command (SPEC 9)."""
+                    judge_spec: str | None, endpoint_flag: str | None,
+                    host_logged: frozenset[AttemptKey] = frozenset()) -> list[str]:
+    """The re-record command per attempt, then the one re-score command (SPEC 9). An attempt
+    recorded from a host tool-use log is re-recorded the same way (`host_logged`)."""
     py = ".venv/bin/python skills/eval-answer/scripts"
     cmds = []
     for qid, sample in attempts:
         sample_flag = "" if sample is None else f" --sample {sample}"
+        source = ("--host-log <new-host-log.json> --answer-file <new-answer.md>"
+                  if (qid, sample) in host_logged else "--transcript <new-transcript.jsonl>")
         cmds.append(f"{py}/record_attempt.py --run {run_dir} --set {set_dir} --qid {qid}"
-                    f"{sample_flag} --transcript <new-transcript.jsonl>")
+                    f"{sample_flag} {source}")
     qids = ",".join(sorted({q for q, _ in attempts}))
     # A host judge re-scores in two steps; the first (--emit) is the one to print.
     judge = (judge_spec or "<provider>") + (" --emit" if judge_spec == "host" else "")
@@ -332,11 +336,14 @@ def summarize_events(
     retrieval_rows: list[dict[str, Any]] = []
     excluded_vw = 0
 
+    host_logged: list[AttemptKey] = []
     for key in keys:
         g = groups[key]
         qid, sample = key
         label = attempt_label(qid, sample)
         att = g.attempt or {}
+        if str(att.get("transcript_path") or "").endswith("host-log.json"):
+            host_logged.append(key)
         score = g.score
         set_status = _set_status(eval_set, qid)
 
@@ -418,7 +425,8 @@ def summarize_events(
             truncated=[attempt_label(*k) for k in truncated],
             contaminated=[attempt_label(*k) for k in contaminated],
             qids=sorted({q for q, _ in bad}),
-            commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag),
+            commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
+                                     host_logged=frozenset(host_logged)),
         )
 
     rate = pass_rate(verdict_counts["match"], verdict_counts["match"] + verdict_counts["no_match"])
