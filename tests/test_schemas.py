@@ -280,3 +280,10 @@ def test_fast_checker_agrees_with_jsonschema_on_mutated_examples(data):
 @pytest.mark.parametrize("name", sorted(REQUIRED_SCHEMAS))
 def test_every_schema_has_a_fast_checker(name):
     assert schemas._fast(name) is not None
+
+
+def test_a_value_of_the_wrong_type_is_reported_once_with_the_narrowest_type():
+    # The golden's general shape allows object or array; a scalar golden allows only an object.
+    case = {"qid": "q1", "question": "How many?", "golden": {"kind": "scalar", "value": 5}}
+    assert [str(p) for p in schemas.validate("case", case)] == [
+        "golden.value: 5 is not of type 'object'"]

@@ -353,8 +353,19 @@ def validate(name: str, obj: Any) -> list[Problem]:
     name = _normalise(name)
     if is_valid(name, obj):
         return []
-    problems = _problems(_validator(name).iter_errors(obj))
-    return sorted(set(problems), key=lambda p: (p.field, p.message))
+    problems = sorted(set(_problems(_validator(name).iter_errors(obj))),
+                      key=lambda p: (p.field, len(p.message), p.message))
+    # A field that fails a type check in two branches (the general shape and a kind-specific
+    # one) is one mistake: report the narrowest type once.
+    typed: set[str] = set()
+    kept = []
+    for problem in problems:
+        if " is not of type " in problem.message:
+            if problem.field in typed:
+                continue
+            typed.add(problem.field)
+        kept.append(problem)
+    return sorted(kept, key=lambda p: (p.field, p.message))
 
 
 # Files people author (SPEC 2): an unknown field there is kept and warned about, never refused,
