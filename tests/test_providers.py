@@ -413,3 +413,24 @@ def test_anthropic_without_a_key_is_unmeasured_naming_the_variable_not_a_traceba
     provider = make_provider("anthropic:claude-haiku-4-5", role="judge", set_dir=None)
     with pytest.raises(UnmeasuredError, match="needs ANTHROPIC_API_KEY in the environment"):
         provider.complete(request())
+
+
+# ---------------------------------------------------------------- reading free-text replies
+
+def test_last_json_object_skips_malloy_braces_and_finds_a_wrapped_key():
+    from malloy_evals.providers import json_objects, last_json_object
+
+    text = ('I checked `run: orders -> { group_by: status }` first.\n'
+            '{"note": "draft", "inner": {"verdict": "no_match"}}\n'
+            'Final: {"verdict": "match", "why": "equal"} and a trailing {"x": 1}')
+    assert last_json_object(text, "verdict") == {"verdict": "match", "why": "equal"}
+    assert [o["verdict"] for o in json_objects(text, "verdict")] == ["no_match", "match"]
+    assert last_json_object(text) == {"x": 1}
+    assert last_json_object("no object here", "verdict") is None
+
+
+def test_json_objects_survive_a_reply_nested_without_end():
+    from malloy_evals.providers import json_objects
+
+    hostile = '{"a": ' * 5000 + '1' + '}' * 5000 + ' {"verdict": "no_match"}'
+    assert json_objects(hostile, "verdict")[-1] == {"verdict": "no_match"}

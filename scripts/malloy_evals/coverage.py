@@ -23,6 +23,7 @@ from typing import Any
 
 from . import codes
 from .errors import EXIT_OK, EXIT_UNMEASURED, KitError, UnmeasuredError, UsageError
+from .providers import last_json_object
 
 ROLE = "coverage"
 RULE_KINDS = ("guessable", "arbitrary")
@@ -125,33 +126,6 @@ class Reading:
     rule_kind: str | None = None
     quantities: list[dict] = field(default_factory=list)
     resolved_by: str | None = None
-
-
-def last_json_object(text: str, require_key: str | None = None) -> dict | None:
-    """The last JSON object in free text that has `require_key` (else the last object at all).
-
-    Decodes from every `{` with the JSON decoder rather than a greedy regex, so quoted Malloy
-    (`extend { ... }`) before the real object does not break it.
-    """
-    decoder = json.JSONDecoder()
-    found: list[dict] = []
-    i = text.find("{")
-    while i != -1:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-        except ValueError:
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(obj, dict):
-            found.append(obj)
-            i = text.find("{", end)
-        else:
-            i = text.find("{", i + 1)
-    if require_key is not None:
-        keyed = [o for o in found if require_key in o]
-        if keyed:
-            return keyed[-1]
-    return found[-1] if found else None
 
 
 def _strings(value: Any) -> list[str]:
@@ -745,7 +719,6 @@ __all__ = [
     "check_coverage",
     "compare_labels",
     "inventory",
-    "last_json_object",
     "majority",
     "measure",
     "prompt_version",

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from . import codes, vocab
-from .coverage import last_json_object
 from .errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError, UsageError
+from .providers import last_json_object
 
 ROLE = "diagnose"
 # What this script writes into an issue's `diagnosed_by`; a re-run voids live issues carrying it,

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import paths
 from .errors import InputError
-from .providers import LlmReply, LlmRequest, canonical_json, sha256_text
+from .providers import LlmReply, LlmRequest, canonical_json, json_objects, sha256_text
 
 SKILL = "eval-judge"
 DOCTRINE_START = "<!-- doctrine:start -->"
@@ -393,22 +393,8 @@ class JudgeReply:
 
 
 def _verdict_objects(text: str) -> list[dict]:
-    """Every top-level JSON object in `text` that has a `verdict` key, in order."""
-    decoder = json.JSONDecoder()
-    found: list[dict] = []
-    i = text.find("{")
-    while i >= 0:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-        except (ValueError, RecursionError):  # a hostile reply may nest without end
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(obj, dict) and "verdict" in obj:
-            found.append(obj)
-            i = text.find("{", end)
-        else:
-            i = text.find("{", i + 1)
-    return found
+    """Every JSON object in `text` that has a `verdict` key, in order."""
+    return json_objects(text, "verdict")
 
 
 def find_verdict_object(text: str, planted: list[dict] | tuple[dict, ...] = ()) -> dict | None:

@@ -233,6 +233,43 @@ def cost_usd(model: str | None, *, input_tokens: int | None, output_tokens: int 
     return round(total * discount, 8)
 
 
+# --------------------------------------------------------------------------- reading replies
+
+def json_objects(text: str, key: str | None = None) -> list[dict]:
+    """The JSON objects in a model's free text, in order; with `key`, only those carrying it.
+
+    Decodes from every `{` with the JSON decoder rather than a greedy regex, so Malloy braces
+    quoted earlier (`extend { ... }`) are skipped, and an object without `key` is looked into
+    (a verdict wrapped in another object is still found). A hostile reply nesting without end
+    is skipped, not raised.
+    """
+    decoder = json.JSONDecoder()
+    found: list[dict] = []
+    i = text.find("{")
+    while i >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except (ValueError, RecursionError):
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict) and (key is None or key in obj):
+            found.append(obj)
+            i = text.find("{", end)
+        else:
+            i = text.find("{", i + 1)
+    return found
+
+
+def last_json_object(text: str, key: str | None = None) -> dict | None:
+    """The last JSON object in free text that carries `key` (else the last object at all)."""
+    if key is not None:
+        keyed = json_objects(text, key)
+        if keyed:
+            return keyed[-1]
+    found = json_objects(text)
+    return found[-1] if found else None
+
+
 # --------------------------------------------------------------------------- re-record hints
 
 def rerecord_command(role: str, key: str, set_dir: Path | None) -> str:
