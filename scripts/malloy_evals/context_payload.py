@@ -84,15 +84,21 @@ def call_scopes(arguments: dict[str, Any]) -> list[Any] | None:
 # ---------------------------------------------------------------- the response side
 
 def parse_json_text(text: str) -> Any | None:
-    """The first JSON object in a text block, skipping a host prefix such as
-    `[Resource from publisher at <uri>]`; None when there is none."""
-    start = text.find("{")
-    while start != -1:
+    """The JSON (object or array) held in a text block, also when a host put a label such as
+    `[Resource from publisher at <uri>]` first; None when there is none."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    decoder = json.JSONDecoder()
+    # Try each opening bracket in turn: the label itself may start with one.
+    for m in re.finditer(r"[{\[]", text):
         try:
-            value, _ = json.JSONDecoder().raw_decode(text, start)
-            return value
+            value, _end = decoder.raw_decode(text, m.start())
         except ValueError:
-            start = text.find("{", start + 1)
+            continue
+        if isinstance(value, (dict, list)):
+            return value
     return None
 
 

@@ -27,7 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Self
 
-from .context_payload import entity_id, ranked_summary
+from .context_payload import entity_id, parse_json_text, ranked_summary
 from .errors import KitError, UnmeasuredError
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -86,24 +86,6 @@ class ToolResult:
     uri: str | None = None
 
 
-def _json_from_text(text: str) -> Any:
-    """JSON held in a text block, also when a host put a label such as `[Resource from ...]` first."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    decoder = json.JSONDecoder()
-    # Try each opening bracket in turn: the label itself may start with one.
-    for m in re.finditer(r"[{\[]", text):
-        try:
-            value, _end = decoder.raw_decode(text, m.start())
-        except ValueError:
-            continue
-        if isinstance(value, (dict, list)):
-            return value
-    return None
-
-
 def read_tool_result(result: Any) -> ToolResult:
     """Payload from `content[0].resource.text`, falling back to the first JSON text block."""
     content = list(getattr(result, "content", None) or [])
@@ -117,7 +99,7 @@ def read_tool_result(result: Any) -> ToolResult:
             continue
         texts.append(text)
         if payload is None:
-            payload = _json_from_text(text)
+            payload = parse_json_text(text)
             if payload is not None and resource is not None:
                 uri = str(getattr(resource, "uri", "") or "") or None
     if payload is None:
@@ -132,7 +114,7 @@ def tool_error_from(result: ToolResult, tool: str | None = None) -> McpToolError
     payload = result.payload if isinstance(result.payload, dict) else {}
     message = payload.get("error") or payload.get("message")
     if not message:
-        message = next((t for t in result.texts if _json_from_text(t) is None), None) or (
+        message = next((t for t in result.texts if parse_json_text(t) is None), None) or (
             result.texts[0] if result.texts else "tool reported an error with no message")
     suggestions = payload.get("suggestions") or []
     return McpToolError(str(message), [str(s) for s in suggestions], payload, tool)
