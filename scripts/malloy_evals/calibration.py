@@ -16,6 +16,7 @@ from typing import Any
 
 from . import judge as J
 from .errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
+from .jsonl import read_objects
 from .providers import DryRun, provider_stats
 from .scoring import evaluate, golden_gate
 
@@ -56,26 +57,6 @@ def _answer(value: Any) -> dict:
         return {"answer_text": value.get("answer_text") or "",
                 "final_query": value.get("final_query"), "rows": value.get("rows")}
     return {"answer_text": "", "final_query": None, "rows": None}
-
-
-def read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    """(line, object) for each non-blank line; InputError naming file and line otherwise."""
-    out: list[tuple[int, dict]] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(path, None, f"cannot be read: {exc}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise InputError(path, n, f"not valid JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise InputError(path, n, "must be a JSON object")
-        out.append((n, obj))
-    return out
 
 
 def integrity_problems(entry: dict, case: Any) -> list[str]:
@@ -252,7 +233,7 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
         raise InputError(path, None, "no judge-calibration.jsonl in the set")
     entries: list[CalibrationEntry] = []
     dry = False
-    for line, entry in read_jsonl(path):
+    for line, entry in read_objects(path):
         qid = entry.get("qid")
         if only and qid not in only:
             continue
@@ -408,7 +389,7 @@ def check_regressions(eval_set: Any, provider: Any, *, repeat: int = 1, judge_re
     if not path.is_file():
         return RegressionReport(str(eval_set.dir), spec, repeat, [], *pins, fixtures_file=False)
     rows: list[FixtureResult] = []
-    for line, fx in read_jsonl(path):
+    for line, fx in read_objects(path):
         fid = str(fx.get("fixtureId") or f"line{line}")
         qid = str(fx.get("qid"))
         if only and qid not in only and fid not in only:

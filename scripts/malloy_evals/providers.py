@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from . import paths
 from .errors import InputError, KitError, UnmeasuredError, UsageError
+from .jsonl import read_objects
 
 ROLES = ("judge", "coverage", "diagnose")
 HAND_AUTHORED = "hand-authored"
@@ -736,18 +737,8 @@ class HandProvider:
         self.replies: dict[str, list[Any]] = {}
         self._calls: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
-        try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise InputError(path, None, f"cannot read replies: {exc}") from None
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except ValueError as exc:
-                raise InputError(path, n, f"not JSON: {exc}") from None
-            if not isinstance(item, dict) or not isinstance(item.get("key"), str) \
+        for n, item in read_objects(path):
+            if not isinstance(item.get("key"), str) \
                     or not isinstance(item.get("replies"), list) or not item["replies"]:
                 raise InputError(path, n, "each line is {\"key\": str, \"replies\": [reply, ...]}")
             self.replies[item["key"]] = item["replies"]
