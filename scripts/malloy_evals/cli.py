@@ -135,10 +135,21 @@ def count(value: str) -> int:
     return number
 
 
+def add_attempt_arguments(p: argparse.ArgumentParser) -> None:
+    """--run, --set (as `set_dir`), --qid and --sample: how every attempt-scoped script names its
+    attempt, with the same meaning and checks everywhere."""
+    p.add_argument("--run", required=True, type=Path, help="the run folder (holds run.json)")
+    p.add_argument("--set", required=True, type=Path, dest="set_dir", metavar="SET",
+                   help="the set folder (holds set.json and cases.jsonl)")
+    p.add_argument("--qid", required=True, help="the case the attempt answers")
+    p.add_argument("--sample", type=count, default=None,
+                   help="the attempt's sample number (omit for a case answered once)")
+
+
 def split_qids(value: str) -> list[str]:
     """argparse type for `--only q1,q2`."""
     return [q.strip() for q in value.split(",") if q.strip()]
 
 
-__all__ = ["EXIT_UNMEASURED", "EXIT_USAGE", "add_json_flag", "count", "dumps", "emit", "existing_dir",
+__all__ = ["EXIT_UNMEASURED", "EXIT_USAGE", "add_attempt_arguments", "add_json_flag", "count", "dumps", "emit", "existing_dir",
            "parser", "progress", "run", "split_qids", "to_jsonable"]

@@ -26,10 +26,7 @@ from malloy_evals.transcripts import record_attempt, render_text
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=Path, help="the run folder (made by new_run.py)")
-    p.add_argument("--set", required=True, type=Path, dest="set_dir", help="the set folder")
-    p.add_argument("--qid", required=True, help="the case this attempt answers")
-    p.add_argument("--sample", type=cli.count, default=None, help="sample number (omit for a case answered once)")
+    cli.add_attempt_arguments(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--transcript", type=Path, help="Claude Code transcript: stream-json or saved session .jsonl")
     source.add_argument("--host-log", type=Path, help="host tool-use log {toolUses, reportedCalls, cwd}")

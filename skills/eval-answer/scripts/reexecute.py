@@ -20,10 +20,7 @@ from malloy_evals.reexecute import reexecute, render_text
 
 def main(argv=None) -> int:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, help="the run folder (holds run.json)")
-    p.add_argument("--set", required=True, dest="set_dir", help="the set folder (holds set.json)")
-    p.add_argument("--qid", required=True, help="the case id of the attempt")
-    p.add_argument("--sample", type=int, default=None, help="the attempt's sample number (default: none)")
+    cli.add_attempt_arguments(p)
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--mcp-url", help="a Publisher (or compatible) MCP endpoint, e.g. http://127.0.0.1:4040/mcp")
     where.add_argument("--local", action="store_true",

@@ -26,10 +26,7 @@ from malloy_evals.scoring import render_score, score_attempt_at
 
 def main(argv=None) -> int:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, help="the run folder")
-    p.add_argument("--set", required=True, help="the set folder")
-    p.add_argument("--qid", required=True)
-    p.add_argument("--sample", type=int, default=None)
+    cli.add_attempt_arguments(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--mcp-url", help="re-execute through this MCP endpoint")
     where.add_argument("--local", action="store_true",
@@ -40,9 +37,9 @@ def main(argv=None) -> int:
     cli.add_json_flag(p)
     args = p.parse_args(argv)
     run_dir = Path(args.run)
-    provider = provider_from_args(args, "judge", role="judge", set_dir=Path(args.set),
+    provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)
-    result = score_attempt_at(run_dir, args.set, args.qid, args.sample, provider=provider,
+    result = score_attempt_at(run_dir, args.set_dir, args.qid, args.sample, provider=provider,
                               mcp_url=args.mcp_url, local=args.local,
                               judge_retries=args.judge_retries)
     doc = result.to_json()

@@ -25,19 +25,16 @@ from malloy_evals.scoring import render_score, score_attempt_at
 
 def main(argv=None) -> int:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, help="the run folder")
-    p.add_argument("--set", required=True, help="the set folder")
-    p.add_argument("--qid", required=True)
-    p.add_argument("--sample", type=int, default=None)
+    cli.add_attempt_arguments(p)
     p.add_argument("--judge-retries", type=int, default=1,
                    help="re-asks after an unusable reply before null judge_unparseable (default 1)")
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
     run_dir = Path(args.run)
-    provider = provider_from_args(args, "judge", role="judge", set_dir=Path(args.set),
+    provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)
-    result = score_attempt_at(run_dir, args.set, args.qid, args.sample, provider=provider,
+    result = score_attempt_at(run_dir, args.set_dir, args.qid, args.sample, provider=provider,
                               judge_retries=args.judge_retries, append=False)
     doc = result.event if result.event is not None else result.to_json() | {
         "status": result.status, "message": result.message}
