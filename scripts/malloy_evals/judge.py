@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from . import cli, paths
 from .errors import InputError
 from .providers import LlmReply, LlmRequest, canonical_json, json_objects, sha256_text
 
@@ -89,6 +89,12 @@ class Doctrine:
     def sha(self) -> str:
         """rubric_sha: sha256 of the doctrine text sent to the judge."""
         return sha256_text(self.text)
+
+
+def add_judge_retries(p: Any) -> None:
+    """--judge-retries, the same flag in every script that calls the judge (SPEC 7.3)."""
+    p.add_argument("--judge-retries", type=cli.count, default=1, metavar="N",
+                   help="re-asks after an unusable reply before null judge_unparseable (default 1)")
 
 
 def load_doctrine(skill_md: Path | None = None) -> Doctrine:

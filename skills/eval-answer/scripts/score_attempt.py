@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals import cli
+from malloy_evals.judge import add_judge_retries
 from malloy_evals.providers import add_provider_arguments, provider_from_args
 from malloy_evals.scoring import render_score, score_attempt_at
 
@@ -31,8 +32,7 @@ def main(argv=None) -> int:
     where.add_argument("--mcp-url", help="re-execute through this MCP endpoint")
     where.add_argument("--local", action="store_true",
                        help="re-execute through the kit's endpoint over the set's model/")
-    p.add_argument("--judge-retries", type=int, default=1,
-                   help="re-asks after an unusable reply before null judge_unparseable (default 1)")
+    add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
     args = p.parse_args(argv)

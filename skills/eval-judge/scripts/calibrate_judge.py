@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals import cli
 from malloy_evals.calibration import calibrate, render_calibration
+from malloy_evals.judge import add_judge_retries
 from malloy_evals.providers import add_provider_arguments, provider_from_args
 from malloy_evals.sets import load_set
 
@@ -31,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=3,
                    help="judgements per non-empty answer; all must agree (default 3)")
     p.add_argument("--only", type=cli.split_qids, default=None, help="q1,q2: these entries only")
-    p.add_argument("--judge-retries", type=int, default=1)
+    add_judge_retries(p)
     add_provider_arguments(p, "--judge", host=False)
     cli.add_json_flag(p)
     args = p.parse_args(argv)

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals import cli
 from malloy_evals.calibration import check_regressions, render_regressions
+from malloy_evals.judge import add_judge_retries
 from malloy_evals.providers import add_provider_arguments, provider_from_args
 from malloy_evals.sets import load_set
 
@@ -32,7 +33,7 @@ def main(argv=None) -> int:
                    help="a fixtures file (default <set>/judge-regressions.jsonl)")
     p.add_argument("--only", type=cli.split_qids, default=None,
                    help="qids or fixture ids, comma-separated")
-    p.add_argument("--judge-retries", type=int, default=1)
+    add_judge_retries(p)
     add_provider_arguments(p, "--judge", host=False)
     cli.add_json_flag(p)
     args = p.parse_args(argv)

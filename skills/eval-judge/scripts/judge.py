@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals import cli
+from malloy_evals.judge import add_judge_retries
 from malloy_evals.providers import add_provider_arguments, provider_from_args
 from malloy_evals.scoring import render_score, score_attempt_at
 
@@ -26,8 +27,7 @@ from malloy_evals.scoring import render_score, score_attempt_at
 def main(argv=None) -> int:
     p = cli.parser(__doc__)
     cli.add_attempt_arguments(p)
-    p.add_argument("--judge-retries", type=int, default=1,
-                   help="re-asks after an unusable reply before null judge_unparseable (default 1)")
+    add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
