@@ -1,7 +1,7 @@
 # One command sets everything up on a fresh machine, then does its job. Both targets are idempotent.
 VENV    := .venv
 PY      := $(VENV)/bin/python
-RUNTIME := scripts/malloy_evals/runtime
+RUNTIME := scripts/malloy_evals/endpoint/node_runner
 PYTHON  ?= python3
 
 .PHONY: test demo setup python-env node-runtime

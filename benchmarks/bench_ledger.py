@@ -33,7 +33,7 @@ from pathlib import Path
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
 
-from malloy_evals.ledger import Run
+from malloy_evals.ledger.run import Run
 
 BYTES_PER_EVENT_GUESS = 1000
 CALLS_PER_ATTEMPT = 20

@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from malloy_evals.mcp_client import connect
-from malloy_evals.runtime import RUNNER_SCRIPT, MalloyRuntime, default_allow
+from malloy_evals.endpoint.mcp_client import connect
+from malloy_evals.endpoint.runner import RUNNER_SCRIPT, MalloyRuntime, default_allow
 
 SERVE = ROOT / "skills" / "eval-answer" / "scripts" / "serve_local.py"
 BOOKSHOP = ROOT / "evals" / "bookshop" / "model"

@@ -29,7 +29,7 @@ from pathlib import Path
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
 
-from malloy_evals.ledger import Run
+from malloy_evals.ledger.run import Run
 
 SCRIPT = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "score_retrieval.py"
 SAMPLES_PER_CASE = 10

@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the library, runnable by path
 
-from malloy_evals import cli
-from malloy_evals.calibration import author_judge_recordings, render_author
-from malloy_evals.sets import load_set
+from malloy_evals.answer.authoring import author_judge_recordings, render_author
+from malloy_evals.core import cli
+from malloy_evals.sets.eval_set import load_set
 
 
 def main(argv=None) -> int:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.skill_index import IndexResult, build_index
+from malloy_evals.core import cli
+from malloy_evals.core.skill_index import IndexResult, build_index
 
 
 def render(result: IndexResult) -> str:

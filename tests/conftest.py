@@ -12,7 +12,7 @@ import pytest
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
 
-RUNTIME_NODE_MODULES = KIT_ROOT / "scripts" / "malloy_evals" / "runtime" / "node_modules"
+RUNTIME_NODE_MODULES = KIT_ROOT / "scripts" / "malloy_evals" / "endpoint" / "node_runner" / "node_modules"
 
 
 def node_runtime_missing_reason() -> str | None:

@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.ledger import Run
-from malloy_evals.providers import LlmReply, LlmRequest
-from malloy_evals.sets import load_set
+from malloy_evals.judge.providers.base import LlmReply, LlmRequest
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import load_set
 
 MODEL_TEXT = """\
 #(doc) One row per order line.

@@ -9,10 +9,12 @@ import sys
 
 import pytest
 from judge_support import make_set, verdict
-from malloy_evals import calibration as C
-from malloy_evals import judge as J
-from malloy_evals.providers import LlmReply, RecordingMissing
-from malloy_evals.sets import load_set
+from malloy_evals.answer import authoring as C_authoring
+from malloy_evals.core import paths
+from malloy_evals.judge import calibration as C_calibration
+from malloy_evals.judge import doctrine as J_doctrine
+from malloy_evals.judge.providers.base import LlmReply, RecordingMissing
+from malloy_evals.sets.eval_set import load_set
 
 ENTRY = {
     "qid": "q_rev",
@@ -61,15 +63,15 @@ def statuses(report):
 
 def test_a_judge_that_fails_every_wrong_answer_passes_calibration(tmp_path):
     provider = ByAnswer()
-    report = C.calibrate(calib_set(tmp_path), provider, samples=3)
-    assert report.exit_code == 0, C.render_calibration(report)
+    report = C_calibration.calibrate(calib_set(tmp_path), provider, samples=3)
+    assert report.exit_code == 0, C_calibration.render_calibration(report)
     assert set(statuses(report).values()) == {"ok"}
     assert len(provider.keys) == 7 * 3                       # empty never reaches the judge
     assert "calib.q_rev.empty" not in provider.keys
 
 
 def test_empty_ends_null_not_submitted(tmp_path):
-    report = C.calibrate(calib_set(tmp_path), ByAnswer(), samples=1)
+    report = C_calibration.calibrate(calib_set(tmp_path), ByAnswer(), samples=1)
     empty = next(a for a in report.entries[0].answers if a.answer == "empty")
     assert (empty.got, empty.reasons, empty.provider_calls) == ([None], ["not_submitted"], 0)
 
@@ -77,7 +79,7 @@ def test_empty_ends_null_not_submitted(tmp_path):
 def test_a_judge_that_passes_the_vague_answer_is_a_mismatch(tmp_path):
     lenient = ByAnswer(lambda answer, k: "match" if answer in ("known_right", "vague")
                        else "no_match")
-    report = C.calibrate(calib_set(tmp_path), lenient, samples=1)
+    report = C_calibration.calibrate(calib_set(tmp_path), lenient, samples=1)
     assert statuses(report)["vague"] == "MISMATCH" and report.exit_code == 1
 
 
@@ -86,20 +88,20 @@ def test_a_judge_that_obeys_the_injection_is_a_mismatch(tmp_path):
                         else "no_match")
     # known_wrong as prose only, so no mechanical veto hides the judge's obedience
     entry = {**ENTRY, "known_wrong": "Total revenue is $1,500.00 at list price."}
-    report = C.calibrate(calib_set(tmp_path, [entry]), obedient, samples=1)
+    report = C_calibration.calibrate(calib_set(tmp_path, [entry]), obedient, samples=1)
     assert statuses(report)["injection"] == "MISMATCH"
 
 
 def test_samples_must_agree_unanimously(tmp_path):
     wobbly = ByAnswer(lambda answer, k: "match" if answer == "known_right" or
                       (answer == "echo" and k == 2) else "no_match")
-    report = C.calibrate(calib_set(tmp_path), wobbly, samples=3)
+    report = C_calibration.calibrate(calib_set(tmp_path), wobbly, samples=3)
     assert statuses(report)["echo"] == "MISMATCH" and report.exit_code == 1
 
 
 def test_known_wrong_using_a_vetoed_field_ends_no_match_even_if_the_judge_says_match(tmp_path):
     fooled = ByAnswer(lambda answer, k: "match")
-    report = C.calibrate(calib_set(tmp_path), fooled, samples=1)
+    report = C_calibration.calibrate(calib_set(tmp_path), fooled, samples=1)
     s = statuses(report)
     # list_value is a mustNotUse entry: the veto holds for every answer built on known_wrong
     assert (s["known_wrong"], s["injection"], s["stuffed"]) == ("ok", "ok", "ok")
@@ -109,8 +111,8 @@ def test_known_wrong_using_a_vetoed_field_ends_no_match_even_if_the_judge_says_m
 def test_canned_answers_are_built_as_the_spec_says(tmp_path):
     es = calib_set(tmp_path)
     case = es.case("q_rev")
-    canned = C.canned_answers(ENTRY, case, '{"revenue": 1234.5}')
-    assert list(canned) == list(C.CANNED)
+    canned = C_calibration.canned_answers(ENTRY, case, '{"revenue": 1234.5}')
+    assert list(canned) == list(C_calibration.CANNED)
     assert canned["echo"]["answer_text"] == "Sure. You asked: What is total revenue?"
     assert canned["injection"]["answer_text"].startswith(ENTRY["known_wrong"]["answer_text"])
     assert "output exactly" in canned["injection"]["answer_text"]
@@ -131,7 +133,7 @@ def test_canned_answers_are_built_as_the_spec_says(tmp_path):
 def test_integrity_failures_are_found_offline_without_calling_the_judge(tmp_path, change,
                                                                         problem):
     provider = ByAnswer()
-    report = C.calibrate(calib_set(tmp_path, [{**ENTRY, **change}]), provider)
+    report = C_calibration.calibrate(calib_set(tmp_path, [{**ENTRY, **change}]), provider)
     assert report.exit_code == 1
     assert any(problem in p for p in report.entries[0].integrity)
     assert provider.keys == []
@@ -139,7 +141,7 @@ def test_integrity_failures_are_found_offline_without_calling_the_judge(tmp_path
 
 def test_mustnotuse_commit_found_in_the_entries_passes_integrity(tmp_path):
     es = calib_set(tmp_path)
-    assert C.integrity_problems({**ENTRY, "commits": "mustNotUse: list_value"},
+    assert C_calibration.integrity_problems({**ENTRY, "commits": "mustNotUse: list_value"},
                                 es.case("q_rev")) == []
 
 
@@ -151,7 +153,7 @@ def test_missing_recordings_fail_closed_with_exit_3(tmp_path):
 
         def complete(self, request):
             raise RecordingMissing(f"no recording for {request.key}")
-    report = C.calibrate(es, Empty(), samples=1)
+    report = C_calibration.calibrate(es, Empty(), samples=1)
     assert report.exit_code == 3 and report.errors == 7
 
 
@@ -194,7 +196,7 @@ def test_regressions_report_ok_fail_flaky_stale_unpinned_and_unresolved(tmp_path
     provider = Scripted({"regress.f_ok": ["match"] * 2, "regress.f_fail": ["no_match"] * 2,
                          "regress.f_flaky": ["match", "no_match"],
                          "regress.f_unpinned": ["match"] * 2})
-    report = C.check_regressions(es, provider, repeat=2)
+    report = C_calibration.check_regressions(es, provider, repeat=2)
     got = {r.fixture_id: r.status for r in report.rows}
     assert got == {"f_ok": "ok", "f_fail": "FAIL", "f_flaky": "FLAKY", "f_stale": "stale",
                    "f_unpinned": "unpinned", "f_ghost": "unresolved"}
@@ -204,19 +206,19 @@ def test_regressions_report_ok_fail_flaky_stale_unpinned_and_unresolved(tmp_path
 
 def test_all_fixtures_stale_is_exit_3_not_green(tmp_path):
     es = regress_set(tmp_path, [fixture("f1", rev=1)])
-    report = C.check_regressions(es, Scripted({}))
+    report = C_calibration.check_regressions(es, Scripted({}))
     assert (report.judged, report.exit_code) == (0, 3)
 
 
 def test_agreeing_fixtures_exit_0_and_name_the_missing_decision_classes(tmp_path):
     es = regress_set(tmp_path, [fixture("f1")])
-    report = C.check_regressions(es, Scripted({"regress.f1": ["match"]}))
+    report = C_calibration.check_regressions(es, Scripted({"regress.f1": ["match"]}))
     assert report.exit_code == 0
     assert "refusal_correct" in report.classes_missing
 
 
 def test_no_fixture_file_is_exit_0(tmp_path):
-    report = C.check_regressions(load_set(make_set(tmp_path)), Scripted({}))
+    report = C_calibration.check_regressions(load_set(make_set(tmp_path)), Scripted({}))
     assert report.exit_code == 0 and report.rows == []
 
 
@@ -228,16 +230,16 @@ def test_a_fixture_settled_as_needs_human_agrees_with_a_low_confidence_read(tmp_
             obj = verdict("match", 4)
             return LlmReply(text=json.dumps(obj), data=obj, source="s",
                             request_digest=request.digest(model="s"))
-    assert C.check_regressions(es, Unsure({})).rows[0].status == "ok"
+    assert C_calibration.check_regressions(es, Unsure({})).rows[0].status == "ok"
 
 
 # ---------------------------------------------------------------- the sample set, offline
 
-BOOKSHOP = J.paths.EVALS_DIR / "bookshop"
+BOOKSHOP = paths.EVALS_DIR / "bookshop"
 
 
 def run_script(name, *args):
-    return subprocess.run([sys.executable, str(J.paths.skill_script(name)), *args, "--json"],
+    return subprocess.run([sys.executable, str(paths.skill_script(name)), *args, "--json"],
                           check=False, capture_output=True, text=True, timeout=300)
 
 
@@ -258,7 +260,7 @@ def test_bookshop_regressions_pass_in_replay():
 def test_reports_pin_judge_version_as_the_scores_do(script):
     # Regression: the reports said "2" where every score event pins 2.
     out = run_script(script, "--set", str(BOOKSHOP), "--judge", "replay")
-    assert json.loads(out.stdout)["judge_version"] == J.current_pins()["judge_version"]
+    assert json.loads(out.stdout)["judge_version"] == J_doctrine.current_pins()["judge_version"]
     assert isinstance(json.loads(out.stdout)["judge_version"], int)
 
 
@@ -275,21 +277,21 @@ def test_a_broken_bookshop_recording_fails_closed_naming_the_fix(tmp_path):
 
 
 def test_author_tool_writes_recordings_that_replay_passes(tmp_path):
-    from malloy_evals.providers import make_provider
+    from malloy_evals.judge.providers.select import make_provider
 
     es = calib_set(tmp_path)
     replies = tmp_path / "replies.jsonl"
     lines = [{"key": f"calib.q_rev.{name}",
               "replies": [verdict("match" if name == "known_right" else "no_match", 9,
                                   "compared the revenue figure")]}
-             for name in C.CANNED if name != "empty"]
+             for name in C_calibration.CANNED if name != "empty"]
     replies.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = tmp_path / "rec"
-    report = C.author_judge_recordings(es, replies, out_dir=out, samples=2)
+    report = C_authoring.author_judge_recordings(es, replies, out_dir=out, samples=2)
     assert report.exit_code == 0 and len(report.written) == 7
     rec = json.loads((out / "calib.q_rev.echo.json").read_text())
     assert rec["source"] == "hand-authored" and len(rec["samples"]) == 2
-    replayed = C.calibrate(es, make_provider(f"replay:{out}", role="judge", set_dir=None),
+    replayed = C_calibration.calibrate(es, make_provider(f"replay:{out}", role="judge", set_dir=None),
                            samples=2)
     assert replayed.exit_code == 0
 
@@ -299,7 +301,7 @@ def test_author_tool_reports_a_reply_that_ends_wrong(tmp_path):
     replies = tmp_path / "replies.jsonl"
     replies.write_text(json.dumps({"key": "calib.q_rev.known_right",
                                    "replies": [verdict("no_match", 9, "wrong on purpose")]}) + "\n")
-    report = C.author_judge_recordings(es, replies, out_dir=tmp_path / "rec", samples=1)
+    report = C_authoring.author_judge_recordings(es, replies, out_dir=tmp_path / "rec", samples=1)
     assert report.exit_code == 1     # and every other canned answer had no authored reply
 
 
@@ -324,7 +326,7 @@ class DoubtsTheKeyOn(ByAnswer):
 def test_a_wrong_answer_that_talks_the_judge_into_doubting_the_key_is_a_mismatch(tmp_path):
     # Review finding: SPEC 9 takes a judge's verified_wrong out of every aggregate, so a no_match
     # that comes with it escapes; calibration must catch a judge that lets an answer do that.
-    report = C.calibrate(calib_set(tmp_path), DoubtsTheKeyOn("stuffed"), samples=1)
+    report = C_calibration.calibrate(calib_set(tmp_path), DoubtsTheKeyOn("stuffed"), samples=1)
     st = statuses(report)
     assert st["stuffed"] == "MISMATCH" and report.exit_code == 1
     assert st["known_wrong"] == "ok"

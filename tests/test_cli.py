@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from malloy_evals import cli
-from malloy_evals.errors import InputError, UsageError
+from malloy_evals.core import cli
+from malloy_evals.core.errors import InputError, UsageError
 
 KIT = Path(__file__).resolve().parents[1]
 CONSOLE = Path(sys.executable).parent / "malloy-evals"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import runpy
 
 import pytest
-from malloy_evals import cli, codes, paths, vocab
-from malloy_evals.errors import InputError, UnmeasuredError
+from malloy_evals.core import cli, codes, paths, vocab
+from malloy_evals.core.errors import InputError, UnmeasuredError
 
 CHECK_COVERAGE = paths.KIT_ROOT / "skills" / "eval-answer" / "scripts" / "check_coverage.py"
 

@@ -11,17 +11,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from malloy_evals.contamination import (
-    DEFAULT_NEEDLES,
-    check_contamination,
-    is_under,
-    make_needle,
-    split_shell,
-    to_ref,
-    tool_kind,
-)
-from malloy_evals.errors import UsageError
-from malloy_evals.toollog import ToolUse
+from malloy_evals.checks.contamination.refs import is_under, make_needle, to_ref
+from malloy_evals.checks.contamination.rules import DEFAULT_NEEDLES, check_contamination
+from malloy_evals.checks.contamination.shell import split_shell
+from malloy_evals.checks.contamination.tools import tool_kind
+from malloy_evals.checks.toollog import ToolUse
+from malloy_evals.core.errors import UsageError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "skills" / "eval-answer" / "scripts" / "check_contamination.py"
 

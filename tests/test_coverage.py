@@ -7,10 +7,13 @@ import runpy
 from pathlib import Path
 
 import pytest
-from malloy_evals import cli, coverage, paths, schemas
-from malloy_evals.coverage import CaseCoverage, CoverageCase, ModelView, Reading
-from malloy_evals.errors import KitError
-from malloy_evals.providers import LlmReply, RecordingMissing
+from malloy_evals.answer.coverage import reader as coverage_reader
+from malloy_evals.answer.coverage import surface as coverage_surface
+from malloy_evals.answer.coverage.reader import CaseCoverage, CoverageCase, Reading
+from malloy_evals.answer.coverage.surface import ModelView
+from malloy_evals.core import cli, paths, schemas
+from malloy_evals.core.errors import KitError
+from malloy_evals.judge.providers.base import LlmReply, RecordingMissing
 
 CHECK_COVERAGE = paths.KIT_ROOT / "skills" / "eval-answer" / "scripts" / "check_coverage.py"
 BOOKSHOP = paths.KIT_ROOT / "evals" / "bookshop"
@@ -52,18 +55,18 @@ def q(name, *candidates, ruled_out=None):
 # ---------------------------------------------------------------- reply rules
 
 def test_modelled_without_entity_is_undecided():
-    r = coverage.read_reply(reply("MODELLED", entities=[]))
+    r = coverage_reader.read_reply(reply("MODELLED", entities=[]))
     assert r.verdict is None and "without naming an entity" in r.why
 
 
 def test_modelled_with_entity_is_taken():
-    r = coverage.read_reply(reply("MODELLED", ["measure:orders:revenue"],
+    r = coverage_reader.read_reply(reply("MODELLED", ["measure:orders:revenue"],
                                   [q("revenue", "measure:orders:revenue")]))
     assert r.verdict == "MODELLED" and r.entities == ["measure:orders:revenue"]
 
 
 def test_modelled_with_two_candidates_and_nothing_resolving_is_ambiguous():
-    r = coverage.read_reply(reply("MODELLED", ["dimension:customers:region"],
+    r = coverage_reader.read_reply(reply("MODELLED", ["dimension:customers:region"],
                                   [q("region", "dimension:customers:region",
                                      "dimension:orders:ship_region")]))
     assert r.verdict == "AMBIGUOUS" and "several candidates for region" in r.why
@@ -76,35 +79,35 @@ def test_modelled_with_two_candidates_and_nothing_resolving_is_ambiguous():
 def test_modelled_with_two_candidates_and_a_resolution_stays_modelled(kwargs):
     quantity = q("region", "dimension:customers:region", "dimension:orders:ship_region",
                  ruled_out=kwargs.get("ruled_out"))
-    r = coverage.read_reply(reply("MODELLED", ["dimension:customers:region"], [quantity],
+    r = coverage_reader.read_reply(reply("MODELLED", ["dimension:customers:region"], [quantity],
                                   resolved_by=kwargs.get("resolved_by")))
     assert r.verdict == "MODELLED"
 
 
 def test_missing_is_never_upgraded_or_downgraded():
-    r = coverage.read_reply(reply("MISSING", quantities=[q("margin", "a", "b")]))
+    r = coverage_reader.read_reply(reply("MISSING", quantities=[q("margin", "a", "b")]))
     assert r.verdict == "MISSING"
 
 
 def test_invented_verdict_is_undecided_naming_it():
-    r = coverage.read_reply(reply("PARTIAL", ["measure:orders:revenue"]))
+    r = coverage_reader.read_reply(reply("PARTIAL", ["measure:orders:revenue"]))
     assert r.verdict is None and "PARTIAL" in r.why
 
 
 def test_rule_kind_kept_only_for_rule_unwritten():
-    assert coverage.read_reply(reply("RULE_UNWRITTEN", rule_kind="arbitrary")).rule_kind == "arbitrary"
-    assert coverage.read_reply(reply("RULE_UNWRITTEN", rule_kind="maybe")).rule_kind is None
-    assert coverage.read_reply(reply("MISSING", rule_kind="arbitrary")).rule_kind is None
+    assert coverage_reader.read_reply(reply("RULE_UNWRITTEN", rule_kind="arbitrary")).rule_kind == "arbitrary"
+    assert coverage_reader.read_reply(reply("RULE_UNWRITTEN", rule_kind="maybe")).rule_kind is None
+    assert coverage_reader.read_reply(reply("MISSING", rule_kind="arbitrary")).rule_kind is None
 
 
 def test_text_reply_with_quoted_malloy_before_the_json_is_read():
     text = ("The model has `extend { measure: x is count() }` in it.\n"
             '{"note": "draft"}\n' + json.dumps(reply("UNDERSPECIFIED")) + "\nDone.")
-    assert coverage.read_reply(None, text).verdict == "UNDERSPECIFIED"
+    assert coverage_reader.read_reply(None, text).verdict == "UNDERSPECIFIED"
 
 
 def test_reply_without_json_is_undecided():
-    assert coverage.read_reply(None, "I think it is modelled.").verdict is None
+    assert coverage_reader.read_reply(None, "I think it is modelled.").verdict is None
 
 
 # ---------------------------------------------------------------- majority
@@ -124,18 +127,18 @@ def R(verdict):
     pytest.param([None, None], None, id="all-undecided"),
 ])
 def test_majority(samples, expected):
-    row = coverage.majority("q1", [R(s) for s in samples])
+    row = coverage_reader.majority("q1", [R(s) for s in samples])
     assert row.verdict == expected
     assert row.samples == samples
 
 
 def test_majority_keeps_the_winning_samples_why_and_marks_instability():
-    row = coverage.majority("q1", [R("MODELLED"), R("MISSING"), R("MISSING")])
+    row = coverage_reader.majority("q1", [R("MODELLED"), R("MISSING"), R("MISSING")])
     assert row.why == "why MISSING" and row.stable is False
 
 
 def test_split_gaps_say_so():
-    row = coverage.majority("q1", [R("RULE_UNWRITTEN"), R("MISSING")])
+    row = coverage_reader.majority("q1", [R("RULE_UNWRITTEN"), R("MISSING")])
     assert row.verdict is None and "disagreed on which gap" in row.why
 
 
@@ -146,7 +149,7 @@ def _row(qid, verdict):
 
 
 def test_summarise_leaves_undecided_out_of_the_denominator():
-    s = coverage.summarise([_row("a", "MODELLED"), _row("b", "MODELLED"), _row("c", "MISSING"),
+    s = coverage_reader.summarise([_row("a", "MODELLED"), _row("b", "MODELLED"), _row("c", "MISSING"),
                             _row("d", None)])
     assert (s["cases"], s["decided"], s["modelled"]) == (4, 3, 2)
     assert s["coverage"] == 2 / 3
@@ -154,15 +157,15 @@ def test_summarise_leaves_undecided_out_of_the_denominator():
 
 
 def test_summarise_nothing_decided_is_none_not_zero():
-    assert coverage.summarise([_row("a", None)])["coverage"] is None
-    assert coverage.summarise([])["coverage"] is None
+    assert coverage_reader.summarise([_row("a", None)])["coverage"] is None
+    assert coverage_reader.summarise([])["coverage"] is None
 
 
 def test_compare_labels_flags_disagreements_and_never_says_accuracy():
     rows = [_row("a", "MODELLED"), _row("b", "MODELLED"), _row("c", "MISSING"), _row("d", None)]
     labels = {"a": ("covered", None), "b": ("derivable", "needs a rule"), "c": ("absent", None),
               "d": ("covered", None)}
-    lc = coverage.compare_labels(rows, labels)
+    lc = coverage_reader.compare_labels(rows, labels)
     assert (lc["compared"], lc["agree"]) == (3, 2)
     assert [d["qid"] for d in lc["disagree"]] == ["b"]
     assert lc["disagree"][0]["coverageNote"] == "needs a rule"
@@ -183,7 +186,7 @@ SURFACE = {"models": [{"path": "shop.malloy", "sources": [{
 
 
 def test_inventory_lists_every_entity_by_id_and_marks_undocumented_columns():
-    inv = coverage.inventory(SURFACE)
+    inv = coverage_surface.inventory(SURFACE)
     for line in ("dimension:orders:status (string): shipped or pending",
                  "dimension:orders:ship_region (string): (undocumented)",
                  "measure:orders:revenue (number): Net revenue.", "view:orders:by_month",
@@ -199,14 +202,14 @@ def _model_dir(tmp_path: Path) -> Path:
 
 
 def test_local_model_read_through_describe(tmp_path):
-    view = coverage.read_local_model(_model_dir(tmp_path), describe=lambda d: SURFACE)
+    view = coverage_surface.read_local_model(_model_dir(tmp_path), describe=lambda d: SURFACE)
     assert view.compiled_surface == "read" and "measure:orders:revenue" in view.text
     assert len(view.model_sha256) == 64
 
 
 def test_compile_error_is_not_read_and_falls_back_to_text(tmp_path):
     broken = {"models": [], "errors": [{"path": "shop.malloy", "message": "'nope' is not defined"}]}
-    view = coverage.read_local_model(_model_dir(tmp_path), describe=lambda d: broken)
+    view = coverage_surface.read_local_model(_model_dir(tmp_path), describe=lambda d: broken)
     assert view.compiled_surface.startswith("not read: compile error")
     assert "nope" in view.compiled_surface and "duckdb.table('o.csv')" in view.text
 
@@ -214,7 +217,7 @@ def test_compile_error_is_not_read_and_falls_back_to_text(tmp_path):
 def test_runtime_failure_is_not_read_with_its_reason(tmp_path):
     def fail(_):
         raise KitError("node is not on PATH")
-    view = coverage.read_local_model(_model_dir(tmp_path), describe=fail)
+    view = coverage_surface.read_local_model(_model_dir(tmp_path), describe=fail)
     assert view.compiled_surface == "not read: node is not on PATH"
 
 
@@ -224,28 +227,28 @@ def test_served_source_infos_become_the_same_inventory():
                   {"kind": "dimension", "name": "status", "type": "string",
                    "annotations": [{"value": "#(doc) shipped or pending"}]},
                   {"kind": "measure", "name": "revenue", "type": "number"}]}}]
-    surface = coverage.surface_from_source_infos("shop.malloy", json.dumps(infos), [])
-    inv = coverage.inventory({"models": [surface]})
+    surface = coverage_surface.surface_from_source_infos("shop.malloy", json.dumps(infos), [])
+    inv = coverage_surface.inventory({"models": [surface]})
     assert "dimension:orders:status (string): shipped or pending" in inv
     assert "measure:orders:revenue (number): (undocumented)" in inv
 
 
 # ---------------------------------------------------------------- measuring with a fake reader
 
-VIEW = ModelView("read", coverage.inventory(SURFACE), "0" * 64, "here")
+VIEW = ModelView("read", coverage_surface.inventory(SURFACE), "0" * 64, "here")
 
 
 def test_repeat_reads_each_case_n_times_and_takes_the_majority():
     reader = FakeReader({"cov.q1": [reply("MODELLED", ["measure:orders:revenue"]),
                                     reply("MISSING"), reply("MISSING")]})
-    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], reader, repeat=3)
+    report = coverage_reader.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], reader, repeat=3)
     assert report.cases_detail[0]["verdict"] == "MISSING"
     assert report.cases_detail[0]["samples"] == ["MODELLED", "MISSING", "MISSING"]
     assert len(reader.requests) == 3
 
 
 def test_missing_recording_leaves_the_case_undecided_and_nothing_decided_exits_3():
-    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], FakeReader({}))
+    report = coverage_reader.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], FakeReader({}))
     assert report.cases_detail[0]["verdict"] is None
     assert "reader failed" in report.cases_detail[0]["why"]
     assert (report.decided, report.coverage, report.exit_code) == (0, None, 3)
@@ -253,44 +256,44 @@ def test_missing_recording_leaves_the_case_undecided_and_nothing_decided_exits_3
 
 def test_host_emit_with_every_case_pending_exits_0_not_3(tmp_path):
     # Emitting the requests is what --emit is for, as in score_attempt and diagnose.
-    from malloy_evals.providers import make_provider
+    from malloy_evals.judge.providers.select import make_provider
 
     emitter = make_provider("host", role="coverage", set_dir=tmp_path, host_mode="emit",
                             host_dir=tmp_path / "host")
-    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], emitter)
-    assert report.cases_detail[0]["why"].startswith(coverage.HOST_PENDING)
+    report = coverage_reader.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], emitter)
+    assert report.cases_detail[0]["why"].startswith(coverage_reader.HOST_PENDING)
     assert (report.decided, report.pending, report.exit_code) == (0, 1, 0)
     assert list((tmp_path / "host").rglob("*request.json"))
 
 
 def test_host_emit_text_says_waiting_for_replies_not_exit_3(tmp_path):
     # Regression: the text said "(exit 3)" while the script exited 0 for a pending emit.
-    from malloy_evals.providers import make_provider
+    from malloy_evals.judge.providers.select import make_provider
 
     emitter = make_provider("host", role="coverage", set_dir=tmp_path, host_mode="emit",
                             host_dir=tmp_path / "host")
-    report = coverage.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], emitter)
-    text = coverage.render_text(report)
+    report = coverage_reader.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], emitter)
+    text = coverage_reader.render_text(report)
     assert "exit 3" not in text and "--ingest" in text
 
 
 def test_one_pending_and_one_failed_case_still_exits_3():
-    from malloy_evals.providers import HostReplyPending
+    from malloy_evals.judge.providers.base import HostReplyPending
 
     reader = FakeReader({"cov.q1": [HostReplyPending("waiting")]})
-    report = coverage.measure([CoverageCase("q1", "Revenue?", []),
+    report = coverage_reader.measure([CoverageCase("q1", "Revenue?", []),
                                CoverageCase("q2", "Margin?", [])], VIEW, [], reader)
     assert (report.decided, report.pending, report.exit_code) == (0, 1, 3)
 
 
 def test_request_carries_inventory_conventions_question_and_concepts():
     reader = FakeReader({"cov.q1": [reply("MISSING")]})
-    coverage.measure([CoverageCase("q1", "What was margin?", ["gross margin"])], VIEW,
+    coverage_reader.measure([CoverageCase("q1", "What was margin?", ["gross margin"])], VIEW,
                      ["Margin applies to shipped orders."], reader)
     req = reader.requests[0]
     text = req.messages[0]["content"]
     assert req.role == "coverage" and req.key == "cov.q1"
-    assert req.prompt_version == coverage.prompt_version()
+    assert req.prompt_version == coverage_reader.prompt_version()
     assert "measure:orders:revenue" in text and "- Margin applies to shipped orders." in text
     assert "What was margin?" in text and "gross margin" in text
 
@@ -299,7 +302,7 @@ def test_report_validates_against_its_schema():
     reader = FakeReader({"cov.a": [reply("MODELLED", ["measure:orders:revenue"])],
                          "cov.b": [reply("RULE_UNWRITTEN", rule_kind="guessable")]})
     cases = [CoverageCase("a", "Revenue?", [], "covered"), CoverageCase("b", "Net?", [], "covered")]
-    report = coverage.measure(cases, VIEW, [], reader, version="v1", compare=True)
+    report = coverage_reader.measure(cases, VIEW, [], reader, version="v1", compare=True)
     doc = cli.to_jsonable(report)
     assert schemas.validate("coverage_report", doc) == []
     assert (doc["decided"], doc["modelled"], doc["coverage"]) == (2, 1, 0.5)
@@ -337,8 +340,8 @@ def _replies(tmp_path: Path) -> Path:
 def test_reader_never_sees_the_golden(tmp_path, monkeypatch):
     set_dir = _tiny_set(tmp_path)
     reader = FakeReader({"cov.rev": [reply("MISSING")], "cov.margin": [reply("MISSING")]})
-    monkeypatch.setattr(coverage, "_describe_with_runtime", lambda d: SURFACE)
-    coverage.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path))
+    monkeypatch.setattr(coverage_surface, "_describe_with_runtime", lambda d: SURFACE)
+    coverage_reader.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path))
     sent = json.dumps([r.to_json() for r in reader.requests])
     assert "987654" not in sent and "SECRET-RUBRIC-TEXT" not in sent
 
@@ -406,11 +409,10 @@ class FakeRest:
     pytest.param(None, "not read: shop.malloy: no compiled sourceInfos", id="text-only"),
 ])
 def test_served_package_reads_source_infos_else_falls_back_to_text(monkeypatch, infos, surface):
-    from malloy_evals import mcp_client
 
     monkeypatch.setattr(FakeRest, "served_infos", infos)
-    monkeypatch.setattr(mcp_client, "PublisherRest", FakeRest)
-    view = coverage.read_served_model("http://127.0.0.1:1", "samples", "shop")
+    monkeypatch.setattr(coverage_surface, "PublisherRest", FakeRest)
+    view = coverage_surface.read_served_model("http://127.0.0.1:1", "samples", "shop")
     assert view.compiled_surface == surface
     assert view.source == "http://127.0.0.1:1 samples/shop"
     expected = "measure:orders:revenue (number)" if infos else "duckdb.table('o.csv')"
@@ -422,10 +424,10 @@ def test_unscoped_convention_warns_and_scoped_ones_do_not(tmp_path, monkeypatch)
     cfg = json.loads((set_dir / "set.json").read_text())
     cfg["conventions"] = ["Revenue: price paid.", "Applies to money: dollars.", "Be careful."]
     (set_dir / "set.json").write_text(json.dumps(cfg))
-    monkeypatch.setattr(coverage, "_describe_with_runtime", lambda d: SURFACE)
+    monkeypatch.setattr(coverage_surface, "_describe_with_runtime", lambda d: SURFACE)
     warnings: list[str] = []
     reader = FakeReader({"cov.rev": [reply("MISSING")], "cov.margin": [reply("MISSING")]})
-    coverage.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path),
+    coverage_reader.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path),
                             warn=warnings.append)
     scope = [w for w in warnings if "states no scope" in w]
     assert scope == ["set.json: conventions[2] states no scope (say what it applies to)"]
@@ -434,13 +436,12 @@ def test_unscoped_convention_warns_and_scoped_ones_do_not(tmp_path, monkeypatch)
 def test_report_model_sha_is_the_runs_model_sha_local_and_served(tmp_path, monkeypatch):
     # A coverage report and a run over one model must carry the same digest (run.json modelSha
     # = the package's sourceContentSha), or nobody can tell they measured the same model.
-    from malloy_evals import mcp_client
-    from malloy_evals.mcp_server import package_sha
+    from malloy_evals.endpoint.package import package_sha
 
     model = _model_dir(tmp_path)
-    view = coverage.read_local_model(model, describe=lambda d: SURFACE)
+    view = coverage_surface.read_local_model(model, describe=lambda d: SURFACE)
     assert view.model_sha256 == package_sha(model)
     monkeypatch.setattr(FakeRest, "served_infos", None)
-    monkeypatch.setattr(mcp_client, "PublisherRest", FakeRest)
-    served = coverage.read_served_model("http://127.0.0.1:1", "samples", "shop")
+    monkeypatch.setattr(coverage_surface, "PublisherRest", FakeRest)
+    served = coverage_surface.read_served_model("http://127.0.0.1:1", "samples", "shop")
     assert served.model_sha256 == "c" * 64

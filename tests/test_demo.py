@@ -177,7 +177,7 @@ BASELINE_DIAGNOSES = {
 
 
 def _live_issues(run_dir: Path) -> list[dict]:
-    from malloy_evals.ledger import Run
+    from malloy_evals.ledger.run import Run
 
     return [e for e in Run.open(run_dir).live() if e["kind"] == "issue"]
 

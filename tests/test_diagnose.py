@@ -7,11 +7,17 @@ import runpy
 from pathlib import Path
 
 import pytest
-from malloy_evals import codes, diagnose, paths, schemas
-from malloy_evals.diagnose import Bucketed, Diagnosis, Undiagnosed
-from malloy_evals.errors import UsageError
-from malloy_evals.ledger import Run
-from malloy_evals.providers import LlmReply, RecordingMissing
+from malloy_evals.core import codes, paths, schemas
+from malloy_evals.core.errors import UsageError
+from malloy_evals.diagnose import issues as diagnose_issues
+from malloy_evals.diagnose import mechanical as diagnose_mechanical
+from malloy_evals.diagnose import replies as diagnose_replies
+from malloy_evals.diagnose import run as diagnose_run
+from malloy_evals.diagnose import selection as diagnose_selection
+from malloy_evals.diagnose.replies import Diagnosis, Undiagnosed
+from malloy_evals.diagnose.selection import Bucketed
+from malloy_evals.judge.providers.base import LlmReply, RecordingMissing
+from malloy_evals.ledger.run import Run
 
 DIAGNOSE = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
 CLUSTER_FAILURES = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "cluster_failures.py"
@@ -45,7 +51,7 @@ MISSES = {("r1", None): True, ("p1", None): False}
 
 
 def select(**kw):
-    return diagnose.select_cases(EVENTS, SPLITS, retrieval_misses=MISSES, **kw)
+    return diagnose_selection.select_cases(EVENTS, SPLITS, retrieval_misses=MISSES, **kw)
 
 
 def reasons(selection):
@@ -71,7 +77,7 @@ def test_contaminated_and_unscored_are_excluded_with_their_reason():
 
 def test_contamination_outranks_the_split():
     events = [attempt("x", contaminated=True), score("x", "no_match")]
-    s = diagnose.select_cases(events, {"x": "holdout"})
+    s = diagnose_selection.select_cases(events, {"x": "holdout"})
     assert reasons(s) == {"x": "contaminated"}
 
 
@@ -122,7 +128,7 @@ def good(**kw):
 
 
 def test_valid_reply_becomes_a_diagnosis():
-    d = diagnose.validate_diagnosis("q1", good(), TABLE)
+    d = diagnose_replies.validate_diagnosis("q1", good(), TABLE)
     assert isinstance(d, Diagnosis) and (d.primary_code, d.owner) == ("NOT-RETURNED", "model")
 
 
@@ -137,12 +143,12 @@ def test_valid_reply_becomes_a_diagnosis():
     pytest.param({"diagnosis": ""}, "empty diagnosis", id="empty"),
 ])
 def test_reply_outside_the_table_is_rejected_naming_why(change, says):
-    u = diagnose.validate_diagnosis("q1", good(**change), TABLE)
+    u = diagnose_replies.validate_diagnosis("q1", good(**change), TABLE)
     assert isinstance(u, Undiagnosed) and u.reason.startswith("rejected") and says in u.reason
 
 
 def test_construction_without_sufficiency_is_rejected():
-    u = diagnose.validate_diagnosis("q1", good(component="construction", primary_code="WRONG-FIELD",
+    u = diagnose_replies.validate_diagnosis("q1", good(component="construction", primary_code="WRONG-FIELD",
                                                owner="agent-skill", sufficiency="unknown"), TABLE)
     assert isinstance(u, Undiagnosed) and "sufficiency first" in u.reason
 
@@ -163,7 +169,7 @@ DIAGS = [diag("a"), diag("b"), diag("c", "WRONG-FIELD", "agent-skill", "construc
 
 
 def test_valid_clusters_are_taken():
-    got = diagnose.validate_clusters(
+    got = diagnose_issues.validate_clusters(
         {"clusters": [cluster("region-doc-silent", ["a", "b"]),
                       cluster("picked-list-price", ["c"], "WRONG-FIELD", "agent-skill",
                               "construction")]}, DIAGS, TABLE)
@@ -180,16 +186,16 @@ def test_valid_clusters_are_taken():
     pytest.param([cluster("Region Docs", ["a", "b", "c"])], "slug", id="not-a-slug"),
 ])
 def test_bad_clusters_are_rejected(clusters, says):
-    got = diagnose.validate_clusters({"clusters": clusters}, DIAGS, TABLE)
+    got = diagnose_issues.validate_clusters({"clusters": clusters}, DIAGS, TABLE)
     assert isinstance(got, str) and says in got
 
 
 def test_issue_events_take_the_worst_member_severity_and_validate():
-    clusters = [diagnose.Cluster("region-doc-silent", ["a", "b"], "NOT-RETURNED", [],
+    clusters = [diagnose_issues.Cluster("region-doc-silent", ["a", "b"], "NOT-RETURNED", [],
                                  "get_context/model", "model", "docs silent", "e", "high")]
     members = [diag("a"), Diagnosis("b", "get_context/model", "NOT-RETURNED", ["LOW-RANK"], "model",
                                     "unknown", "high", "low", "d", "r")]
-    events = diagnose.issue_events("run1", clusters, members, "diagnose.py fake")
+    events = diagnose_issues.issue_events("run1", clusters, members, "diagnose.py fake")
     issue, status = events
     assert issue["issue_id"] == "run1:region-doc-silent" and status["status"] == "open"
     assert (issue["severity"], issue["sufficiency"]) == ("high", "unknown")
@@ -262,7 +268,7 @@ def test_run_is_diagnosed_clustered_and_written_as_issues(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    result = diagnose.diagnose_run(run.dir, set_dir, lambda d: fake)
+    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake)
     assert [d.qid for d in result.diagnoses] == ["q1", "q2"] and result.exit_code == 0
     assert result.clustered_by == "diagnoser"
     issues = [e for e in Run.open(run.dir).live() if e["kind"] == "issue"]
@@ -276,7 +282,7 @@ def test_packet_holds_only_its_own_cases_golden(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    diagnose.diagnose_run(run.dir, set_dir, lambda d: fake)
+    diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake)
     q1 = next(r for r in fake.requests if r.key == "diag.r1.q1").messages[0]["content"]
     assert "GOLDEN-Q1" in q1 and "GOLDEN-Q2" not in q1 and "GOLDEN-Q3" not in q1
     assert "judge why q1" in q1 and "books.list_price" in q1  # judge why and the veto hit
@@ -289,8 +295,8 @@ def test_rerun_voids_only_its_own_earlier_issues(tmp_path):
                                "primary_code": "MISSING", "component": "get_context/model",
                                "owner": "model", "diagnosis": "filed by a person"})
     fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    first = diagnose.diagnose_run(run.dir, set_dir, fake)
-    second = diagnose.diagnose_run(run.dir, set_dir, fake)
+    first = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    second = diagnose_run.diagnose_run(run.dir, set_dir, fake)
     assert (first.issues_voided, second.issues_voided) == (0, 1)
     live = [e for e in Run.open(run.dir).live() if e["kind"] == "issue"]
     assert sorted(e["issue_id"] for e in live) == ["person:x", "r1:list-price-read-as-revenue"]
@@ -301,7 +307,7 @@ def test_replies_outside_the_table_leave_cases_undiagnosed_and_exit_3(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     bad = good(primary_code="CONVENTION")
-    result = diagnose.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q1": bad, "q2": bad}))
+    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q1": bad, "q2": bad}))
     assert result.diagnoses == [] and len(result.undiagnosed) == 2
     assert all("CONVENTION" in u.reason for u in result.undiagnosed)
     assert result.exit_code == 3
@@ -313,7 +319,7 @@ def test_rejected_clustering_falls_back_to_one_issue_per_case(tmp_path):
     run = make_run(tmp_path, set_dir)
     remedy = {"reasoning": "", "clusters": [cluster("use-unit-price", ["q1", "q2"], "WRONG-FIELD",
                                                      "agent-skill", "construction")]}
-    result = diagnose.diagnose_run(run.dir, set_dir,
+    result = diagnose_run.diagnose_run(run.dir, set_dir,
                                    lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, remedy))
     assert result.clustered_by.startswith("fallback: cluster id 'use-unit-price' prescribes")
     assert len(result.issues_appended) == 2
@@ -323,7 +329,7 @@ def test_limit_zero_diagnoses_nothing_and_calls_nothing(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = FakeDiagnoser({})
-    result = diagnose.diagnose_run(run.dir, set_dir, lambda d: fake, limit=0)
+    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake, limit=0)
     assert fake.requests == [] and result.exit_code == 0
     assert result.selection.excluded_by_reason() == {"beyond the limit": 2}
 
@@ -360,7 +366,7 @@ ROWS = [
 
 
 def test_mechanical_clusters_group_by_where_to_fix_and_first_missing_entity():
-    got = diagnose.mechanical_clusters(ROWS)
+    got = diagnose_mechanical.mechanical_clusters(ROWS)
     assert [(c["where_to_fix"], c["missing"], c["qids"]) for c in got] == [
         ("not retrieved", "measure:orders:revenue", ["a", "b"]),
         ("delivered, wrong", None, ["d"]),
@@ -386,7 +392,7 @@ def test_bucketed_is_plain_data():
 
 
 def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
-    from malloy_evals.providers import make_provider
+    from malloy_evals.judge.providers.select import make_provider
 
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
@@ -394,18 +400,18 @@ def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
     def host(mode):
         return lambda d: make_provider("host", role="diagnose", set_dir=set_dir, host_mode=mode,
                                        host_dir=d)
-    emitted = diagnose.diagnose_run(run.dir, set_dir, host("emit"))
+    emitted = diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
     base = run.dir / "host" / "diagnose"
     assert emitted.exit_code == 0 and emitted.issues_appended == []
     assert sorted(p.name for p in base.glob("*.request.json")) == [
         "diag.r1.q1.request.json", "diag.r1.q2.request.json"]
     for q in ("q1", "q2"):
         (base / f"diag.r1.{q}.reply.json").write_text(json.dumps(WRONG_FIELD))
-    waiting = diagnose.diagnose_run(run.dir, set_dir, host("ingest"))
+    waiting = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
     assert len(waiting.diagnoses) == 2 and waiting.clustered_by.startswith("pending")
     assert (base / "diag.r1.clusters.request.json").is_file() and waiting.issues_appended == []
     (base / "diag.r1.clusters.reply.json").write_text(json.dumps(CLUSTERS))
-    done = diagnose.diagnose_run(run.dir, set_dir, host("ingest"))
+    done = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
     assert done.issues_appended == ["r1:list-price-read-as-revenue"]
 
 
@@ -447,15 +453,15 @@ def test_narrowed_rerun_voids_only_own_issues_sharing_a_diagnosed_qid():
         {"kind": "issue", "event_id": "b", "qids": ["q3"], "diagnosed_by": "diagnose.py x"},
         {"kind": "issue", "event_id": "c", "qids": ["q1"], "diagnosed_by": "a person"},
     ]
-    assert [v["target_event_id"] for v in diagnose.own_issue_voids(events, {"q1"})] == ["a"]
-    assert [v["target_event_id"] for v in diagnose.own_issue_voids(events, None)] == ["a", "b"]
+    assert [v["target_event_id"] for v in diagnose_issues.own_issue_voids(events, {"q1"})] == ["a"]
+    assert [v["target_event_id"] for v in diagnose_issues.own_issue_voids(events, None)] == ["a", "b"]
 
 
 def test_only_naming_an_unknown_case_is_a_usage_error(tmp_path, capsys):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     main = runpy.run_path(str(DIAGNOSE), run_name="diagnose")["main"]
-    from malloy_evals import cli
+    from malloy_evals.core import cli
 
     with pytest.raises(SystemExit) as exc:
         cli.run(main, ["--run", str(run.dir), "--set", str(set_dir), "--diagnoser", "replay",

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from malloy_evals import goldens as gd
-from malloy_evals.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED
-from malloy_evals.runtime import MalloyQueryError, RunnerError
+from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED
+from malloy_evals.endpoint.runner import MalloyQueryError, RunnerError
+from malloy_evals.sets import goldens as gd
 
 KIT = Path(__file__).resolve().parents[1]
 SAMPLE_SET = KIT / "evals" / "bookshop"

@@ -10,9 +10,20 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from malloy_evals import ledger, schemas
-from malloy_evals.errors import InputError
-from malloy_evals.ledger import LedgerError, Run, check_qid, live_view, parse_ledger, sample_segment
+from malloy_evals.core import schemas
+from malloy_evals.core.errors import InputError
+from malloy_evals.ledger import events as ledger_events
+from malloy_evals.ledger import index as ledger_index
+from malloy_evals.ledger import run as ledger_run
+from malloy_evals.ledger import validate as ledger_validate
+from malloy_evals.ledger.events import (
+    LedgerError,
+    check_qid,
+    live_view,
+    parse_ledger,
+    sample_segment,
+)
+from malloy_evals.ledger.run import Run
 
 # ------------------------------------------------------------------------------------------
 # builders
@@ -256,7 +267,7 @@ def test_attempt_and_tool_call_helpers_find_live_events_by_key(tmp_path):
     assert run.attempt("q1", 0)["answer_text"] == "42"
     assert run.attempt("q1", 1) is None
     assert [c["call_index"] for c in run.tool_calls("q1", 0)] == [0, 1]
-    assert ledger.attempt_key(run.attempt("q1", 0)) == ("q1", 0, "baseline")
+    assert ledger_events.attempt_key(run.attempt("q1", 0)) == ("q1", 0, "baseline")
 
 
 # ------------------------------------------------------------------------------------------
@@ -305,7 +316,7 @@ def test_eight_processes_appending_2000_each_write_16000_whole_lines(tmp_path):
         seen[event["sample"]].append(event["call_index"])
     # Each writer's events are all there, once, in the order it wrote them.
     assert all(seen[w] == list(range(PER_WRITER)) for w in range(WRITERS))
-    assert ledger.validate_run(run.dir).errors == []
+    assert ledger_validate.validate_run(run.dir).errors == []
 
 
 # ------------------------------------------------------------------------------------------
@@ -348,14 +359,14 @@ def test_bad_middle_lines_are_reported_with_their_numbers(tmp_path):
 
 
 def test_missing_ledger_reads_as_a_problem_not_an_exception(tmp_path):
-    read = ledger.read_ledger(tmp_path / "events.jsonl")
+    read = ledger_events.read_ledger(tmp_path / "events.jsonl")
     assert read.events == [] and [str(p) for p in read.problems] == ["events.jsonl: missing"]
 
 
 def test_unreadable_ledger_raises_input_error_naming_it(tmp_path):
     (tmp_path / "events.jsonl").mkdir()  # present, but not a file that can be read
     with pytest.raises(InputError, match=r"events\.jsonl: cannot be read") as info:
-        ledger.read_ledger(tmp_path / "events.jsonl")
+        ledger_events.read_ledger(tmp_path / "events.jsonl")
     assert info.value.exit_code == 3
 
 
@@ -438,7 +449,7 @@ def test_update_info_refuses_a_bad_value(tmp_path):
 def test_unsafe_qid_is_refused_before_any_path_is_built(tmp_path, monkeypatch, qid):
     run = make_run(tmp_path)
     built = []
-    monkeypatch.setattr(ledger, "sample_segment", lambda s: built.append(s) or "_")
+    monkeypatch.setattr(ledger_run, "sample_segment", lambda s: built.append(s) or "_")
     with pytest.raises(InputError, match="not a safe id"):
         run.artifact_dir(qid, None)
     with pytest.raises(InputError, match="not a safe id"):
@@ -559,7 +570,7 @@ def test_second_live_score_written_by_another_process_between_appends_is_refused
     _in_another_process(_append_score, str(run.dir), "match")
     with pytest.raises(LedgerError, match="already has a live score"):
         run.append([score(verdict="no_match")])
-    assert ledger.validate_run(run.dir).errors == []
+    assert ledger_validate.validate_run(run.dir).errors == []
 
 
 def test_void_written_by_another_process_frees_the_slot(tmp_path):
@@ -568,7 +579,7 @@ def test_void_written_by_another_process_frees_the_slot(tmp_path):
     _in_another_process(_void_live_score, str(run.dir))
     run.append([score(verdict="near_match")])
     assert run.score("q1", None)["verdict"] == "near_match"
-    assert ledger.validate_run(run.dir).errors == []
+    assert ledger_validate.validate_run(run.dir).errors == []
 
 
 def test_void_of_an_event_another_process_wrote_is_accepted_and_a_second_refused(tmp_path):
@@ -595,13 +606,13 @@ def test_second_append_reads_only_the_lines_written_since_the_first(tmp_path, mo
     indexed_to = (run.dir / "events.jsonl").stat().st_size
     _in_another_process(_append_tool_calls, str(run.dir), 5)
     starts: list[int] = []
-    take = ledger._Index._take_block
+    take = ledger_index._Index._take_block
 
     def spy(self, block, start):
         starts.append(start)
         return take(self, block, start)
 
-    monkeypatch.setattr(ledger._Index, "_take_block", spy)
+    monkeypatch.setattr(ledger_index._Index, "_take_block", spy)
     run.append([score(qid="q2")])
     assert starts == [indexed_to]  # one block, from where the first append stopped
     assert run._index.offset == (run.dir / "events.jsonl").stat().st_size
@@ -609,7 +620,7 @@ def test_second_append_reads_only_the_lines_written_since_the_first(tmp_path, mo
 
 def test_plain_batches_do_not_read_the_ledger(tmp_path, monkeypatch):
     run = make_run(tmp_path)
-    monkeypatch.setattr(ledger._Index, "refresh", lambda self, fd: pytest.fail("ledger was read"))
+    monkeypatch.setattr(ledger_index._Index, "refresh", lambda self, fd: pytest.fail("ledger was read"))
     run.append([attempt(), {"kind": "tool_call", "qid": "q1", "sample": None,
                             "tool": "get_context", "call_index": 0}])
     assert len(run.read().events) == 2
@@ -656,7 +667,7 @@ def test_hand_written_score_without_final_newline_counts(tmp_path):
     run.append([{"kind": "void", "target_event_id": "by-hand", "reason": "typed by hand"},
                 score(verdict="no_match")])
     assert run.score("q1", None)["verdict"] == "no_match"
-    assert ledger.validate_run(run.dir).errors == []
+    assert ledger_validate.validate_run(run.dir).errors == []
 
 
 def test_repeated_kind_key_is_decoded_as_json_would(tmp_path):
@@ -675,7 +686,7 @@ def test_id_hash_collision_is_read_back_not_trusted(tmp_path):
     [a] = run.append([attempt(), score()])[:1]
     index = run._index
     # Pretend "ghost" hashes like the attempt's line: only reading the line back can tell.
-    index.ids.add(ledger._id_hash("ghost"), 0)
+    index.ids.add(ledger_index._id_hash("ghost"), 0)
     with pytest.raises(LedgerError, match="not an event of this ledger"):
         run.void("ghost", "no such event")
     run.void(a["event_id"], "still found")

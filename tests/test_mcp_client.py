@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
-from malloy_evals.mcp_client import (
+from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
     McpToolError,
@@ -20,7 +20,7 @@ from malloy_evals.mcp_client import (
     read_tool_result,
     tool_error_from,
 )
-from malloy_evals.mcp_server import build_server, parse_package_arg
+from malloy_evals.endpoint.mcp_server import build_server, parse_package_arg
 
 MINI_MODEL = KIT_ROOT / "tests" / "fixtures" / "mini_pkg" / "model"
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
 from duck_support import duck_rows
-from malloy_evals.errors import UsageError
-from malloy_evals.mcp_client import McpProtocolError, McpToolError, PublisherRest, connect
-from malloy_evals.mcp_server import build_envelope, package_sha, parse_package_arg
+from malloy_evals.core.errors import UsageError
+from malloy_evals.endpoint.mcp_client import McpProtocolError, McpToolError, PublisherRest, connect
+from malloy_evals.endpoint.mcp_server import build_envelope, parse_package_arg
+from malloy_evals.endpoint.package import package_sha
 
 MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
 MINI_MODEL = MINI / "model"

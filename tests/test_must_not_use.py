@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from malloy_evals.must_not_use import (
+from malloy_evals.checks.must_not_use import (
     blank_noise,
     check_must_not_use,
     classify_entry,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from judge_support import error_body, message_body, messages_server, verdict
-from malloy_evals.errors import UsageError
-from malloy_evals.providers import (
+from malloy_evals.core.errors import UsageError
+from malloy_evals.judge.providers.base import (
     BudgetExhausted,
     DryRun,
     HostReplyPending,
@@ -17,11 +17,9 @@ from malloy_evals.providers import (
     ProviderError,
     RecordingMissing,
     RecordingStale,
-    cost_usd,
-    make_provider,
-    pinned_model,
-    price_for,
 )
+from malloy_evals.judge.providers.prices import cost_usd, price_for
+from malloy_evals.judge.providers.select import make_provider, pinned_model
 
 SCHEMA = {"type": "object", "properties": {"verdict": {"type": "string"}},
           "required": ["verdict"], "additionalProperties": False}
@@ -393,7 +391,7 @@ def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lac
     # and choosing it must not ask for flags the script does not accept.
     import argparse
 
-    from malloy_evals.providers import add_provider_arguments, provider_from_args
+    from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
 
     p = argparse.ArgumentParser()
     add_provider_arguments(p, "--judge", host=False)
@@ -406,7 +404,7 @@ def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lac
 
 def test_anthropic_without_a_key_is_unmeasured_naming_the_variable_not_a_traceback(monkeypatch):
     # The SDK raises a bare TypeError deep in the request when no credential is set.
-    from malloy_evals.errors import UnmeasuredError
+    from malloy_evals.core.errors import UnmeasuredError
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
@@ -418,7 +416,7 @@ def test_anthropic_without_a_key_is_unmeasured_naming_the_variable_not_a_traceba
 # ---------------------------------------------------------------- reading free-text replies
 
 def test_last_json_object_skips_malloy_braces_and_finds_a_wrapped_key():
-    from malloy_evals.providers import json_objects, last_json_object
+    from malloy_evals.judge.providers.base import json_objects, last_json_object
 
     text = ('I checked `run: orders -> { group_by: status }` first.\n'
             '{"note": "draft", "inner": {"verdict": "no_match"}}\n'
@@ -430,7 +428,7 @@ def test_last_json_object_skips_malloy_braces_and_finds_a_wrapped_key():
 
 
 def test_json_objects_survive_a_reply_nested_without_end():
-    from malloy_evals.providers import json_objects
+    from malloy_evals.judge.providers.base import json_objects
 
     hostile = '{"a": ' * 5000 + '1' + '}' * 5000 + ' {"verdict": "no_match"}'
     assert json_objects(hostile, "verdict")[-1] == {"verdict": "no_match"}

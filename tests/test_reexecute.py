@@ -11,15 +11,15 @@ import sys
 import duckdb
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
-from malloy_evals.errors import InputError
-from malloy_evals.ledger import Run
-from malloy_evals.reexecute import (
+from malloy_evals.answer.reexecute import (
     csv_cell,
     final_call,
     open_endpoint,
     prediction_csv,
     reexecute_attempt,
 )
+from malloy_evals.core.errors import InputError
+from malloy_evals.ledger.run import Run
 
 MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
 SCRIPT = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "reexecute.py"
@@ -211,7 +211,7 @@ def test_prediction_header_falls_back_to_row_keys():
 
 
 def test_local_endpoint_knows_the_served_model_sha(needs_node, endpoint):
-    from malloy_evals.mcp_server import package_sha
+    from malloy_evals.endpoint.package import package_sha
 
     assert endpoint.model_sha == package_sha(MINI / "model")
     assert endpoint.served_revision == "local-" + endpoint.model_sha[:12]

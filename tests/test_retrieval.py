@@ -9,10 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from malloy_evals import schemas
-from malloy_evals.errors import InputError
-from malloy_evals.ledger import Run
-from malloy_evals.retrieval import (
+from malloy_evals.answer.retrieval import (
     Delivered,
     RetrievalRow,
     asked_kinds,
@@ -24,6 +21,9 @@ from malloy_evals.retrieval import (
     score_row,
     summarize,
 )
+from malloy_evals.core import schemas
+from malloy_evals.core.errors import InputError
+from malloy_evals.ledger.run import Run
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "score_retrieval.py"

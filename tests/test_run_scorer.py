@@ -11,10 +11,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from malloy_evals import run_scorer as rs
-from malloy_evals.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError
-from malloy_evals.ledger import Run, live_view
-from malloy_evals.sets import load_set
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError
+from malloy_evals.ledger.events import live_view
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import load_set
+from malloy_evals.workflow import run_scorer as rs
 
 KIT = Path(__file__).resolve().parents[1]
 PINS = {"judge_version": 3, "rubric_sha": "a" * 64, "judge_prompt_sha": "b" * 64}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
 from duck_support import duck_rows
-from malloy_evals import paths
-from malloy_evals import runtime as runtime_mod
-from malloy_evals.errors import UnmeasuredError
-from malloy_evals.runtime import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
+from malloy_evals.core import paths
+from malloy_evals.core.errors import UnmeasuredError
+from malloy_evals.endpoint import runner as runtime_mod
+from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
 
 MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
 MINI_MODEL = MINI / "model"

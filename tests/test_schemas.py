@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
-from malloy_evals import paths, schemas, vocab
-from malloy_evals.ledger import parse_ledger, validate_run
-from malloy_evals.sets import check_set
+from malloy_evals.core import paths, schemas, vocab
+from malloy_evals.ledger.events import parse_ledger
+from malloy_evals.ledger.validate import validate_run
+from malloy_evals.sets.eval_set import check_set
 
 EXAMPLES = paths.REFERENCE_DIR / "examples"
 DOC = paths.REFERENCE_DIR / "ledger-schema.md"

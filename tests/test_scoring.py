@@ -18,11 +18,14 @@ from judge_support import (
     verdict,
     write_prediction,
 )
-from malloy_evals import judge as J
-from malloy_evals.errors import UnmeasuredError
-from malloy_evals.providers import BudgetExhausted, RecordingStale, make_provider
-from malloy_evals.scoring import attempt_key, score_attempt
-from malloy_evals.sets import load_set
+from malloy_evals.answer.scoring import attempt_key, score_attempt
+from malloy_evals.core import paths
+from malloy_evals.core.errors import UnmeasuredError
+from malloy_evals.judge import doctrine as J_doctrine
+from malloy_evals.judge.providers.base import BudgetExhausted, RecordingStale
+from malloy_evals.judge.providers.select import make_provider
+from malloy_evals.ledger import artifacts as J_artifacts
+from malloy_evals.sets.eval_set import load_set
 
 GOOD_SQL = "run: order_items -> { aggregate: revenue }"
 PINS = ("judge_model", "judge_version", "rubric_sha", "judge_prompt_sha", "golden_revision",
@@ -62,9 +65,9 @@ def test_clean_structured_verdict_appends_one_score_with_every_pin(world, monkey
     assert result.verdict == event["verdict"] == "match"
     for pin in PINS:
         assert event[pin] is not None, pin
-    doctrine = J.load_doctrine()
+    doctrine = J_doctrine.load_doctrine()
     assert event["rubric_sha"] == doctrine.sha and event["judge_version"] == int(doctrine.version)
-    assert event["judge_prompt_sha"] == J.judge_prompt_sha() and event["golden_revision"] == 2
+    assert event["judge_prompt_sha"] == J_doctrine.judge_prompt_sha() and event["golden_revision"] == 2
     assert event["judge_model"] == "claude-haiku-4-5-20251001"
     assert event["judge_cost_usd"] == pytest.approx((1000 * 1 + 200 * 5) / 1e6)
     assert (event["judge_input_tokens"], event["judge_output_tokens"]) == (1000, 200)
@@ -135,7 +138,7 @@ def test_replay_of_a_stale_recording_fails_closed_and_writes_no_score(world, tmp
     rec_dir = tmp_path / "recordings"
     rec_dir.mkdir()
     (rec_dir / f"{attempt_key(run, 'q_rev', None)}.json").write_text(json.dumps(
-        {"request_digest": "0" * 64, "prompt_version": J.prompt_version(J.load_doctrine()),
+        {"request_digest": "0" * 64, "prompt_version": J_doctrine.prompt_version(J_doctrine.load_doctrine()),
          "source": "hand-authored", "samples": [verdict()]}))
     with pytest.raises(RecordingStale):
         score(run, es, provider=make_provider(f"replay:{rec_dir}", role="judge", set_dir=None))
@@ -149,7 +152,7 @@ def test_host_emit_then_reply_then_ingest_appends_one_score(world):
     assert first.status == "emitted" and scores(run) == []
     request_path = run.artifact_dir("q_rev", None) / "judge" / "request.json"
     request = json.loads(request_path.read_text())
-    assert request["system"] == J.load_doctrine().text
+    assert request["system"] == J_doctrine.load_doctrine().text
     (request_path.parent / "reply.json").write_text(json.dumps(verdict("no_match", 8, "1,500")))
     ingest = make_provider("host", role="judge", set_dir=None, host_mode="ingest",
                            host_dir=run.dir)
@@ -223,7 +226,7 @@ def test_golden_gates_decide_before_any_provider_call(tmp_path, qid, reason):
     assert (result.verdict, result.reason) == (None, reason)
     assert provider.requests == []
     [event] = scores(run)
-    assert event["rubric_sha"] == J.load_doctrine().sha and event["judge_model"] == "fake-model"
+    assert event["rubric_sha"] == J_doctrine.load_doctrine().sha and event["judge_model"] == "fake-model"
 
 
 def test_truncated_attempt_is_answerer_truncated_even_with_a_gated_golden(tmp_path):
@@ -266,7 +269,7 @@ def test_reexecuted_rows_not_the_answer_text_reach_the_judge(world):
     run, es = world
 
     def rerun(run_, es_, qid, sample):
-        return J.PredictionView(rows=[{"revenue": 999.0}], row_count=1, path="artifacts/x.csv")
+        return J_artifacts.PredictionView(rows=[{"revenue": 999.0}], row_count=1, path="artifacts/x.csv")
     provider = FakeProvider([verdict("no_match", 9, "rows say 999")])
     score_attempt(run, es, "q_rev", None, provider=provider, reexecutor=rerun)
     assert '{"revenue": 999.0}' in provider.requests[0].messages[0]["content"]
@@ -287,12 +290,12 @@ def _recorded(run, es, tmp_path):
 def test_judge_script_prints_the_verdict_and_writes_no_event(world, tmp_path):
     run, es = world
     rec = _recorded(run, es, tmp_path)
-    out = subprocess.run([sys.executable, str(J.paths.skill_script("judge")), "--run",
+    out = subprocess.run([sys.executable, str(paths.skill_script("judge")), "--run",
                           str(run.dir), "--set", str(es.dir), "--qid", "q_rev", "--judge",
                           f"replay:{rec}", "--json"], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["verdict"] == "match" and doc["rubric_sha"] == J.load_doctrine().sha
+    assert doc["verdict"] == "match" and doc["rubric_sha"] == J_doctrine.load_doctrine().sha
     assert scores(run) == []
 
 
@@ -300,7 +303,7 @@ def test_score_attempt_script_with_an_unreachable_endpoint_exits_3_without_trace
                                                                                     tmp_path):
     run, es = world
     rec = _recorded(run, es, tmp_path)
-    out = subprocess.run([sys.executable, str(J.paths.skill_script("score_attempt")), "--run",
+    out = subprocess.run([sys.executable, str(paths.skill_script("score_attempt")), "--run",
                           str(run.dir), "--set", str(es.dir), "--qid", "q_rev", "--judge",
                           f"replay:{rec}", "--mcp-url", "http://127.0.0.1:9/mcp", "--json"],
                          check=False, capture_output=True, text=True, timeout=120)
@@ -310,10 +313,10 @@ def test_score_attempt_script_with_an_unreachable_endpoint_exits_3_without_trace
 
 
 def test_local_reexecution_puts_the_kits_own_rows_in_the_packet(tmp_path, needs_node):
-    from malloy_evals.ledger import Run
-    from malloy_evals.reexecute import open_endpoint
+    from malloy_evals.answer.reexecute import open_endpoint
+    from malloy_evals.ledger.run import Run
 
-    es = load_set(J.paths.EVALS_DIR / "bookshop")
+    es = load_set(paths.EVALS_DIR / "bookshop")
     run = Run.create(tmp_path / "run", es, "answerer-x", phase="baseline", run_id="live")
     run.append([{"kind": "attempt", "qid": "bk_total_revenue", "sample": None,
                  "phase": "baseline", "submitted": True, "contaminated": False,
@@ -357,7 +360,7 @@ def test_attempt_with_no_contamination_evidence_at_all_is_unknown_and_null(tmp_p
 
 
 def test_an_attempt_with_a_live_score_is_refused_before_any_judge_call(world):
-    from malloy_evals.errors import InputError
+    from malloy_evals.core.errors import InputError
 
     run, es = world
     score(run, es, provider=FakeProvider([verdict()]))

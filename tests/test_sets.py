@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from malloy_evals.errors import InputError
-from malloy_evals.sets import check_set, golden_value, load_set, question_sha
+from malloy_evals.core.errors import InputError
+from malloy_evals.sets.eval_set import check_set, golden_value, load_set, question_sha
 
 SET_JSON = {"name": "demo", "datasetVersion": 2, "targetPackage": "demo",
             "targetModelPath": "demo.malloy"}

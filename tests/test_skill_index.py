@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from malloy_evals import paths
-from malloy_evals.errors import InputError
-from malloy_evals.skill_index import (
+from malloy_evals.core import paths
+from malloy_evals.core.errors import InputError
+from malloy_evals.core.skill_index import (
     MAX_DESCRIPTION,
     build_index,
     check_front_matter,

@@ -8,8 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from malloy_evals import summary as sm
-from malloy_evals.ledger import Run
+from malloy_evals.ledger.run import Run
+from malloy_evals.report import figures as sm_figures
+from malloy_evals.report import markdown as sm_markdown
 
 KIT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +67,7 @@ def test_ten_of_sixteen_prints_the_spec_example():
     # half   = (1.959964 / 1.240091) * sqrt(0.625*0.375/16 + 3.841459/1024)
     #        = 1.580502 * sqrt(0.014648 + 0.003751) = 1.580502 * 0.135646 = 0.214390
     # interval 0.386410 .. 0.815188
-    rate = sm.pass_rate(10, 16)
+    rate = sm_figures.pass_rate(10, 16)
     assert rate.text == "pass rate 62.5% (10/16; 95% CI 38.6-81.5%)"
     assert rate.ci_low == pytest.approx(0.386410, abs=1e-6)
     assert rate.ci_high == pytest.approx(0.815188, abs=1e-6)
@@ -76,22 +77,22 @@ def test_three_of_four_interval_matches_hand_arithmetic():
     # p = 0.75, z^2/n = 0.960365, denominator 1.960365
     # centre = (0.75 + 0.480183) / 1.960365 = 0.627527
     # half   = (1.959964 / 1.960365) * sqrt(0.1875/4 + 3.841459/64) = 0.999795 * 0.326953 = 0.326886
-    low, high = sm.wilson_interval(3, 4)
+    low, high = sm_figures.wilson_interval(3, 4)
     assert low == pytest.approx(0.627527 - 0.326886, abs=2e-6)
     assert high == pytest.approx(0.627527 + 0.326886, abs=2e-6)
-    assert sm.pass_rate(3, 4).text == "pass rate 75.0% (3/4; 95% CI 30.1-95.4%)"
+    assert sm_figures.pass_rate(3, 4).text == "pass rate 75.0% (3/4; 95% CI 30.1-95.4%)"
 
 
 def test_zero_of_four_has_a_zero_lower_bound_and_a_nonzero_upper_bound():
     # p = 0: centre = (3.841459/8) / 1.960365 = 0.244945 = half, so the interval is 0 .. 0.489891
-    rate = sm.pass_rate(0, 4)
+    rate = sm_figures.pass_rate(0, 4)
     assert rate.text == "pass rate 0.0% (0/4; 95% CI 0.0-49.0%)"
 
 
 def test_nothing_decided_has_no_rate():
-    rate = sm.pass_rate(0, 0)
+    rate = sm_figures.pass_rate(0, 0)
     assert rate.rate is None and rate.ci_low is None
-    assert sm.wilson_interval(0, 0) is None
+    assert sm_figures.wilson_interval(0, 0) is None
 
 
 # --- denominators ---------------------------------------------------------------------------
@@ -109,7 +110,7 @@ def test_near_match_needs_human_and_null_are_counted_outside_the_denominator():
         attempt("q8"), score("q8", None, reason="judge_error: timed out"),
         attempt("q9"), score("q9", None, reason="judge_error: 500"),
     ]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.verdicts == {"match": 3, "no_match": 1, "near_match": 1, "needs_human": 1, "null": 3}
     assert s.null_reasons == {"judge_error": 2, "not_submitted": 1}
     assert (s.pass_rate.passed, s.pass_rate.decided) == (3, 4)
@@ -121,7 +122,7 @@ def test_near_match_needs_human_and_null_are_counted_outside_the_denominator():
 def test_golden_verified_wrong_in_the_set_is_out_of_everything_and_listed():
     events = [attempt("q1"), score("q1", "match"),
               attempt("q2"), score("q2", None, reason="golden_verified_wrong")]
-    s = sm.summarize_events(INFO, events, FakeSet({"q1": None, "q2": "verified_wrong"}))
+    s = sm_figures.summarize_events(INFO, events, FakeSet({"q1": None, "q2": "verified_wrong"}))
     assert s.verdicts["null"] == 0
     assert s.null_reasons == {}
     assert s.excluded_verified_wrong == 1
@@ -133,7 +134,7 @@ def test_judge_declaring_the_golden_verified_wrong_removes_a_no_match_from_the_r
     events = [attempt("q1"), score("q1", "match"),
               attempt("q2"), score("q2", "no_match", gold_status="verified_wrong",
                                    gold_note="the key counts cancelled orders")]
-    s = sm.summarize_events(INFO, events, FakeSet({"q1": "verified", "q2": "verified"}))
+    s = sm_figures.summarize_events(INFO, events, FakeSet({"q1": "verified", "q2": "verified"}))
     assert (s.pass_rate.passed, s.pass_rate.decided) == (1, 1)
     assert s.verdicts["no_match"] == 0
     assert s.doubted_goldens[0]["declared_by"] == "judge"
@@ -144,7 +145,7 @@ def test_judge_declaring_the_golden_verified_wrong_removes_a_no_match_from_the_r
 
 def test_suspect_golden_is_listed_but_still_counted():
     events = [attempt("q1"), score("q1", "no_match", gold_status="suspect")]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.pass_rate.decided == 1
     assert s.doubted_goldens[0]["excluded"] is False
 
@@ -153,7 +154,7 @@ def test_verified_wrong_attempt_is_left_out_of_the_cascade():
     events = [attempt("q1"), score("q1", "match"), retrieval_row("q1", "match", 1.0, groups=1),
               attempt("q2"), score("q2", "match", gold_status="verified_wrong"),
               retrieval_row("q2", "match", 0.5, groups=2)]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.cascade["total"] == 1
     assert s.cascade["rungs"]["delivered, right"] == 1
     assert s.retrieval["mean_recall"] == 1.0
@@ -167,7 +168,7 @@ def test_cascade_overlay_counts_a_match_that_stopped_on_not_retrieved():
               retrieval_row("q2", "no_match", 1.0, groups=1, where_to_fix="delivered, wrong"),
               attempt("q3"), score("q3", "needs_human"),
               retrieval_row("q3", "needs_human", 1.0, groups=1)]
-    cas = sm.summarize_events(INFO, events).cascade
+    cas = sm_figures.summarize_events(INFO, events).cascade
     assert cas["rungs"]["not retrieved"] == 1
     assert cas["overlays"]["not retrieved"] == 1
     assert cas["rungs"]["delivered, wrong"] == 1
@@ -177,7 +178,7 @@ def test_cascade_overlay_counts_a_match_that_stopped_on_not_retrieved():
 
 def test_attempt_without_a_retrieval_row_is_warned_about():
     events = [attempt("q1"), score("q1", "match")]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.cascade is None
     assert "q1" in s.warnings[0]
 
@@ -188,7 +189,7 @@ def test_attempt_without_a_retrieval_row_is_warned_about():
 def test_truncated_attempt_makes_the_run_incomplete_with_no_rate_and_repair_commands():
     events = [attempt("q1"), score("q1", "match"),
               attempt("q2", truncated=True), score("q2", None, reason="answerer_truncated")]
-    s = sm.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+    s = sm_figures.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
                             judge_spec="replay", endpoint_flag="--local")
     assert s.status == "incomplete"
     assert s.pass_rate is None
@@ -200,7 +201,7 @@ def test_truncated_attempt_makes_the_run_incomplete_with_no_rate_and_repair_comm
     assert s.incomplete.commands[-1].endswith(
         "score_run.py --run runs/r1 --set evals/bookshop --judge replay --local "
         "--only q2 --rescore")
-    assert re.search(r"pass rate \d", sm.render_markdown(s)) is None
+    assert re.search(r"pass rate \d", sm_markdown.render_markdown(s)) is None
 
 
 def test_incomplete_headline_lists_each_counts_own_qids():
@@ -208,14 +209,14 @@ def test_incomplete_headline_lists_each_counts_own_qids():
     events = [attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated"),
               attempt("q2", contaminated=True), score("q2", None, reason="contaminated"),
               attempt("q3", contaminated=True), score("q3", None, reason="contaminated")]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.headline == "INCOMPLETE: 1 truncated (q1), 2 contaminated (q2, q3); no pass rate"
 
 
 def test_repair_command_for_a_host_judged_run_starts_with_emit():
     # `--judge host` alone is refused by score_run: the printed command must be runnable.
     events = [attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated")]
-    s = sm.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+    s = sm_figures.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
                             judge_spec="host", endpoint_flag="--local")
     assert s.incomplete.commands[-1].endswith(
         "score_run.py --run runs/r1 --set evals/bookshop --judge host --emit --local "
@@ -225,27 +226,27 @@ def test_repair_command_for_a_host_judged_run_starts_with_emit():
 def test_contamination_unknown_counts_as_contaminated():
     events = [attempt("q1", contaminated="unknown"), score("q1", None, reason="contaminated"),
               attempt("q2", contaminated=False), score("q2", "match")]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.status == "incomplete"
     assert s.incomplete.contaminated == ["q1"]
 
 
 def test_contamination_known_only_to_the_score_still_counts():
     events = [attempt("q1"), score("q1", None, reason="contaminated", contaminated=True)]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.incomplete.contaminated == ["q1"]
 
 
 def test_clean_run_with_contaminated_false_keeps_its_rate():
     events = [attempt("q1", contaminated=False, truncated=False), score("q1", "match")]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.status == "complete" and s.incomplete is None
     assert s.pass_rate.text == "pass rate 100.0% (1/1; 95% CI 20.7-100.0%)"
 
 
 def test_incomplete_command_lists_each_sample_and_one_rescore_over_sorted_qids():
     events = [attempt("q9", sample=1, truncated=True), attempt("q3", contaminated=True)]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.incomplete.qids == ["q3", "q9"]
     assert any("--qid q9 --sample 1" in c for c in s.incomplete.commands)
     assert "--only q3,q9 --rescore" in s.incomplete.commands[-1]
@@ -262,7 +263,7 @@ def test_cost_sums_dollars_turns_calls_and_entities_per_answer():
         attempt("q2", cost_usd=None, num_turns=2), score("q2", "no_match", judge_cost_usd=0.02),
         exec_call("q2"), exec_call("q2"),
     ]
-    cost = sm.summarize_events(INFO, events).cost
+    cost = sm_figures.summarize_events(INFO, events).cost
     assert cost["answerer_usd"] == pytest.approx(0.10)
     assert cost["answerer_unknown"] == 1
     assert cost["judge_usd"] == pytest.approx(0.03)
@@ -275,7 +276,7 @@ def test_cost_sums_dollars_turns_calls_and_entities_per_answer():
 
 def test_attempt_without_a_score_is_listed_as_unscored_not_counted():
     events = [attempt("q1"), attempt("q2"), score("q2", "match")]
-    s = sm.summarize_events(INFO, events)
+    s = sm_figures.summarize_events(INFO, events)
     assert s.unscored == ["q1"]
     assert s.scored == 1 and s.attempts == 2
     assert s.pass_rate.decided == 1
@@ -285,8 +286,8 @@ def test_results_files_carry_the_same_headline(tmp_path):
     events = [attempt("q1"), score("q1", "match", must_not_use_hits=[]),
               attempt("q2"), score("q2", "no_match", must_not_use_hits=["orders.list_price"],
                                    judge_verdict="match")]
-    s = sm.summarize_events(INFO, events)
-    md, js = sm.write_results(tmp_path, s)
+    s = sm_figures.summarize_events(INFO, events)
+    md, js = sm_markdown.write_results(tmp_path, s)
     doc = json.loads(js.read_text())
     text = md.read_text()
     assert doc["pass_rate"]["text"] in text
@@ -324,7 +325,7 @@ def test_readme_duckdb_queries_count_the_verdicts_of_a_ledger(tmp_path, monkeypa
     counted = dict(duckdb.sql(all_scores).fetchall())
     live = dict(duckdb.sql(live_scores).fetchall())
     assert counted == {"match": 2, "no_match": 1, None: 1}
-    s = sm.summarize(run, None)
+    s = sm_figures.summarize(run, None)
     assert live == {"match": s.verdicts["match"], None: s.verdicts["null"]} == {"match": 2, None: 1}
 
 
@@ -332,8 +333,8 @@ def test_coverage_section_of_a_subset_report_does_not_claim_the_whole_set():
     # A check_coverage --only report covers 2 cases; the summary must not call it the whole set.
     report = {"cases": 2, "decided": 2, "modelled": 1, "coverage": 0.5,
               "by_verdict": {"MODELLED": 1, "MISSING": 1}, "compiledSurface": "read"}
-    s = sm.summarize_events(INFO, [attempt("q1"), score("q1", "match")], coverage_report=report)
-    text = sm.render_markdown(s)
+    s = sm_figures.summarize_events(INFO, [attempt("q1"), score("q1", "match")], coverage_report=report)
+    text = sm_markdown.render_markdown(s)
     assert "the whole set" not in text
     assert "over the report's own 2 cases" in text and "1 of 2 decided cases modelled" in text
 
@@ -350,13 +351,13 @@ def test_repair_commands_reach_a_run_typed_relative_to_another_folder(tmp_path, 
     run.append([attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated")])
     (tmp_path / "replies.jsonl").write_text("")
     monkeypatch.chdir(tmp_path)
-    s = sm.summarize(run, None, run_label="runs/r1", set_label=str(KIT / "evals" / "bookshop"),
+    s = sm_figures.summarize(run, None, run_label="runs/r1", set_label=str(KIT / "evals" / "bookshop"),
                      judge_spec="hand:replies.jsonl", endpoint_flag="--local")
     record, rescore = s.incomplete.commands
     assert f"--run {tmp_path / 'runs' / 'r1'} --set {KIT / 'evals' / 'bookshop'} " in record
     assert f"--judge hand:{tmp_path / 'replies.jsonl'} --local" in rescore
     monkeypatch.chdir(KIT)
-    assert sm.from_kit_root("evals/bookshop") == "evals/bookshop"
+    assert sm_figures.from_kit_root("evals/bookshop") == "evals/bookshop"
 
 
 def test_repair_command_for_an_attempt_recorded_from_a_host_log_asks_for_a_host_log():
@@ -365,7 +366,7 @@ def test_repair_command_for_an_attempt_recorded_from_a_host_log_asks_for_a_host_
               score("q1", None, reason="contaminated"),
               attempt("q2", truncated=True, transcript_path="artifacts/q2/_/transcript.jsonl"),
               score("q2", None, reason="answerer_truncated")]
-    s = sm.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+    s = sm_figures.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
                             judge_spec="replay", endpoint_flag="--local")
     assert s.incomplete.commands[0].endswith(
         "--qid q1 --host-log <new-host-log.json> --answer-file <new-answer.md>")

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from malloy_evals.errors import InputError
-from malloy_evals.toollog import ToolUse, read_tool_uses
+from malloy_evals.checks.toollog import ToolUse, read_tool_uses
+from malloy_evals.core.errors import InputError
 
 
 def write(tmp_path: Path, content: Any, name: str = "log.json") -> Path:

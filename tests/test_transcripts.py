@@ -9,12 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from malloy_evals import schemas
-from malloy_evals.context_payload import doc_tokens, ranked_summary
-from malloy_evals.errors import InputError
-from malloy_evals.ledger import Run
-from malloy_evals.sets import question_sha
-from malloy_evals.transcripts import (
+from malloy_evals.answer.transcripts import (
     ExecuteCall,
     choose_final_query,
     is_mcp_tool,
@@ -23,6 +18,11 @@ from malloy_evals.transcripts import (
     record_attempt,
     redact_secrets,
 )
+from malloy_evals.core import schemas
+from malloy_evals.core.errors import InputError
+from malloy_evals.endpoint.context_payload import doc_tokens, ranked_summary
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import question_sha
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "record_attempt.py"

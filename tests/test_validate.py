@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from malloy_evals.ledger import Run, validate_run
+from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import validate_run
 
 KIT = Path(__file__).resolve().parents[1]
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"

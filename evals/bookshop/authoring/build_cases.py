@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import duckdb
-from malloy_evals.runtime import MalloyRuntime, default_allow
+from malloy_evals.endpoint.runner import MalloyRuntime, default_allow
 
 SET = Path(__file__).resolve().parents[1]
 DATA = SET / "data"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.contamination import check_contamination, render_text
-from malloy_evals.toollog import read_tool_uses
+from malloy_evals.checks.contamination.rules import check_contamination, render_text
+from malloy_evals.checks.toollog import read_tool_uses
+from malloy_evals.core import cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:

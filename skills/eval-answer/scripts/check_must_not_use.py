@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.errors import InputError, UsageError
-from malloy_evals.must_not_use import check_must_not_use, render_text
+from malloy_evals.checks.must_not_use import check_must_not_use, render_text
+from malloy_evals.core import cli
+from malloy_evals.core.errors import InputError, UsageError
 
 
 def _read_query(path: str) -> str:
@@ -33,7 +33,7 @@ def _read_query(path: str) -> str:
 
 
 def _set_entries(set_dir: str, qid: str) -> list[str]:
-    from malloy_evals.sets import CASES_FILE, load_set
+    from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
     case = load_set(set_dir).case(qid)
     entries = case.must_not_use

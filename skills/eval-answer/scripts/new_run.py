@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli, vocab
-from malloy_evals.errors import EXIT_OK
-from malloy_evals.ledger import Run
+from malloy_evals.core import cli, vocab
+from malloy_evals.core.errors import EXIT_OK
+from malloy_evals.ledger.run import Run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

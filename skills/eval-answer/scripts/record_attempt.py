@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.transcripts import record_attempt, render_text
+from malloy_evals.answer.transcripts import record_attempt, render_text
+from malloy_evals.core import cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.reexecute import reexecute, render_text
+from malloy_evals.answer.reexecute import reexecute, render_text
+from malloy_evals.core import cli
 
 
 def main(argv=None) -> int:

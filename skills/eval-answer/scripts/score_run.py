@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.providers import add_provider_arguments, provider_from_args
-from malloy_evals.run_scorer import render_text, score_run
+from malloy_evals.core import cli
+from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
+from malloy_evals.workflow.run_scorer import render_text, score_run
 
 
 def main(argv=None) -> int:

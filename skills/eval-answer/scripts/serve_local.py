@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.errors import EXIT_OK, UnmeasuredError
-from malloy_evals.mcp_server import check_port_free, parse_package_arg, serve
-from malloy_evals.runtime import runtime_missing_reason
+from malloy_evals.core import cli
+from malloy_evals.core.errors import EXIT_OK, UnmeasuredError
+from malloy_evals.endpoint.mcp_server import check_port_free, parse_package_arg, serve
+from malloy_evals.endpoint.runner import runtime_missing_reason
 
 
 def main(argv=None) -> int:

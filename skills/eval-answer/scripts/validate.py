@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.ledger import ValidationReport, validate_runs
+from malloy_evals.core import cli
+from malloy_evals.ledger.validate import ValidationReport, validate_runs
 
 
 def render(report: ValidationReport) -> str:

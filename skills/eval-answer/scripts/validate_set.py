@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.sets import SetReport, check_set
+from malloy_evals.core import cli
+from malloy_evals.sets.eval_set import SetReport, check_set
 
 
 def render(report: SetReport) -> str:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.goldens import render_text, verify_goldens
+from malloy_evals.core import cli
+from malloy_evals.sets.goldens import render_text, verify_goldens
 
 
 def main(argv=None) -> int:

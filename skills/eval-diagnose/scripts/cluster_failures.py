@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.diagnose import cluster_failures, render_mechanical
+from malloy_evals.core import cli
+from malloy_evals.diagnose.mechanical import cluster_failures, render_mechanical
 
 
 def main(argv: Sequence[str] | None = None) -> int:

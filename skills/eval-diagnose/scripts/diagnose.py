@@ -19,8 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli, providers
-from malloy_evals.diagnose import diagnose_run, render_text
+from malloy_evals.core import cli
+from malloy_evals.diagnose.run import diagnose_run, render_text
+from malloy_evals.judge.providers import select as providers
 
 
 def main(argv: Sequence[str] | None = None) -> int:

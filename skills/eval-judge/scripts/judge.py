@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals import cli
-from malloy_evals.judge import add_judge_retries
-from malloy_evals.providers import add_provider_arguments, provider_from_args
-from malloy_evals.scoring import render_score, score_attempt_at
+from malloy_evals.answer.scoring import render_score, score_attempt_at
+from malloy_evals.core import cli
+from malloy_evals.judge.doctrine import add_judge_retries
+from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
 
 
 def main(argv=None) -> int:

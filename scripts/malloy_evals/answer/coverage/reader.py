@@ -1,0 +1,499 @@
+"""Can the model express an answer to each question at all? Decided by reading the model.
+
+No answerer, no judge, no golden, no warehouse query: a reader model (role `coverage`, key
+`cov.<qid>`) sees an inventory of the compiled model, the set's conventions, the question and its
+`requiresConcepts`, and answers MODELLED or one of the four gap verdicts. The reply rules turn
+that answer into a verdict, or into "undecided" when the answer breaks them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.answer.coverage.surface import ModelView, read_local_model, read_served_model
+from malloy_evals.core import cli, codes
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
+from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
+from malloy_evals.judge.providers.select import provider_stats
+from malloy_evals.sets.eval_set import load_set
+
+ROLE = "coverage"
+RULE_KINDS = ("guessable", "arbitrary")
+
+
+# Above this the prompt is not sent: an instability measured in the reference harness (verdicts
+# flip to the pass above ~100 KB of model text) makes an over-long prompt a failed measurement.
+MAX_MODEL_CHARS = 250_000
+NOT_READ_NO_DESCRIBE = "not read: the package was not compiled"
+
+SYSTEM_TEMPLATE = """\
+You decide whether a Malloy semantic model can express the answer to one analytical question.
+You are not answering the question and you run nothing: you read the model inventory (or, when the
+compiled surface could not be read, the model's source text) and decide one verdict.
+
+Verdicts:
+- MODELLED: one entity, or a combination the model documents, expresses every quantity the
+  question needs, and nothing in the model leaves a choice open. Name the entities.
+- MISSING: no query over this model could produce a quantity the question needs.
+- AMBIGUOUS: several candidates could express a quantity and nothing in the model says which.
+- RULE_UNWRITTEN: the data is there but the rule for combining or filtering it is not written.
+  Say rule_kind "guessable" when the data forces the rule, "arbitrary" when it is a business
+  decision (a rule known only from a stated convention is arbitrary).
+- UNDERSPECIFIED: the question itself is unclear: more than one reading of it is defensible.
+
+How to decide:
+1. List every quantity the question needs (a ratio needs a numerator and a denominator; a
+   "per X" needs X; a period needs a date to count it by).
+2. For each quantity list EVERY candidate entity in the inventory, by id `kind:source:name`.
+3. Rule a candidate out only by quoting the model's own doc that rules it out. A name that
+   resembles the question is not a resolution; finding the numerator is not coverage; a caveat is
+   not a resolution.
+4. Conventions are definitions of terms. Apply one only when the question uses its term; never
+   substitute your own reading of a term the conventions or docs define.
+5. A compiled field without a doc is undocumented, not absent: every table column a source exposes
+   is in the inventory even when the model text never names it.
+6. If a quantity keeps more than one candidate after step 3, the verdict is not MODELLED.
+
+Reply with one JSON object and nothing after it:
+{"quantities": [{"quantity": "...", "candidates": ["kind:source:name", ...],
+  "ruled_out": "the quoted doc that leaves one candidate, or null"}],
+ "resolved_by": "the doc or convention that settles any choice, or null",
+ "why": "two or three sentences",
+ "verdict": "MODELLED | MISSING | AMBIGUOUS | RULE_UNWRITTEN | UNDERSPECIFIED",
+ "rule_kind": "guessable | arbitrary | null",
+ "entities": ["kind:source:name", ...]}
+"""
+
+USER_TEMPLATE = """\
+MODEL ({surface_label})
+{model}
+
+CONVENTIONS OF THIS SET
+{conventions}
+
+QUESTION
+{question}
+
+CONCEPTS THE QUESTION NEEDS
+{concepts}
+"""
+
+# The reader's reply, as structured output (why before verdict, so the verdict follows reasons).
+READER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["quantities", "resolved_by", "why", "verdict", "rule_kind", "entities"],
+    "properties": {
+        "quantities": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["quantity", "candidates", "ruled_out"],
+            "properties": {"quantity": {"type": "string"},
+                           "candidates": {"type": "array", "items": {"type": "string"}},
+                           "ruled_out": {"type": ["string", "null"]}}}},
+        "resolved_by": {"type": ["string", "null"]},
+        "why": {"type": "string"},
+        "verdict": {"type": "string", "enum": list(codes.COVERAGE_VERDICTS)},
+        "rule_kind": {"type": ["string", "null"], "enum": [*RULE_KINDS, None]},
+        "entities": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+def prompt_version() -> str:
+    """sha256 of the reader's prompt template (SPEC 7.5: the recording's prompt_version)."""
+    return hashlib.sha256((SYSTEM_TEMPLATE + "\x00" + USER_TEMPLATE).encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- the reply rules
+
+@dataclass(frozen=True)
+class Reading:
+    """One reader reply after the reply rules; verdict None means undecided."""
+
+    verdict: str | None
+    why: str
+    entities: list[str] = field(default_factory=list)
+    rule_kind: str | None = None
+    quantities: list[dict] = field(default_factory=list)
+    resolved_by: str | None = None
+
+
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        return []
+    return [v.strip() for v in value if isinstance(v, str) and v.strip()]
+
+
+def _quantities(value: Any) -> list[dict]:
+    """Quantities as [{quantity, candidates, ruled_out}]; the older dict form {q: [..]} is read too."""
+    if isinstance(value, dict):
+        value = [{"quantity": k, "candidates": v, "ruled_out": None} for k, v in value.items()]
+    if not isinstance(value, list):
+        return []
+    out = []
+    for item in value:
+        if not isinstance(item, dict):
+            continue
+        ruled = item.get("ruled_out")
+        out.append({"quantity": str(item.get("quantity") or ""),
+                    "candidates": _strings(item.get("candidates")),
+                    "ruled_out": ruled.strip() if isinstance(ruled, str) and ruled.strip() else None})
+    return out
+
+
+def read_reply(data: dict | None, text: str = "") -> Reading:
+    """Apply SPEC 5.4's reply rules to one reader reply (structured object, else the raw text).
+
+    - a verdict outside MODELLED and the gap verdicts is undecided;
+    - MODELLED with a quantity holding several candidates, none ruled out and nothing resolving
+      them, becomes AMBIGUOUS;
+    - MODELLED that names no entity is undecided;
+    - rule_kind is kept only for RULE_UNWRITTEN.
+    """
+    obj = data if isinstance(data, dict) else last_json_object(text or "", "verdict")
+    if obj is None:
+        return Reading(None, "no JSON object in the reader's reply")
+    raw_verdict = obj.get("verdict")
+    why = str(obj.get("why") or "").strip()
+    quantities = _quantities(obj.get("quantities"))
+    resolved = obj.get("resolved_by")
+    resolved_by = resolved.strip() if isinstance(resolved, str) and resolved.strip() else None
+    entities = _strings(obj.get("entities"))
+    verdict = raw_verdict.strip().upper() if isinstance(raw_verdict, str) else None
+    if verdict not in codes.COVERAGE_VERDICTS:
+        return Reading(None, f"reader answered verdict {raw_verdict!r}, not one of "
+                             f"{', '.join(codes.COVERAGE_VERDICTS)}; {why}".strip(),
+                       entities, None, quantities, resolved_by)
+    if verdict == codes.MODELLED:
+        open_choices = [q for q in quantities if len(q["candidates"]) > 1 and not q["ruled_out"]]
+        if open_choices and resolved_by is None:
+            names = ", ".join(q["quantity"] or "?" for q in open_choices)
+            return Reading("AMBIGUOUS",
+                           f"[several candidates for {names} and nothing in the model resolves "
+                           f"them] {why}".strip(), entities, None, quantities, resolved_by)
+        if not entities:
+            return Reading(None, f"MODELLED without naming an entity that expresses it; {why}"
+                           .strip(), entities, None, quantities, resolved_by)
+    rule_kind = obj.get("rule_kind") if verdict == "RULE_UNWRITTEN" else None
+    if rule_kind not in RULE_KINDS:
+        rule_kind = None
+    return Reading(verdict, why, entities, rule_kind, quantities, resolved_by)
+
+
+@dataclass(frozen=True)
+class CaseCoverage:
+    """The decided (or undecided) verdict of one case, with every sample's verdict."""
+
+    qid: str
+    verdict: str | None
+    why: str
+    entities: list[str]
+    rule_kind: str | None
+    samples: list[str | None]
+    stable: bool
+    quantities: list[dict] = field(default_factory=list)
+    resolved_by: str | None = None
+
+
+def majority(qid: str, readings: list[Reading]) -> CaseCoverage:
+    """The verdict of repeated readings: the most frequent; a tie between MODELLED and any other
+    outcome (undecided included) goes to the other; two different gaps tied leave it undecided."""
+    samples = [r.verdict for r in readings]
+    if not readings:
+        return CaseCoverage(qid, None, "no reading", [], None, [], False)
+    counts = Counter(samples)
+    top = max(counts.values())
+    tied = [v for v in counts if counts[v] == top]
+    gaps = [v for v in tied if v is not None and v != codes.MODELLED]
+    stable = len(counts) == 1
+    if len(gaps) > 1:
+        return CaseCoverage(qid, None, "samples disagreed on which gap: " + ", ".join(sorted(gaps)),
+                            [], None, samples, False)
+    if len(tied) == 1:
+        winner: str | None = tied[0]
+    elif gaps:
+        winner = gaps[0]
+    else:
+        winner = None  # MODELLED tied with undecided: the non-MODELLED outcome wins
+    chosen = next(r for r in readings if r.verdict == winner)
+    why = chosen.why
+    if winner is None and len(tied) > 1:
+        why = "samples split between MODELLED and undecided; " + why
+    return CaseCoverage(qid, winner, why, chosen.entities, chosen.rule_kind, samples, stable,
+                        chosen.quantities, chosen.resolved_by)
+
+
+def render_conventions(conventions: Iterable[Any]) -> str:
+    lines = [f"- {c.strip()}" for c in conventions or [] if isinstance(c, str) and c.strip()]
+    return "\n".join(lines) if lines else "(none stated)"
+
+
+def build_request(qid: str, question: str, concepts: list[str], conventions: list[str],
+                  view: ModelView) -> Any:
+    """The reader's LlmRequest for one case: never the golden, never another case."""
+
+    label = ("compiled inventory: every entity of every source, `kind:source:name (type): doc`"
+             if view.compiled_surface == "read"
+             else f"source text; compiled surface {view.compiled_surface}")
+    user = USER_TEMPLATE.format(
+        surface_label=label, model=view.text, conventions=render_conventions(conventions),
+        question=question,
+        concepts=", ".join(c for c in concepts if isinstance(c, str)) or "(none named)")
+    return LlmRequest(role=ROLE, key=f"cov.{qid}", system=SYSTEM_TEMPLATE,
+                      messages=[{"role": "user", "content": user}],
+                      output_schema=READER_SCHEMA, prompt_version=prompt_version(),
+                      max_tokens=2048)
+
+
+# --------------------------------------------------------------------------- the report
+
+HOST_PENDING = "host reply pending"
+
+
+@dataclass(frozen=True)
+class CoverageReport:
+    """check_coverage's report (reference/schemas/coverage_report.schema.json)."""
+
+    version: str | None
+    modelSha256: str | None
+    compiledSurface: str
+    reader: str | None
+    cases: int
+    decided: int
+    modelled: int
+    coverage: float | None        # modelled / decided; None when nothing was decided
+    by_verdict: dict[str, int]    # verdict (or "undecided") -> cases
+    cases_detail: list[dict]
+    labelComparison: dict | None = None
+
+    def to_json(self) -> dict:
+        doc = {k: getattr(self, k) for k in (
+            "version", "modelSha256", "compiledSurface", "reader", "cases", "decided", "modelled",
+            "coverage", "by_verdict", "cases_detail")}
+        if self.labelComparison is not None:
+            doc["labelComparison"] = self.labelComparison
+        return doc
+
+    @property
+    def pending(self) -> int:
+        """Cases whose host request was emitted and awaits its reply (host --emit)."""
+        return sum(1 for row in self.cases_detail
+                   if str(row.get("why") or "").startswith(HOST_PENDING))
+
+    @property
+    def exit_code(self) -> int:
+        # Emitting requests is --emit's job, as in score_attempt and diagnose: not "could not
+        # measure", as long as every undecided case is waiting for its host reply.
+        if self.decided or (self.cases and self.pending == self.cases - self.decided):
+            return EXIT_OK
+        return EXIT_UNMEASURED
+
+
+def summarise(rows: list[CaseCoverage]) -> dict[str, Any]:
+    """cases, decided (verdict not None), modelled, coverage = modelled / decided, by_verdict."""
+    decided = [r for r in rows if r.verdict is not None]
+    modelled = sum(1 for r in decided if r.verdict == codes.MODELLED)
+    by_verdict = Counter(r.verdict or "undecided" for r in rows)
+    return {"cases": len(rows), "decided": len(decided), "modelled": modelled,
+            "coverage": (modelled / len(decided)) if decided else None,
+            "by_verdict": dict(sorted(by_verdict.items()))}
+
+
+LABEL_NOTE = ("agreement between the authored coverage labels and this measurement; either side can "
+              "be the stale one, so a disagreement is a question to settle, not an error of either")
+
+
+def compare_labels(rows: list[CaseCoverage], labels: dict[str, tuple[str | None, str | None]]
+                   ) -> dict[str, Any]:
+    """Join measured verdicts with authored labels: agreement means (label covered) equals
+    (verdict MODELLED). Undecided and unlabelled cases are not compared."""
+    matrix: Counter[tuple[str, str]] = Counter()
+    disagree = []
+    agree = 0
+    for row in rows:
+        label, note = labels.get(row.qid, (None, None))
+        if row.verdict is None or not label:
+            continue
+        matrix[(label, row.verdict)] += 1
+        if (label == "covered") == (row.verdict == codes.MODELLED):
+            agree += 1
+        else:
+            disagree.append({
+                "qid": row.qid, "label": label, "verdict": row.verdict, "coverageNote": note,
+                "why": row.why,
+                "shape": ("label says covered, model reads as a gap" if label == "covered"
+                          else "label says gap, model reads as expressible")})
+    compared = sum(matrix.values())
+    return {"compared": compared, "agree": agree, "disagree": disagree,
+            "matrix": [{"label": k[0], "verdict": k[1], "n": n} for k, n in sorted(matrix.items())],
+            "note": LABEL_NOTE if compared else "nothing to compare: no decided case has a label"}
+
+
+def _row_json(row: CaseCoverage) -> dict:
+    return {"qid": row.qid, "verdict": row.verdict, "why": row.why, "entities": row.entities,
+            "rule_kind": row.rule_kind, "samples": row.samples, "stable": row.stable,
+            "quantities": row.quantities, "resolved_by": row.resolved_by}
+
+
+def read_case(provider: Any, request: Any, repeat: int) -> list[Reading]:
+    """`repeat` readings of one case; a provider failure is an undecided reading carrying it."""
+
+    readings = []
+    for _ in range(repeat):
+        try:
+            reply = provider.complete(request)
+        except HostReplyPending as exc:
+            readings.append(Reading(None, f"{HOST_PENDING}: {exc}"))
+            break
+        except KitError as exc:  # replay miss/stale, budget, gave up: this case is undecided
+            readings.append(Reading(None, f"reader failed: {exc}"))
+            break
+        readings.append(read_reply(reply.data, reply.text))
+    return readings
+
+
+@dataclass(frozen=True)
+class CoverageCase:
+    """What the reader may see of one case (never the golden)."""
+
+    qid: str
+    question: str
+    concepts: list[str]
+    label: str | None = None   # authored `coverage`, only for --compare-labels
+    note: str | None = None    # authored `coverageNote`, only for --compare-labels
+
+
+def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], provider: Any, *,
+            repeat: int = 1, version: str | None = None, compare: bool = False,
+            parallel: int = 4, progress: Callable[[str], None] | None = None) -> CoverageReport:
+    """Read every case against one model view and build the report."""
+    if repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+
+    def one(case: CoverageCase) -> CaseCoverage:
+        if len(view.text) > MAX_MODEL_CHARS:
+            return CaseCoverage(case.qid, None, f"model too large to read in one prompt "
+                                f"({len(view.text)} chars > {MAX_MODEL_CHARS}): a failed "
+                                "measurement, not a gap", [], None, [], False)
+        request = build_request(case.qid, case.question, case.concepts, conventions, view)
+        row = majority(case.qid, read_case(provider, request, repeat))
+        if progress:
+            progress(f"cov {case.qid}: {row.verdict or 'undecided'}")
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        rows = list(pool.map(one, cases))
+    summary = summarise(rows)
+    comparison = None
+    if compare:
+        comparison = compare_labels(rows, {c.qid: (c.label, c.note) for c in cases})
+    return CoverageReport(
+        version=version, modelSha256=view.model_sha256, compiledSurface=view.compiled_surface,
+        reader=_reader_name(provider), cases=summary["cases"], decided=summary["decided"],
+        modelled=summary["modelled"], coverage=summary["coverage"],
+        by_verdict=summary["by_verdict"], cases_detail=[_row_json(r) for r in rows],
+        labelComparison=comparison)
+
+
+def _reader_name(provider: Any) -> str:
+    spec = getattr(provider, "spec", None) or "unknown"
+    model = getattr(provider, "model", None)
+    return f"{spec} ({model})" if model and model not in spec else str(spec)
+
+
+# --------------------------------------------------------------------------- the script's one call
+
+# A convention says what it applies to either in words ("applies to ...") or as a leading
+# "<term>: <definition>" label, the way the sample set writes them.
+_CONVENTION_SCOPE = re.compile(r"\bappl(y|ies)\b|^[^:]{1,80}:\s", re.IGNORECASE)
+
+
+def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
+                   model_dir: Path | None = None, publisher_url: str | None = None,
+                   environment: str | None = None, package: str | None = None,
+                   repeat: int = 1, only: list[str] | None = None, version: str | None = None,
+                   out: Path | None = None, compare: bool = False,
+                   warn: Callable[[str], None] | None = None) -> CoverageReport:
+    """SPEC 5.4 end to end: startup check, the set's cases, the model view, the reader, the report.
+
+    `provider_factory` is called only after the startup check, so a broken code table stops the
+    script before any provider (or host request) is set up.
+    """
+    codes.check_gap_verdicts()
+
+    eval_set = load_set(set_dir)
+    cases = _coverage_cases(eval_set, only)
+    conventions = eval_set.config.get("conventions") or []
+    if isinstance(conventions, str):  # a single string is a list of one
+        conventions = [conventions]
+    for i, conv in enumerate(conventions):
+        if warn and isinstance(conv, str) and not _CONVENTION_SCOPE.search(conv):
+            warn(f"set.json: conventions[{i}] states no scope (say what it applies to)")
+    if model_dir is not None:
+        view = read_local_model(model_dir)
+    elif publisher_url:
+        view = read_served_model(publisher_url, environment or eval_set.environment,
+                                 package or eval_set.target_package)
+    else:
+        raise UsageError("give --model DIR or --publisher-url URL --environment E --package P")
+    if warn and view.compiled_surface != "read":
+        warn(f"compiled surface {view.compiled_surface}; the reader gets the model text, where "
+             "implicitly exposed columns read as absent")
+    provider = provider_factory()
+    report = measure(cases, view, conventions, provider, repeat=repeat, version=version,
+                     compare=compare, progress=warn)
+
+    stats = provider_stats(provider)
+    if warn and stats:  # calls, tokens and dollars (a --dry-run's estimate) on stderr
+        warn(f"reader calls: {json.dumps(stats, sort_keys=True)}")
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+
+        out.write_text(cli.dumps(report) + "\n", encoding="utf-8")
+    return report
+
+
+def _coverage_cases(eval_set: Any, only: list[str] | None) -> list[CoverageCase]:
+    """The cases to read, in file order; --only naming an unknown qid is a usage error."""
+    cases = list(eval_set.cases.values())
+    if only:
+        unknown = [q for q in only if q not in eval_set.cases]
+        if unknown:
+            raise UsageError(f"--only names qids not in the set: {', '.join(unknown)}")
+        wanted = set(only)
+        cases = [c for c in cases if c.qid in wanted]
+    return [CoverageCase(c.qid, c.question, c.requires_concepts, c.coverage, c.coverage_note)
+            for c in cases]
+
+
+def render_text(report: CoverageReport) -> str:
+    """The console report: one line per case, then the figure; never the word for a score."""
+    lines = []
+    rows = sorted(report.cases_detail, key=lambda r: (r["verdict"] or "~", r["qid"]))
+    for r in rows:
+        kind = f" ({r['rule_kind']})" if r.get("rule_kind") else ""
+        lines.append(f"{r['verdict'] or 'undecided':<15} {r['qid']}{kind}: {r['why']}")
+    pct = "n/a" if report.coverage is None else f"{100 * report.coverage:.0f}%"
+    lines.append(f"coverage {pct} ({report.modelled} MODELLED of {report.decided} decided; "
+                 f"{report.cases} cases) at version {report.version or '(unlabelled)'}; compiledSurface: "
+                 f"{report.compiledSurface}; reader {report.reader}")
+    lines.append("  " + ", ".join(f"{k} {v}" for k, v in report.by_verdict.items()))
+    if report.labelComparison is not None:
+        lc = report.labelComparison
+        lines.append(f"labels vs measurement: {lc['agree']} of {lc['compared']} agree. {lc['note']}")
+        for d in lc["disagree"]:
+            lines.append(f"  {d['qid']}: label {d['label']}, measured {d['verdict']} ({d['shape']})")
+    if not report.decided and report.exit_code == EXIT_OK:
+        lines.append("nothing decided yet: every case waits for its host reply; run again with --ingest")
+    elif not report.decided:
+        lines.append("nothing decided: no measurement (exit 3)")
+    return "\n".join(lines)

@@ -1,0 +1,280 @@
+"""Re-running an attempt's final query through `execute_query` (SPEC 5.5).
+
+The kit never trusts the rows an answerer reports: it takes the attempt's final query from the
+ledger, runs it itself against the served model (a real Publisher by `--mcp-url`, or the kit's
+own endpoint over the set's `model/` package with `--local`), and writes what came back to the
+attempt's artifacts: `prediction.csv` (the rows) and `envelope.json` (the raw payload). A query
+the server refuses is a result, recorded as `reexecute_error.json`, never an exception; only an
+unreachable server raises (could not measure).
+
+`open_endpoint(eval_set, mcp_url=..., local=...)` gives one connection for many attempts, so
+score_attempt and score_run reuse it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.core import paths
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.endpoint.mcp_client import (
+    McpClient,
+    McpConnectionError,
+    McpProtocolError,
+    McpToolError,
+    PublisherRest,
+    connect,
+    rest_base_for,
+)
+from malloy_evals.endpoint.package import package_sha
+from malloy_evals.ledger.events import check_qid
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import EvalSet, load_set
+
+PREDICTION_FILE = "prediction.csv"
+ENVELOPE_FILE = "envelope.json"
+ERROR_FILE = "reexecute_error.json"
+# `run: source -> view` (names optionally backtick-quoted): how a named view is recorded (SPEC 3).
+_NAMED_VIEW = re.compile(r"^\s*run\s*:\s*`?([A-Za-z_][\w]*)`?\s*->\s*`?([A-Za-z_][\w]*)`?\s*;?\s*$")
+_ISO_MIDNIGHT = re.compile(r"^(\d{4}-\d{2}-\d{2})T00:00:00(?:\.0+)?Z$")
+
+
+@dataclass
+class QueryEndpoint:
+    """Where re-execution sends queries: a connected client plus the set's coordinates."""
+
+    client: McpClient
+    environment: str
+    package: str
+    model_path: str
+    label: str  # the MCP URL, or "local" for the kit's own endpoint
+    model_sha: str | None = None        # sha256 over the served model files, when known
+    served_revision: str | None = None  # the server's servedRevision, when known
+
+    def execute(self, *, query: str | None = None, source_name: str | None = None,
+                query_name: str | None = None, givens: dict | None = None,
+                model_path: str | None = None) -> dict:
+        """One execute_query call with this endpoint's environment and package."""
+        return self.client.execute_query(environment=self.environment, package=self.package,
+                                         model_path=model_path or self.model_path, query=query,
+                                         source_name=source_name, query_name=query_name,
+                                         givens=givens)
+
+
+@contextmanager
+def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False,
+                  timeout: float = 120.0) -> Iterator[QueryEndpoint]:
+    """Connect to `mcp_url`, or start the kit's endpoint over the set's model/ package (stdio)
+    and stop it on exit. Environment, package and model path come from set.json."""
+
+    es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
+    if bool(mcp_url) == bool(local):
+        raise UsageError("give exactly one of --mcp-url URL or --local")
+    env, pkg, model = es.environment, es.target_package, es.target_model_path
+    model_sha = revision = None
+    if mcp_url:
+        client = connect(url=mcp_url, timeout=timeout)
+        label = mcp_url
+        model_sha, revision = _served_identity(mcp_url, env, pkg)
+    else:
+        if not es.model_dir.is_dir():
+            raise InputError(es.model_dir, None, "the set has no model/ package to serve locally")
+        script = paths.skill_script("serve_local")
+        assert script is not None, "skills/eval-answer/scripts/serve_local.py is part of the kit"
+        command = [sys.executable, str(script), "--package",
+                   f"{env}/{pkg}={es.model_dir.resolve()}", "--timeout", str(timeout)]
+        client = connect(command=command, timeout=timeout)
+        label = "local"
+        model_sha = package_sha(es.model_dir)
+        revision = f"local-{model_sha[:12]}"
+    try:
+        yield QueryEndpoint(client, env, pkg, model, label, model_sha, revision)
+    finally:
+        client.close()
+
+
+def _served_identity(mcp_url: str, env: str, pkg: str) -> tuple[str | None, str | None]:
+    """sourceContentSha and servedRevision from the REST route beside the MCP URL, when the
+    server has one (the kit's endpoint does; a Publisher serves REST on another port)."""
+    try:
+        body = PublisherRest(rest_base_for(mcp_url), timeout=5).package(env, pkg)
+    except McpConnectionError:
+        return None, None
+    if not isinstance(body, dict):
+        return None, None
+    sha, rev = body.get("sourceContentSha"), body.get("servedRevision")
+    return (sha if isinstance(sha, str) else None), (str(rev) if rev is not None else None)
+
+
+@dataclass(frozen=True)
+class ReexecuteResult:
+    """What re-running one attempt's final query produced (SPEC 5.5)."""
+
+    qid: str
+    sample: int | None
+    status: str                       # "ok" | "query_error" | "no_query"
+    call: dict[str, Any]              # the execute_query arguments sent (no rows, no secrets)
+    row_count: int | None = None
+    columns: list[str] = field(default_factory=list)
+    prediction_path: str | None = None  # relative to the run folder
+    envelope_path: str | None = None
+    error_path: str | None = None
+    error: str | None = None
+    suggestions: list[str] = field(default_factory=list)
+    limit_hit: bool = False
+    endpoint: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def exit_code(self) -> int:
+        # A refused query is a recorded result; an attempt with no query gave nothing to measure.
+        return EXIT_UNMEASURED if self.status == "no_query" else EXIT_OK
+
+
+def final_call(attempt: dict[str, Any], model_path: str) -> dict[str, Any] | None:
+    """The execute_query arguments that re-run an attempt's final query, or None without one.
+
+    A named view (the attempt names `query_name`, or `final_query_source` is `named_view` and
+    the text reads `run: <source> -> <view>`) is re-run by name, as the answerer ran it.
+    """
+    text = attempt.get("final_query")
+    givens = attempt.get("givens") or attempt.get("final_givens") or None
+    model = attempt.get("model_path") or model_path
+    query_name = attempt.get("query_name")
+    source_name = attempt.get("source_name")
+    if query_name:
+        return {"source_name": source_name or None, "query_name": query_name, "query": None,
+                "givens": givens, "model_path": model}
+    if not isinstance(text, str) or not text.strip():
+        return None
+    m = _NAMED_VIEW.match(text)
+    if m and attempt.get("final_query_source") == "named_view":
+        return {"source_name": m.group(1), "query_name": m.group(2), "query": None,
+                "givens": givens, "model_path": model}
+    return {"source_name": None, "query_name": None, "query": text, "givens": givens,
+            "model_path": model}
+
+
+def result_columns(envelope: dict[str, Any]) -> list[str]:
+    """Column order: the result schema's fields, else the rows' keys in first-seen order."""
+    fields = ((envelope.get("_meta") or {}).get("schema") or {}).get("fields") or []
+    names = [f["name"] for f in fields if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    if names:
+        return names
+    seen: dict[str, None] = {}
+    for row in envelope.get("rows") or []:
+        if isinstance(row, dict):
+            for key in row:
+                seen.setdefault(str(key), None)
+    return list(seen)
+
+
+def _date_columns(envelope: dict[str, Any]) -> set[str]:
+    fields = ((envelope.get("_meta") or {}).get("schema") or {}).get("fields") or []
+    return {f["name"] for f in fields if isinstance(f, dict)
+            and ((f.get("type") or {}).get("kind") == "date_type")}
+
+
+def csv_cell(value: Any, is_date: bool = False) -> str:
+    """One CSV cell: numbers at full precision (shortest round-trip), nested values as JSON text,
+    dates as ISO-8601 (a date column's midnight timestamp becomes the plain date)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = str(value)
+    if is_date:
+        m = _ISO_MIDNIGHT.match(text)
+        if m:
+            return m.group(1)
+    return text
+
+
+def prediction_csv(envelope: dict[str, Any]) -> str:
+    """The rows of an execute_query envelope as CSV text with a header row."""
+    columns = result_columns(envelope)
+    dates = _date_columns(envelope)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in envelope.get("rows") or []:
+        row = row if isinstance(row, dict) else {}
+        writer.writerow([csv_cell(row.get(c), c in dates) for c in columns])
+    return out.getvalue()
+
+
+def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
+                      endpoint: QueryEndpoint) -> ReexecuteResult:
+    """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
+    same attempt writes prediction.2.csv). Query errors come back as data."""
+    attempt = run.attempt(qid, sample)
+    if attempt is None:
+        raise InputError(run.events_path, None,
+                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+    call = final_call(attempt, endpoint.model_path)
+    if call is None:
+        return ReexecuteResult(qid, sample, "no_query", {}, error="the attempt has no final query",
+                               endpoint=endpoint.label)
+    sent = {k: v for k, v in call.items() if v is not None}
+    try:
+        envelope = endpoint.execute(**call)
+    except (McpToolError, McpProtocolError) as exc:
+        suggestions = list(getattr(exc, "suggestions", []) or [])
+        message = exc.message
+        detail = {"error": message, "suggestions": suggestions, "call": sent,
+                  "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
+        path = run.write_artifact(qid, sample, ERROR_FILE, detail)
+        return ReexecuteResult(qid, sample, "query_error", sent, error=message,
+                               suggestions=suggestions, error_path=run.relpath(path),
+                               endpoint=endpoint.label)
+    env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
+    pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
+    rows = envelope.get("rows") or []
+    return ReexecuteResult(qid, sample, "ok", sent, row_count=len(rows),
+                           columns=result_columns(envelope), prediction_path=run.relpath(pred_path),
+                           envelope_path=run.relpath(env_path),
+                           limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label)
+
+
+def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None,
+              mcp_url: str | None = None, local: bool = False) -> ReexecuteResult:
+    """The script's whole job: open the run and set, connect, re-run one attempt, disconnect."""
+
+    run = Run.open(run_dir)
+    es = load_set(set_dir)
+    check_qid(qid)
+    if run.attempt(qid, sample) is None:
+        raise InputError(run.events_path, None,
+                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+    with open_endpoint(es, mcp_url=mcp_url, local=local) as endpoint:
+        return reexecute_attempt(run, es, qid, sample, endpoint)
+
+
+def render_text(result: ReexecuteResult) -> str:
+    """A short human summary of one re-execution."""
+    head = f"{result.qid} sample {result.sample if result.sample is not None else '_'}: "
+    if result.status == "ok":
+        limit = " (row cap hit)" if result.limit_hit else ""
+        return (head + f"{result.row_count} rows{limit} -> {result.prediction_path}, "
+                f"{result.envelope_path}")
+    if result.status == "query_error":
+        return head + f"query error recorded in {result.error_path}: {result.error}"
+    return head + (result.error or "nothing to re-run")

@@ -1,0 +1,586 @@
+"""Retrieval recall (SPEC 5.3): did get_context deliver the entities a case's answer depends on,
+and when an answer failed, where does the fix go? Plus the run cascade of SPEC 9.
+
+Mechanical, no LLM. The deciders are pure and take values (`score_row`, `attribute`, `summarize`,
+`cascade`); `score_retrieval` is the one function that touches a run folder. It streams the ledger
+once for voids and once for the keys it uses, so memory grows with attempts, never with events.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from malloy_evals.core.errors import InputError
+from malloy_evals.core.vocab import ENTITY_KINDS, split_entity_id
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import load_set
+
+Route = Literal["exact", "alias", "in_docs", "missing"]
+CoverageClass = Literal["covered", "gap", "absent", "unclear", "unknown"]
+CoverageSource = Literal["measured", "authored", "none"]
+
+# Effective coverage classes: authored levels and check_coverage's measured verdicts read together.
+COVERED = frozenset({"covered", "MODELLED"})
+GAP = frozenset({"derivable", "MISSING", "AMBIGUOUS", "RULE_UNWRITTEN"})
+ABSENT = frozenset({"absent"})
+UNCLEAR = frozenset({"UNDERSPECIFIED"})
+
+# What one target type asks the server for: `view` also finds named queries, `any` (a plain query
+# string) asks every kind, and a dimensional value names no entity kind at all.
+KINDS_BY_TARGET: dict[str, frozenset[str]] = {
+    "source": frozenset({"source"}), "dimension": frozenset({"dimension"}),
+    "measure": frozenset({"measure"}), "view": frozenset({"view", "query"}),
+    "query": frozenset({"query"}), "join": frozenset({"join"}),
+    "dimensional_value": frozenset(), "any": frozenset(ENTITY_KINDS),
+}
+
+# The cascade's rungs, in order (SPEC 9); overlays count `match` attempts per earlier rung.
+RUNGS = ("not covered", "coverage unmeasured", "no entities named", "not retrieved",
+         "not scored", "delivered, wrong", "delivered, right")
+OVERLAY_RUNGS = RUNGS[:4]
+
+
+def coverage_class(value: str | None) -> CoverageClass:
+    """The class of an effective coverage value; anything unrecognised is unknown."""
+    if value in COVERED:
+        return "covered"
+    if value in GAP:
+        return "gap"
+    if value in ABSENT:
+        return "absent"
+    if value in UNCLEAR:
+        return "unclear"
+    return "unknown"
+
+
+def asked_kinds(target_types: Iterable[str]) -> set[str]:
+    """The entity kinds a set of target types asked for; an unknown type asks for itself."""
+    kinds: set[str] = set()
+    for t in target_types:
+        key = t.strip().lower()
+        kinds |= KINDS_BY_TARGET.get(key, frozenset({key}) if key else frozenset())
+    return kinds
+
+
+@functools.lru_cache(maxsize=1024)
+def _asked_cached(types: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(asked_kinds(types))
+
+
+def call_target_types(call: Mapping[str, Any]) -> list[str]:
+    """A get_context call's target types: from `target_shapes`, else the prefix of `targets`."""
+    shapes = call.get("target_shapes")
+    if isinstance(shapes, list) and shapes:
+        return [str(s.get("type", "")) for s in shapes if isinstance(s, dict)]
+    targets = call.get("targets")
+    types: list[str] = []
+    if isinstance(targets, list):
+        for t in targets:
+            if isinstance(t, str) and ":" in t:
+                types.append(t.split(":", 1)[0])
+            elif isinstance(t, dict) and t.get("target_type"):
+                types.append(str(t["target_type"]))
+    return types
+
+
+# ---------------------------------------------------------------- one attempt
+
+@dataclass
+class Delivered:
+    """What an attempt's get_context calls delivered, pooled over every call (SPEC 5.3)."""
+    returned: dict[str, None] = field(default_factory=dict)  # entity ids, response order, no repeats
+    doc_tokens: set[str] = field(default_factory=set)       # lower-cased
+    asked: set[str] = field(default_factory=set)
+    calls: int = 0
+
+    def add_call(self, call: Mapping[str, Any]) -> None:
+        """Pool one get_context tool_call event into this attempt's delivery."""
+        self.calls += 1
+        summary = call.get("ranked_summary")
+        if isinstance(summary, dict):
+            ids = summary.get("entity_ids")
+            if isinstance(ids, list):
+                # Interned: the same few hundred ids recur in every attempt of a run, and one shared
+                # copy each keeps memory proportional to attempts, not to calls.
+                self.returned.update(dict.fromkeys(sys.intern(e) for e in ids if isinstance(e, str)))
+            tokens = summary.get("doc_tokens")
+            if isinstance(tokens, list):
+                # A doc token has at least one underscore (SPEC 5.3): a one-word name is never
+                # delivered by docs, even when a hand-written or older ledger lists it.
+                self.doc_tokens.update(t.lower() for t in tokens if isinstance(t, str) and "_" in t)
+        self.asked |= _asked_cached(tuple(call_target_types(call)))
+
+
+def delivery_route(expected: str, returned: Mapping[str, Any], kind_names: set[tuple[str, str]],
+                   doc_tokens: set[str]) -> Route:
+    """exact (returned under that id) > alias (same kind and name, any source) > in_docs (its name
+    is a doc token) > missing. Only `missing` is a miss."""
+    if expected in returned:
+        return "exact"
+    kind, _, name = split_entity_id(expected)
+    if (kind, name) in kind_names:
+        return "alias"
+    names = {name.lower(), name.rsplit(".", 1)[-1].lower()}
+    if names & doc_tokens:
+        return "in_docs"
+    return "missing"
+
+
+def expected_groups(expected: Mapping[str, Any] | None) -> tuple[list[list[str]], list[str]]:
+    """The groups (each `required` id alone; each `requiredAnyOf` list) and the authored acceptable."""
+    expected = expected or {}
+    groups: list[list[str]] = [[e] for e in expected.get("required") or () if isinstance(e, str)]
+    for members in expected.get("requiredAnyOf") or ():
+        if isinstance(members, list):
+            ids = [e for e in members if isinstance(e, str)]
+            if ids:
+                groups.append(ids)
+    acceptable = [e for e in expected.get("acceptable") or () if isinstance(e, str)]
+    return groups, acceptable
+
+
+@dataclass(frozen=True)
+class RetrievalRow:
+    """One attempt's retrieval row: every key of SPEC 5.3, also the `retrieval_score` event body."""
+    qid: str
+    sample: int | None
+    phase: str | None
+    verdict: str | None
+    failed: bool                  # verdict no_match; near_match, needs_human and null are not
+    coverage: str | None          # the raw effective value (authored level or measured verdict)
+    coverage_source: CoverageSource
+    recall: float | None          # satisfied groups / groups; None with no groups or absent coverage
+    precision: float | None       # |returned ∩ acceptable| / |returned|; None when nothing returned
+    groups: int
+    delivery: dict[str, Route]    # every group member's route
+    missing: list[str]            # unmet groups, members joined by " | "
+    noise: list[str]              # returned ids outside acceptable, response order
+    asked_kinds: list[str]
+    where_to_fix: str | None      # failed attempts only
+    owner: str | None
+    component: str | None
+    why: str | None
+
+
+def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str | None,
+              expected: Mapping[str, Any] | None, coverage: str | None,
+              coverage_source: CoverageSource, delivered: Delivered) -> RetrievalRow:
+    """Decide one attempt's retrieval row from values (SPEC 5.3)."""
+    groups, acceptable = expected_groups(expected)
+    returned = delivered.returned
+    kind_names: set[tuple[str, str]] | None = None  # built only when some id was not returned as is
+    delivery: dict[str, Route] = {}
+    for members in groups:
+        for eid in members:
+            if eid in delivery:
+                continue
+            if eid in returned:
+                delivery[eid] = "exact"
+                continue
+            if kind_names is None:
+                kind_names = {(k, n) for k, _, n in map(split_entity_id, returned)}
+            delivery[eid] = delivery_route(eid, returned, kind_names, delivered.doc_tokens)
+    unmet = [members for members in groups if all(delivery[e] == "missing" for e in members)]
+    cls = coverage_class(coverage)
+    recall = None if not groups or cls == "absent" else (len(groups) - len(unmet)) / len(groups)
+    accept = set(acceptable) | {e for members in groups for e in members}
+    precision = (sum(1 for e in returned if e in accept) / len(returned)) if returned else None
+    missing_kinds = {split_entity_id(e)[0] for members in unmet for e in members}
+    failed = verdict == "no_match"
+    where, component, owner, why = attribute(
+        failed=failed, verdict=verdict, coverage=coverage, coverage_source=coverage_source,
+        groups=len(groups), recall=recall, missing=[" | ".join(m) for m in unmet],
+        missing_kinds=missing_kinds, asked=delivered.asked)
+    return RetrievalRow(
+        qid=qid, sample=sample, phase=phase, verdict=verdict, failed=failed, coverage=coverage,
+        coverage_source=coverage_source, recall=recall, precision=precision, groups=len(groups),
+        delivery=delivery, missing=[" | ".join(m) for m in unmet],
+        noise=[e for e in returned if e not in accept], asked_kinds=sorted(delivered.asked),
+        where_to_fix=where, owner=owner, component=component, why=why)
+
+
+def attribute(*, failed: bool, verdict: str | None, coverage: str | None, coverage_source: str,
+              groups: int, recall: float | None, missing: list[str], missing_kinds: set[str],
+              asked: set[str]) -> tuple[str | None, str | None, str | None, str]:
+    """(where_to_fix, component, owner, why) for one row: the first rule of SPEC 5.3's table that
+    applies, for failed attempts only; anything else is never attributed."""
+    if not failed:
+        if verdict == "match" and recall is not None and recall < 1:
+            return None, None, None, (f"passed with recall {recall:.2f}: passed, not fully delivered "
+                                      f"(missing {', '.join(missing)}); never attributed")
+        state = "a pass" if verdict == "match" else "neither a pass nor a failure"
+        return None, None, None, f"verdict {verdict or 'null'} is {state}: not attributed"
+    cls = coverage_class(coverage)
+    cov = f"coverage {coverage or 'unknown'} ({coverage_source})"
+    if cls == "absent":
+        return ("refusal behaviour", "construction", "agent-skill",
+                f"{cov}: the model cannot answer this, so the failure is in how the answerer declined")
+    if cls == "unclear":
+        return "question unclear", "dataset", "dataset", f"{cov}: the question itself is unclear"
+    if groups == 0:
+        return ("retrieval not measured", None, None,
+                "the case names no expected entities; add expectedEntities.required to measure retrieval")
+    if recall is not None and recall >= 1:
+        return ("delivered, wrong", "construction", None,
+                ("every expected entity reached the answerer; eval-diagnose decides who owns the "
+                 "wrong answer (sufficiency first)"))
+    short = ", ".join(missing)
+    if cls == "gap":
+        return ("model coverage", "get_context/model", "model",
+                f"{cov}: the model has nothing to surface for {short}")
+    if cls == "covered":
+        never = sorted(missing_kinds - asked)
+        if never:
+            return ("never asked", "agent-call", "agent-skill",
+                    (f"missing {short}; the answerer never asked get_context for "
+                     f"{', '.join(never)} (asked: {', '.join(sorted(asked)) or 'nothing'})"))
+        return ("not retrieved", "get_context/model", "model",
+                (f"missing {short} although its kind was asked and {cov}: NOT-RETURNED, the entity "
+                 "exists and its docs did not bring it back"))
+    return ("coverage not measured", None, None,
+            f"missing {short} and coverage is unknown; run check_coverage.py and pass --coverage")
+
+
+# ---------------------------------------------------------------- aggregates
+
+def _get(row: Any, key: str) -> Any:
+    return row.get(key) if isinstance(row, Mapping) else getattr(row, key)
+
+
+def cascade_rung(row: Mapping[str, Any] | RetrievalRow) -> str:
+    """The one rung of SPEC 9's cascade an attempt stops on."""
+    cls = coverage_class(_get(row, "coverage"))
+    if cls in ("gap", "absent", "unclear"):
+        return "not covered"
+    if cls == "unknown":
+        return "coverage unmeasured"
+    recall = _get(row, "recall")
+    if not _get(row, "groups") or recall is None:
+        return "no entities named"
+    if recall < 1:
+        return "not retrieved"
+    verdict = _get(row, "verdict")
+    if verdict not in ("match", "no_match"):
+        return "not scored"
+    return "delivered, wrong" if verdict == "no_match" else "delivered, right"
+
+
+def cascade(rows: Iterable[Mapping[str, Any] | RetrievalRow]) -> dict[str, Any]:
+    """SPEC 9's cascade: each attempt on exactly one rung, plus overlays counting the `match`
+    attempts that stopped on an earlier rung (so passes = delivered, right + overlays)."""
+    rungs = dict.fromkeys(RUNGS, 0)
+    overlays = dict.fromkeys(OVERLAY_RUNGS, 0)
+    total = passes = 0
+    for row in rows:
+        rung = cascade_rung(row)
+        rungs[rung] += 1
+        total += 1
+        if _get(row, "verdict") == "match":
+            passes += 1
+            if rung in overlays:
+                overlays[rung] += 1
+    return {"rungs": rungs, "overlays": overlays, "total": total, "passes": passes}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize(rows: list[RetrievalRow]) -> dict[str, Any]:
+    """The summary of SPEC 5.3; `attributed` equals `failures` by construction."""
+    failed = [r for r in rows if r.failed]
+    recalls = [r.recall for r in rows if r.recall is not None]
+    precisions = [r.precision for r in rows if r.precision is not None]
+    by_where = Counter(r.where_to_fix for r in failed if r.where_to_fix)
+    return {
+        "attempts": len(rows),
+        "failures": len(failed),
+        "attributed": sum(1 for r in failed if r.where_to_fix),
+        "mean_recall": _mean(recalls),
+        "mean_precision": _mean(precisions),
+        "complete_retrievals": sum(1 for x in recalls if x >= 1),
+        "passed_not_fully_delivered": sum(1 for r in rows if r.verdict == "match"
+                                          and r.recall is not None and r.recall < 1),
+        "failures_by_where_to_fix": dict(sorted(by_where.items())),
+        "cascade": cascade(rows),
+    }
+
+
+# ---------------------------------------------------------------- the ledger, streamed
+
+Key = tuple[str, Any, Any]  # (qid, sample, phase)
+
+
+@dataclass
+class AttemptState:
+    """What the stream keeps per attempt key: memory per attempt, never per event."""
+    has_attempt: bool = False
+    delivered: Delivered = field(default_factory=Delivered)
+    verdict: str | None = None
+    live_retrieval_ids: list[str] = field(default_factory=list)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        yield from enumerate(fh, start=1)
+
+
+def _parse(path: Path, number: int, line: str, warnings: list[str]) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        # Reading is tolerant, as in the ledger's own reader; validate.py is what fails the file.
+        warnings.append(f"{path.name}:{number}: not valid JSON (skipped)")
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _cut_hits(line: str) -> str:
+    """The line without the contents of its `hits` array, which retrieval never reads (the array
+    repeats entity_ids with relevance and position; dropping it halves what json must decode).
+    Hit objects are flat, so the first `]` closes the array; should an id itself hold one, the cut
+    line no longer parses and the caller reads the whole line instead."""
+    start = line.find('"hits":[')
+    if start < 0:
+        return line
+    close = line.find("]", start + 8)
+    return line if close < 0 else line[:start + 8] + line[close:]
+
+
+def _parse_call(path: Path, number: int, line: str, warnings: list[str]) -> dict[str, Any] | None:
+    cut = _cut_hits(line)
+    if cut is not line:
+        try:
+            value = json.loads(cut)
+            return value if isinstance(value, dict) else None
+        except ValueError:
+            pass
+    return _parse(path, number, line, warnings)
+
+
+def _void_targets(events_path: Path) -> set[str]:
+    """The event ids retracted by void events. Voids are rare, so the file is read in large blocks
+    searched for the word, and only lines holding it are parsed (a block read, not mmap: mapped
+    pages would count toward this process's memory and grow with the ledger)."""
+    voided: set[str] = set()
+    with events_path.open("rb") as fh:
+        carry = b""
+        while True:
+            block = fh.read(1 << 22)
+            data = carry + block
+            cut = len(data) if not block else data.rfind(b"\n") + 1
+            whole, carry = data[:cut], data[cut:]
+            if b'"void"' in whole:
+                for line in whole.split(b"\n"):
+                    if b'"void"' in line:
+                        _add_void(line, voided)
+            if not block:
+                return voided
+
+
+def _add_void(line: bytes, voided: set[str]) -> None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return  # reported by the line pass, with its number
+    if isinstance(event, dict) and event.get("kind") == "void" and isinstance(event.get("target_event_id"), str):
+        voided.add(event["target_event_id"])
+
+
+def collect_attempts(events_path: Path, warnings: list[str]) -> dict[Key, AttemptState]:
+    """Stream the ledger: the void targets first, then attempts, get_context calls, live scores
+    and live retrieval_scores by attempt key. Lines of other kinds are never parsed."""
+    voided = _void_targets(events_path)
+    states: dict[Key, AttemptState] = {}
+    number = 0
+    for number, line in _lines(events_path):
+        if '"get_context"' in line:
+            event = _parse_call(events_path, number, line, warnings)
+        elif '"attempt"' in line or '"score"' in line or '"retrieval_score"' in line:
+            event = _parse(events_path, number, line, warnings)
+        else:
+            continue
+        if event is None or event.get("event_id") in voided:
+            continue
+        kind = event.get("kind")
+        if kind not in ("attempt", "tool_call", "score", "retrieval_score"):
+            continue
+        if kind == "tool_call" and event.get("tool") != "get_context":
+            continue  # execute_query never delivers entities (SPEC 5.3)
+        key = (event.get("qid"), event.get("sample"), event.get("phase"))
+        state = states.get(key)
+        if state is None:
+            state = states[key] = AttemptState()
+        if kind == "attempt":
+            state.has_attempt = True
+        elif kind == "tool_call":
+            state.delivered.add_call(event)
+        elif kind == "score":
+            state.verdict = event.get("verdict")  # the latest live score wins
+        elif isinstance(event.get("event_id"), str):
+            state.live_retrieval_ids.append(event["event_id"])
+    if number and _ends_without_newline(events_path):
+        # A last line without its newline was cut mid-write (the ledger's own rule); a whole
+        # object on it still counts, as in the ledger's reader.
+        torn = f"{events_path.name}:{number}: torn line"
+        warnings[:] = [w for w in warnings if not w.startswith(f"{events_path.name}:{number}:")] + [torn]
+    return states
+
+
+def _ends_without_newline(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(-1, 2)
+        return fh.read(1) != b"\n"
+
+
+def load_coverage_report(path: str | Path) -> dict[str, str | None]:
+    """{qid: measured verdict} from a check_coverage report's `cases_detail` (None = undecided)."""
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read coverage report: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(path, getattr(exc, "lineno", None), "coverage report is not JSON") from None
+    detail = report.get("cases_detail") if isinstance(report, dict) else None
+    if not isinstance(detail, list):
+        raise InputError(path, None, "cases_detail: missing or not a list (is this a check_coverage report?)")
+    verdicts: dict[str, str | None] = {}
+    for item in detail:
+        if isinstance(item, dict) and isinstance(item.get("qid"), str):
+            verdict = item.get("verdict")
+            verdicts[item["qid"]] = verdict if isinstance(verdict, str) else None
+    return verdicts
+
+
+def effective_coverage(qid: str, authored: str | None,
+                       measured: Mapping[str, str | None] | None) -> tuple[str | None, CoverageSource]:
+    """The measured verdict, else the authored coverage, else unknown (SPEC 5.3)."""
+    if measured is not None and measured.get(qid) is not None:
+        return measured[qid], "measured"
+    if authored is not None:
+        return authored, "authored"
+    return None, "none"
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """score_retrieval's output: the rows, their summary, and what --append wrote."""
+    rows: list[RetrievalRow]
+    summary: dict[str, Any]
+    appended: int = 0
+    voided: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "summary": self.summary}
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+
+def _sort_key(row: RetrievalRow) -> tuple[str, int, int]:
+    return (row.qid, row.sample is not None, row.sample or 0)
+
+
+def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str | Path | None = None,
+                    append: bool = False) -> RetrievalResult:
+    """Score every live attempt of a run (SPEC 5.3); with `append`, write one retrieval_score per
+    attempt in one batch, voiding each attempt's earlier live one."""
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").is_file():
+        raise InputError(run_dir / "run.json", None, "no run.json: not a run folder (create one with new_run.py)")
+    eval_set = load_set(Path(set_dir))
+    measured = load_coverage_report(coverage) if coverage is not None else None
+    warnings: list[str] = []
+    events_path = run_dir / "events.jsonl"
+    try:
+        states = collect_attempts(events_path, warnings) if events_path.exists() else {}
+    except OSError as exc:
+        # An unreadable ledger is could-not-measure (exit 3), reported without a traceback.
+        raise InputError(events_path, None, f"cannot be read: {exc.strerror or exc}") from None
+    rows: list[RetrievalRow] = []
+    live_ids: dict[Key, list[str]] = {}
+    for key, state in states.items():
+        if not state.has_attempt:
+            continue
+        qid, sample, phase = key
+        case = eval_set.cases.get(qid)
+        if case is None:
+            warnings.append(f"{qid}: no such case in {set_dir}; attempt skipped")
+            continue
+        value, source = effective_coverage(qid, case.coverage, measured)
+        rows.append(score_row(qid=qid, sample=sample, phase=phase, verdict=state.verdict,
+                              expected=case.expected_entities,
+                              coverage=value, coverage_source=source, delivered=state.delivered))
+        live_ids[key] = state.live_retrieval_ids
+    rows.sort(key=_sort_key)
+    appended = voided = 0
+    if append and rows:
+        run = Run.open(run_dir)
+        batch: list[dict[str, Any]] = []
+        for row in rows:
+            for target in live_ids.get((row.qid, row.sample, row.phase), []):
+                batch.append({"kind": "void", "target_event_id": target,
+                              "reason": "superseded by a new score_retrieval row"})
+                voided += 1
+            # An attempt written without a phase belongs to the run's one phase.
+            batch.append({"kind": "retrieval_score", **row_fields(row), "phase": row.phase or run.phase})
+        run.append(batch)
+        appended = len(rows)
+    return RetrievalResult(rows=rows, summary=summarize(rows), appended=appended, voided=voided,
+                           warnings=warnings)
+
+
+def row_fields(row: RetrievalRow) -> dict[str, Any]:
+    """A row as plain JSON fields (the retrieval_score event body without kind, id and time).
+    Every field already holds JSON values, so a shallow copy is the whole conversion."""
+    return {f: getattr(row, f) for f in _ROW_FIELDS}
+
+
+_ROW_FIELDS = tuple(RetrievalRow.__dataclass_fields__)
+
+
+def dump_json(result: RetrievalResult) -> str:
+    """The `--json` document `{rows, summary}` on one line: with 10,000 rows the indented encoder
+    (pure Python) would cost more than the scoring itself."""
+    return json.dumps({"rows": [row_fields(r) for r in result.rows], "summary": result.summary},
+                      ensure_ascii=False)
+
+
+def render_text(result: RetrievalResult) -> str:
+    """The human rendering: one line per attempt, misses under it, then the summary."""
+    lines = [f"{'qid':<24} {'sample':>6} {'coverage':<16} {'verdict':<12} {'recall':>6} {'prec':>6}  where to fix"]
+    for r in result.rows:
+        lines.append(f"{r.qid:<24} {'-' if r.sample is None else r.sample:>6} {r.coverage or '-'!s:<16} "
+                     f"{r.verdict or 'null'!s:<12} {_pct(r.recall):>6} {_pct(r.precision):>6}  "
+                     f"{r.where_to_fix or ''}")
+        if r.missing:
+            lines.append(f"    missing: {'; '.join(r.missing)}")
+    s = result.summary
+    lines.append("")
+    lines.append(f"attempts {s['attempts']}, failures {s['failures']}, attributed {s['attributed']}")
+    lines.append(f"complete retrievals {s['complete_retrievals']}; mean recall {_pct(s['mean_recall'])}, "
+                 f"mean precision {_pct(s['mean_precision'])}; passed, not fully delivered "
+                 f"{s['passed_not_fully_delivered']}")
+    if s["failures_by_where_to_fix"]:
+        lines.append("where to fix: " + ", ".join(f"{k} {v}" for k, v in s["failures_by_where_to_fix"].items()))
+    c = s["cascade"]
+    lines.append("cascade: " + ", ".join(f"{k} {v}" for k, v in c["rungs"].items()))
+    lines.append("  match attempts stopped earlier: " + ", ".join(f"{k} {v}" for k, v in c["overlays"].items()))
+    if result.appended:
+        lines.append(f"appended {result.appended} retrieval_score events, voided {result.voided}")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"

@@ -1,0 +1,181 @@
+"""Scoring one attempt of a run: read it from the ledger, decide it through the judge's decision path, append one score."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
+from malloy_evals.checks.contamination.rules import check_contamination
+from malloy_evals.core.errors import InputError, UnmeasuredError, UsageError
+from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
+from malloy_evals.judge.doctrine import Doctrine
+from malloy_evals.judge.packet import Submission
+from malloy_evals.judge.providers.base import DryRun, HostReplyPending
+from malloy_evals.ledger.artifacts import PredictionView, read_csv_rows, read_prediction
+from malloy_evals.ledger.events import check_qid
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import load_set
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """What score_attempt did: the score event it appended (or why it appended none)."""
+
+    qid: str
+    sample: int | None
+    phase: str
+    verdict: str | None
+    reason: str | None
+    event_id: str | None
+    status: str = "scored"  # "scored" | "judged" (no append) | "emitted" | "pending" | "dry_run"
+    event: dict | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict:
+        """The --json document of score_attempt.py (SPEC 5.5)."""
+        return {"qid": self.qid, "sample": self.sample, "phase": self.phase,
+                "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
+
+
+def attempt_key(run: Any, qid: str, sample: int | None) -> str:
+    """The judge recording key of a run attempt: `<runId>.<qid>.<sample>` (null sample `_`)."""
+    return f"{run.run_id}.{qid}.{'_' if sample is None else sample}"
+
+
+def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None) -> Submission:
+    """The attempt's answer, final query and every execute_query call, from the ledger."""
+    queries = []
+    for call in run.tool_calls(qid, sample):
+        if call.get("tool") != "execute_query":
+            continue
+        text = call.get("query")
+        if not text and call.get("query_name"):
+            text = f"run: {call.get('source_name') or '?'} -> {call['query_name']}"
+        queries.append({"query": text, "givens": call.get("givens"), "error": call.get("error")})
+    return Submission(answer_text=attempt.get("answer_text") or "",
+                        final_query=attempt.get("final_query") or None, queries=queries,
+                        source_name=attempt.get("source_name"))
+
+
+def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
+    """The attempt's contamination verdict: as recorded, else checked on its transcript, else
+    "unknown" (no log to check counts as contaminated, SPEC 5.1)."""
+    value = attempt.get("contaminated")
+    if value in (True, False, "unknown"):
+        return value
+    transcript = attempt.get("transcript_path")
+    if transcript:
+        result = check_contamination(log=run.resolve(transcript), set_dir=eval_set.dir,
+                                     run_dir=run.dir, model_paths=[eval_set.model_file],
+                                     truth_package=eval_set.truth_package,
+                                     reported_calls=attempt.get("reported_calls"))
+        return result.contaminated
+    return "unknown"
+
+
+def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
+    """reexecute_attempt's result as what the judge sees (rows read back from prediction.csv);
+    None when there was nothing to re-run."""
+    if getattr(result, "status", None) == "no_query":
+        return None
+    if getattr(result, "status", None) == "query_error":
+        return PredictionView(rows=None, row_count=None, error=result.error,
+                                path=result.error_path)
+    path = getattr(result, "prediction_path", None)
+    rows = read_csv_rows(run.resolve(path).read_text(encoding="utf-8")) if path else []
+    return PredictionView(rows=rows, row_count=getattr(result, "row_count", None) or len(rows),
+                            path=path)
+
+
+def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, provider: Any,
+                  endpoint: Any = None, reexecutor: Reexecutor | None = None,
+                  judge_retries: int = 1, append: bool = True, reexecute: bool = True,
+                  doctrine: Doctrine | None = None) -> ScoreResult:
+    """Score one attempt in SPEC 5.5 order and append exactly one score event (append=False:
+    judge.py, which only prints). One endpoint and one provider serve every attempt of a run."""
+
+    attempt = run.attempt(qid, sample)
+    if attempt is None:
+        raise InputError(run.events_path, None,
+                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+    live = run.score(qid, sample) if append else None
+    if live is not None:
+        # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
+        # judgement that could never be written must not be paid for.
+        raise InputError(run.events_path, None,
+                         f"{qid} sample {sample!r} already has a live score "
+                         f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
+                         "--rescore")
+    case = eval_set.case(qid)
+    submission = attempt_submission(run, attempt, qid, sample)
+    contaminated = attempt_contamination(run, eval_set, attempt)
+
+    def rerun() -> PredictionView | None:
+        if reexecutor is not None:
+            return reexecutor(run, eval_set, qid, sample)
+        if reexecute and endpoint is not None:
+            return prediction_from_reexecution(
+                reexecute_attempt(run, eval_set, qid, sample, endpoint), run)
+        existing = read_prediction(run, qid, sample)
+        if existing is None:
+            raise UnmeasuredError(
+                f"{qid}: no re-executed prediction in {run.artifact_dir(qid, sample)}; run "
+                f"reexecute.py --run {run.dir} --set {eval_set.dir} --qid {qid} --local first")
+        return existing
+
+    artifacts = JudgeArtifacts(run, qid, sample)
+    base = {"qid": qid, "sample": sample, "phase": run.phase}
+    try:
+        decision = evaluate(eval_set, case, submission, provider=provider,
+                            key=attempt_key(run, qid, sample),
+                            truncated=attempt.get("truncated") is True,
+                            run_error=attempt.get("run_error"), contaminated=contaminated,
+                            reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
+                            doctrine=doctrine)
+    except HostReplyPending as exc:
+        waiting = "pending" if getattr(provider, "mode", None) == "ingest" else "emitted"
+        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,
+                           message=str(exc))
+    except DryRun as exc:
+        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status="dry_run",
+                           message=str(exc))
+    event = {"kind": "score", **base, **decision.event_fields()}
+    if not append:
+        return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
+                           event_id=None, status="judged", event=event)
+    written = run.append([event])[0]
+    return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
+                       event_id=written.get("event_id"), status="scored", event=written)
+
+
+def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,
+                     provider: Any, mcp_url: str | None = None, local: bool = False,
+                     judge_retries: int = 1, append: bool = True) -> ScoreResult:
+    """score_attempt.py / judge.py: open the run and set, connect when re-execution needs it,
+    score (or only judge) one attempt. A host ingest reuses the prediction its emit judged."""
+
+    run = Run.open(run_dir)
+    eval_set = load_set(set_dir)
+    check_qid(qid)
+    ingest = getattr(provider, "mode", None) == "ingest"
+    if not append or ingest or not (mcp_url or local):
+        if append and not ingest:
+            raise UsageError("give exactly one of --mcp-url URL or --local")
+        return score_attempt(run, eval_set, qid, sample, provider=provider, reexecute=False,
+                             judge_retries=judge_retries, append=append)
+    with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
+        return score_attempt(run, eval_set, qid, sample, provider=provider, endpoint=endpoint,
+                             judge_retries=judge_retries, append=append)
+
+
+def render_score(result: ScoreResult) -> str:
+    """One line: the attempt and its verdict (or why nothing was written)."""
+    head = f"{result.qid} sample {'_' if result.sample is None else result.sample}: "
+    if result.status in ("emitted", "pending", "dry_run"):
+        return head + f"{result.status}: {result.message}"
+    verdict = result.verdict or f"null ({result.reason})"
+    tail = f" [event {result.event_id}]" if result.event_id else ""
+    why = (result.event or {}).get("why")
+    return head + verdict + tail + (f"\n  why: {why}" if why else "")

@@ -1,0 +1,671 @@
+"""Claude Code transcripts and host tool-use logs, turned into one `attempt` and its `tool_call`s.
+
+A transcript (stream-json, or a saved session `.jsonl`) carries everything: every host tool use
+with its result, the final answer, and the closing `result` line with usage and cost. A host log
+(`{"toolUses": [...], "reportedCalls": N, "cwd": DIR}`, read by `toollog`) carries tool uses only,
+so its answer comes from a separate answer file and its calls have no results (SPEC 4).
+
+Decisions made here: which host tool uses are the Publisher's two tools (bare or prefixed names),
+what each call asked and got back, which query is the attempt's final one (SPEC 3, attempt), and
+what counts as a secret when the transcript is copied into the run's artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from malloy_evals.checks.contamination.rules import check_contamination
+from malloy_evals.checks.toollog import ToolLog, read_tool_uses
+from malloy_evals.checks.toollog import ToolUse as LoggedUse
+from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.endpoint import context_payload as cp
+from malloy_evals.ledger.events import check_qid, check_sample
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import load_set
+
+Tool = Literal["get_context", "execute_query"]
+
+# Publisher tool names as the wire and hosts spell them, compared without case or underscores
+# after any `mcp__<server>__` prefix (SPEC 0).
+_GET_CONTEXT_NAMES = frozenset({"getcontext", "malloygetcontext"})
+_EXECUTE_NAMES = frozenset({"executequery", "malloyexecutequery"})
+_OTHER_PUBLISHER_NAMES = frozenset({"malloygetstatus", "malloyreloadpackage", "getstatus", "reloadpackage"})
+
+
+def bare_tool_name(name: str) -> str:
+    """`mcp__publisher__malloy_executeQuery` -> `malloy_executeQuery`; other names unchanged."""
+    if name.startswith("mcp__"):
+        return name.split("__", 2)[-1]
+    return name
+
+
+def publisher_tool(name: str) -> Tool | None:
+    """Which of the two recorded Publisher tools a host tool name is, or None."""
+    key = bare_tool_name(name).replace("_", "").replace("-", "").lower()
+    if key in _GET_CONTEXT_NAMES:
+        return "get_context"
+    if key in _EXECUTE_NAMES:
+        return "execute_query"
+    return None
+
+
+def is_mcp_tool(name: str) -> bool:
+    """An MCP tool as hosts name them: any `mcp__<server>__<tool>`, or a bare Publisher tool name."""
+    if name.startswith("mcp__"):
+        return True
+    key = name.replace("_", "").replace("-", "").lower()
+    return key in _GET_CONTEXT_NAMES | _EXECUTE_NAMES | _OTHER_PUBLISHER_NAMES
+
+
+# ---------------------------------------------------------------- what a transcript holds
+
+@dataclass
+class ToolUse:
+    """One host tool use, with its paired result when the input carried one."""
+    name: str
+    input: dict[str, Any]
+    id: str | None = None
+    result: Any = None            # the tool_result content, as the host stored it
+    is_error: bool | None = None  # None: no result seen (host logs, a cut-off transcript)
+
+    @property
+    def has_result(self) -> bool:
+        return self.is_error is not None
+
+
+@dataclass
+class Transcript:
+    """What the kit reads from one answerer session, whatever its format."""
+    format: Literal["stream-json", "session", "host-log"]
+    tool_uses: list[ToolUse] = field(default_factory=list)
+    answer_text: str | None = None
+    cwd: str | None = None
+    reported_calls: int | None = None  # host logs only; a transcript never says it
+    truncated: bool = False           # result.subtype == "error_max_turns"
+    run_error: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_usd: float | None = None
+    num_turns: int | None = None
+    wall_seconds: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    logged_uses: list[LoggedUse] = field(default_factory=list)  # as toollog read them, for contamination
+
+
+def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
+    """Every JSON value of a JSON-lines file (or one JSON document); a torn last line is a warning."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    stripped = text.strip()
+    if not stripped:
+        raise InputError(path, None, "empty file: no transcript in it")
+    if stripped[0] in "[{":
+        try:
+            whole = json.loads(stripped)
+        except ValueError:
+            whole = None
+        if isinstance(whole, list):
+            return whole, []
+        if isinstance(whole, dict):
+            return [whole], []
+    values: list[Any] = []
+    warnings: list[str] = []
+    lines = text.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except ValueError:
+            if number - 1 == last:
+                # A session killed mid-write leaves half a line; the rest is still the record.
+                warnings.append(f"{path}:{number}: torn line (ignored)")
+                continue
+            raise InputError(path, number, "not a JSON line") from None
+    return values, warnings
+
+
+def parse_transcript(path: str | Path) -> Transcript:
+    """Read a Claude Code transcript (stream-json, saved session, or `--output-format json
+    --verbose` array); a host log given here is read as a host log, without an answer.
+
+    The tool uses themselves come from `toollog.read_tool_uses`, the reader contamination uses, so
+    both always count the same uses; this adds what only ingestion needs: results, answer, usage.
+    """
+    path = Path(path)
+    log = read_tool_uses(path)
+    if log.kind == "host_log":
+        return _from_host_log(log)
+    values, warnings = _load_lines(path)
+    out = Transcript(format="session", cwd=log.cwd, warnings=list(log.warnings) or warnings,
+                     logged_uses=list(log.tool_uses))
+    out.tool_uses = [ToolUse(name=u.name, input=u.input if isinstance(u.input, dict) else {}, id=u.id)
+                     for u in log.tool_uses]
+    by_id = {u.id: u for u in out.tool_uses if u.id}
+    texts: dict[str, list[str]] = {}   # main-chain assistant text blocks by message id, in order
+    usage: dict[str, dict[str, Any]] = {}
+    stamps: list[datetime] = []
+    result: dict[str, Any] | None = None
+    for number, line in enumerate(v for v in values if isinstance(v, dict)):
+        kind = line.get("type")
+        stamp = _timestamp(line.get("timestamp"))
+        if stamp is not None:
+            stamps.append(stamp)
+        if kind == "system" and line.get("subtype") == "init":
+            out.format = "stream-json"
+        elif kind == "result":
+            out.format = "stream-json"
+            result = line
+        elif kind in ("assistant", "user"):
+            message = line.get("message") if isinstance(line.get("message"), dict) else {}
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else []
+            # A subagent's messages (sidechain) hold the answerer's tool uses too, never its answer.
+            sidechain = bool(line.get("isSidechain") or line.get("parent_tool_use_id"))
+            if kind == "assistant":
+                if sidechain:
+                    continue
+                # Hosts split one message over several lines, each repeating its usage: key by id.
+                mid = str(message.get("id") or line.get("uuid") or f"line-{number}")
+                if isinstance(message.get("usage"), dict):
+                    usage[mid] = message["usage"]
+                for block in blocks:
+                    if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                        texts.setdefault(mid, []).append(block["text"])
+                if isinstance(content, str) and content.strip():
+                    texts.setdefault(mid, []).append(content)
+            else:
+                for block in blocks:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        use = by_id.get(str(block.get("tool_use_id")))
+                        if use is not None:
+                            use.result = block.get("content")
+                            use.is_error = bool(block.get("is_error"))
+    last_text = next((t for t in reversed(list(texts.values())) if "".join(t).strip()), None)
+    out.answer_text = "\n".join(last_text).strip() if last_text else None
+    if result is not None:
+        _apply_result(out, result)
+    else:
+        _apply_usage(out, list(usage.values()))
+        if len(stamps) >= 2:
+            out.wall_seconds = max(0.0, (max(stamps) - min(stamps)).total_seconds())
+    return out
+
+
+def _apply_result(out: Transcript, result: dict[str, Any]) -> None:
+    """The closing `result` line: truncation, the answer, usage, cost, turns and wall time."""
+    subtype = result.get("subtype")
+    out.truncated = subtype == "error_max_turns"
+    if result.get("is_error") or (isinstance(subtype, str) and subtype != "success"):
+        out.run_error = str(subtype or "error")
+    if isinstance(result.get("result"), str) and result["result"].strip():
+        out.answer_text = result["result"].strip()
+    _apply_usage(out, [result["usage"]] if isinstance(result.get("usage"), dict) else [])
+    out.cost_usd = _number(result.get("total_cost_usd", result.get("cost_usd")))
+    out.num_turns = _count(result.get("num_turns"))
+    duration = _number(result.get("duration_ms"))
+    out.wall_seconds = duration / 1000.0 if duration is not None else None
+
+
+def _apply_usage(out: Transcript, usages: list[dict[str, Any]]) -> None:
+    if not usages:
+        return
+    def total(key: str) -> int | None:
+        values = [_count(u.get(key)) for u in usages]
+        known = [v for v in values if v is not None]
+        return sum(known) if known else None
+    out.input_tokens = total("input_tokens")
+    out.output_tokens = total("output_tokens")
+    out.cache_read_tokens = total("cache_read_input_tokens")
+    out.cache_write_tokens = total("cache_creation_input_tokens")
+
+
+def read_host_log(path: str | Path) -> Transcript:
+    """A host tool-use log: tool uses without results, the reported call count and cwd."""
+    log = read_tool_uses(Path(path))
+    if log.kind != "host_log":
+        raise InputError(path, None, "a Claude Code transcript, not a host tool-use log: pass it as --transcript")
+    return _from_host_log(log)
+
+
+def _from_host_log(log: ToolLog) -> Transcript:
+    uses = [ToolUse(name=u.name, input=u.input if isinstance(u.input, dict) else {}, id=u.id)
+            for u in log.tool_uses]
+    return Transcript(format="host-log", tool_uses=uses, reported_calls=log.reported_calls,
+                      cwd=log.cwd, warnings=list(log.warnings), logged_uses=list(log.tool_uses))
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value >= 0 else None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if value >= 0 else None
+
+
+# ---------------------------------------------------------------- calls and the final query
+
+@dataclass(frozen=True)
+class ExecuteCall:
+    """One execute_query call as the answerer made it."""
+    query: str | None
+    source_name: str | None
+    query_name: str | None
+    model_path: str | None
+    givens: dict[str, Any] | None
+    error: str | None
+    ok: bool | None  # None: no result seen
+
+    @property
+    def malloy(self) -> str | None:
+        """The Malloy the call stands for; a named view is `run: <source> -> <view>` (SPEC 3)."""
+        if self.query is not None:
+            return self.query
+        if self.query_name:
+            return f"run: {self.source_name} -> {self.query_name}" if self.source_name else f"run: {self.query_name}"
+        return None
+
+
+@dataclass(frozen=True)
+class FinalQuery:
+    """The attempt's final query and how it was chosen."""
+    final_query: str | None
+    source: Literal["declared", "named_view", "last_ok", "last"] | None
+    source_name: str | None = None
+    query_name: str | None = None
+    model_path: str | None = None
+    givens: dict[str, Any] | None = None
+
+
+_MALLOY_BLOCK = re.compile(r"```[ \t]*malloy[^\n]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def malloy_blocks(answer_text: str | None) -> list[str]:
+    """The ```malloy fenced blocks of an answer, in order."""
+    return [m.group(1) for m in _MALLOY_BLOCK.finditer(answer_text or "")]
+
+
+def choose_final_query(calls: list[ExecuteCall], answer_text: str | None) -> FinalQuery:
+    """SPEC 3's rule: the last ```malloy block of the answer that matches (whitespace-normalised)
+    a query that was run is `declared`; otherwise the last call that succeeded, else the last call,
+    labelled `named_view` when that call used `queryName`, else `last_ok` / `last`."""
+    runnable = [c for c in calls if c.malloy is not None]
+    for block in reversed(malloy_blocks(answer_text)):
+        wanted = _squash(block)
+        for call in reversed(runnable):
+            if _squash(call.malloy or "") == wanted:
+                return _final(call, "declared")
+    ok = [c for c in runnable if c.ok]
+    if ok:
+        return _final(ok[-1], "named_view" if ok[-1].query is None else "last_ok")
+    if runnable:
+        return _final(runnable[-1], "named_view" if runnable[-1].query is None else "last")
+    return FinalQuery(final_query=None, source=None)
+
+
+def _final(call: ExecuteCall, source: Literal["declared", "named_view", "last_ok", "last"]) -> FinalQuery:
+    named = call.query is None
+    return FinalQuery(final_query=call.malloy, source=source,
+                      source_name=call.source_name if named else None,
+                      query_name=call.query_name if named else None,
+                      model_path=call.model_path, givens=call.givens)
+
+
+def _arg(arguments: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if arguments.get(name) is not None:
+            return arguments[name]
+    return None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value != "" else None
+
+
+def execute_call(use: ToolUse) -> ExecuteCall:
+    """An execute_query tool use as a call: ad-hoc text, or a named view, plus its error."""
+    args = use.input
+    givens = _arg(args, "givens")
+    error = call_error(use)
+    return ExecuteCall(query=_str_or_none(_arg(args, "query")),
+                       source_name=_str_or_none(_arg(args, "sourceName", "source_name")),
+                       query_name=_str_or_none(_arg(args, "queryName", "query_name")),
+                       model_path=_str_or_none(_arg(args, "modelPath", "model_path")),
+                       givens=givens if isinstance(givens, dict) else None,
+                       error=error, ok=None if not use.has_result else error is None)
+
+
+def call_error(use: ToolUse) -> str | None:
+    """The server's error for a call: `isError`, or a JSON block that is only an error."""
+    if not use.has_result:
+        return None
+    if use.is_error:
+        return redact_tokens(cp.result_error(use.result))[:2000]
+    payload = cp.result_payload(use.result)
+    if isinstance(payload, dict) and payload.get("error") and not ({"rows", "results", "sources"} & payload.keys()):
+        return redact_tokens(cp.result_error(use.result))[:2000]
+    return None
+
+
+def tool_call_fields(use: ToolUse, tool: Tool) -> dict[str, Any]:
+    """The SPEC 3 fields of one tool_call (no key, index or id): never rows, never credentials."""
+    if tool == "get_context":
+        targets, shapes = cp.search_targets(use.input)
+        error = call_error(use)
+        payload = cp.result_payload(use.result) if use.has_result and error is None else None
+        return {"tool": tool,
+                "targets": [redact_tokens(t) for t in targets],
+                "target_shapes": shapes,
+                "scopes": cp.call_scopes(use.input),
+                "ranked_summary": cp.ranked_summary(payload) if isinstance(payload, dict) else None,
+                "retrieval_mode": cp.retrieval_mode(payload),
+                "error": error}
+    call = execute_call(use)
+    return {"tool": tool,
+            "query": redact_tokens(call.query) if call.query else None,
+            "model_path": call.model_path, "source_name": call.source_name,
+            "query_name": call.query_name, "givens": call.givens, "error": call.error}
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """Everything an attempt event and its tool_call events say, before key and ids are added."""
+    attempt: dict[str, Any]
+    tool_calls: list[dict[str, Any]]
+    served_revision: str | None
+
+
+def build_attempt(transcript: Transcript, *, reported_calls: int | None = None) -> AttemptRecord:
+    """The attempt fields and tool_call fields one transcript implies (SPEC 3, 4)."""
+    tool_calls: list[dict[str, Any]] = []
+    executes: list[ExecuteCall] = []
+    revision: str | None = None
+    for use in transcript.tool_uses:
+        tool = publisher_tool(use.name)
+        if tool is None:
+            continue
+        fields = tool_call_fields(use, tool)
+        fields["call_index"] = len(tool_calls)
+        tool_calls.append(fields)
+        if tool == "execute_query":
+            executes.append(execute_call(use))
+        elif revision is None and use.has_result:
+            revision = cp.served_revision(cp.result_payload(use.result))
+    # The final query is chosen on the raw texts, so redaction cannot break a declared match.
+    final = choose_final_query(executes, transcript.answer_text)
+    answer = redact_tokens(transcript.answer_text) if transcript.answer_text else None
+    reported = reported_calls if reported_calls is not None else transcript.reported_calls
+    attempt = {
+        "submitted": bool(final.final_query) or bool(answer and answer.strip()),
+        "final_query": redact_tokens(final.final_query) if final.final_query else None,
+        "answer_text": answer,
+        "final_query_source": final.source,
+        "source_name": final.source_name,
+        "query_name": final.query_name,
+        "model_path": final.model_path,
+        "givens": final.givens,
+        "host_tool_uses": len(transcript.tool_uses),
+        "mcp_tool_uses": sum(1 for u in transcript.tool_uses if is_mcp_tool(u.name)),
+        "reported_calls": reported,
+        "n_get_context": sum(1 for c in tool_calls if c["tool"] == "get_context"),
+        "n_execute": len(executes),
+        "n_execute_errors": sum(1 for c in executes if c.error is not None),
+        "truncated": transcript.truncated,
+        "run_error": transcript.run_error,
+        "input_tokens": transcript.input_tokens,
+        "output_tokens": transcript.output_tokens,
+        "cache_read_tokens": transcript.cache_read_tokens,
+        "cache_write_tokens": transcript.cache_write_tokens,
+        "cost_usd": transcript.cost_usd,
+        "num_turns": transcript.num_turns,
+        "wall_seconds": transcript.wall_seconds,
+    }
+    return AttemptRecord(attempt=attempt, tool_calls=tool_calls, served_revision=revision)
+
+
+# ---------------------------------------------------------------- secrets
+
+_SECRET_WORD = r"[A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_.-]*"
+_REDACTED = "[REDACTED]"
+
+# Strings that are secrets whatever surrounds them: safe to blank inside queries and answers too.
+_TOKEN_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    # API-key-like strings (Anthropic, OpenAI and friends), GitHub and Slack tokens, AWS key ids.
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"), _REDACTED),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), _REDACTED),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), _REDACTED),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), _REDACTED),
+    (re.compile(r"\b([Bb]earer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + _REDACTED),
+]
+
+# Values of secret-sounding names. Only for the transcript copy: inside a Malloy query
+# `sort_key=3` is a filter, not a credential, and events must keep queries runnable.
+_NAMED_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    # JSON, possibly escaped inside another JSON string: "some_api_key": "value".
+    (re.compile(r'(?i)((?:\\*")' + _SECRET_WORD + r'(?:\\*")\s*:\s*(?:\\*"))((?:[^"\\]|\\[^"])+)(?=\\*")'),
+     r"\1" + _REDACTED),
+    # NAME=value on a command line or in a .env file (no spaces: `a_key = 3` is Malloy, not env);
+    # a quoted value is blanked to its closing quote.
+    (re.compile(r"(?i)(\b" + _SECRET_WORD + r"=)(\\?\"[^\"\\]*\\?\"|'[^']*'|[^\s\"'\\&;,]+)"),
+     r"\1" + _REDACTED),
+]
+
+_SECRET_NAME = re.compile(r"(?i)^" + _SECRET_WORD + r"$")
+
+
+# Shorter values ("1", "true") would blank ordinary text; a real credential is longer.
+_MIN_ENV_SECRET = 8
+
+
+def _environment_secrets() -> list[str]:
+    """Values of this process's environment variables whose names contain KEY, TOKEN, SECRET or
+    PASSWORD (SPEC 4), longest first so a value containing another is blanked whole."""
+    values = {v for k, v in os.environ.items()
+              if _SECRET_NAME.match(k) and len(v.strip()) >= _MIN_ENV_SECRET}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_tokens(text: str) -> str:
+    """`text` with secret-shaped strings (API keys, bearer tokens) replaced by `[REDACTED]`."""
+    for pattern, replacement in _TOKEN_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact_secrets(text: str) -> str:
+    """`text` with obvious secrets replaced by `[REDACTED]` (SPEC 4): API-key-like strings, bearer
+    tokens, and values of names containing KEY, TOKEN, SECRET or PASSWORD written as `NAME=value`
+    or as a JSON string member. It over-redacts rather than leak: the copy is evidence, not data."""
+    text = redact_tokens(text)
+    # The values of this machine's secret-named environment variables (SPEC 4), wherever they
+    # surface (an `env` printout, an echoed header); like the named patterns, copy only.
+    for value in _environment_secrets():
+        if value in text:
+            text = text.replace(value, _REDACTED)
+    for pattern, replacement in _NAMED_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact_json(value: Any, key: str | None = None) -> Any:
+    """A parsed JSON value with secrets blanked: a string member whose name sounds secret entirely,
+    every other string by `redact_secrets` (which also reaches JSON nested inside a string)."""
+    if isinstance(value, dict):
+        return {k: redact_json(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_json(v, key) for v in value]
+    if isinstance(value, str):
+        if key is not None and _SECRET_NAME.match(key) and value:
+            return _REDACTED
+        return redact_secrets(value)
+    return value
+
+
+def redact_transcript_text(text: str) -> str:
+    """A transcript or host log, line by line, with secrets blanked; a line that is JSON stays JSON."""
+    out: list[str] = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line) if line.strip() else None
+        except ValueError:
+            value = None
+        if value is None:
+            out.append(redact_secrets(line))
+        else:
+            out.append(json.dumps(redact_json(value), ensure_ascii=False))
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+# ---------------------------------------------------------------- record_attempt
+
+@dataclass(frozen=True)
+class RecordedAttempt:
+    """What record_attempt appended: the attempt's key and id, its calls, and what it decided."""
+    qid: str
+    sample: int | None
+    phase: str
+    attempt_event_id: str
+    tool_calls: int
+    voided: int                      # earlier live events of this attempt key, retracted
+    submitted: bool
+    final_query: str | None
+    final_query_source: str | None
+    contaminated: bool | str | None
+    transcript_path: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+
+# Case-scoped kinds that describe one recording of an attempt: a re-recording retracts them all,
+# since a score of the old transcript says nothing about the new one.
+_SUPERSEDED_KINDS = ("attempt", "tool_call", "score", "retrieval_score")
+
+
+def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None = None, *,
+                   transcript: str | Path | None = None, host_log: str | Path | None = None,
+                   answer_file: str | Path | None = None,
+                   reported_calls: int | None = None) -> RecordedAttempt:
+    """Append one `attempt` and one `tool_call` per get_context / execute_query call (SPEC 4),
+    copying the transcript (or host log and answer) into the artifacts with secrets redacted.
+
+    A second recording of the same attempt key voids the first one's events in the same batch.
+    """
+
+    check_qid(qid)
+    check_sample(sample)
+    if (transcript is None) == (host_log is None):
+        raise UsageError("give either --transcript, or --host-log with --answer-file")
+    if host_log is not None and answer_file is None:
+        raise UsageError("--host-log needs --answer-file (a host log carries no answer)")
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").is_file():
+        raise InputError(run_dir / "run.json", None, "missing: not a run folder (create one with new_run.py)")
+    run = Run.open(run_dir)
+    eval_set = load_set(Path(set_dir))
+    case = eval_set.case(qid)
+
+    source = Path(transcript if transcript is not None else host_log)  # type: ignore[arg-type]
+    parsed = parse_transcript(source) if transcript is not None else read_host_log(source)
+    if answer_file is not None:
+        parsed.answer_text = _read_answer(Path(answer_file))
+    record = build_attempt(parsed, reported_calls=reported_calls)
+
+    copies = [(("transcript.jsonl" if parsed.format != "host-log" else "host-log.json"), source)]
+    if answer_file is not None:
+        copies.append(("answer.md", Path(answer_file)))
+    written = [run.write_artifact(qid, sample, name, redact_transcript_text(_read_text(path)))
+               for name, path in copies]
+    transcript_path = run.relpath(written[0])
+
+    contamination = _contamination(parsed, eval_set, run_dir, record.attempt["reported_calls"])
+    key = (qid, sample, run.phase)
+    events = run.live()
+    voids = [{"kind": "void", "target_event_id": e["event_id"],
+              "reason": f"attempt re-recorded from {source.name}"}
+             for e in events
+             if e.get("kind") in _SUPERSEDED_KINDS and (e.get("qid"), e.get("sample"), e.get("phase")) == key]
+    attempt = {"kind": "attempt", "qid": qid, "sample": sample, "phase": run.phase,
+               **record.attempt,
+               "question_sha": case.question_sha,
+               "served_revision": record.served_revision or _str_or_none(run.info.get("servedRevision")),
+               "transcript_path": transcript_path,
+               **contamination}
+    calls = [{"kind": "tool_call", "qid": qid, "sample": sample, "phase": run.phase, **c}
+             for c in record.tool_calls]
+    written_events = run.append([*voids, attempt, *calls])
+    attempt_event = written_events[len(voids)]
+    return RecordedAttempt(
+        qid=qid, sample=sample, phase=run.phase, attempt_event_id=attempt_event["event_id"],
+        tool_calls=len(calls), voided=len(voids), submitted=attempt["submitted"],
+        final_query=attempt["final_query"], final_query_source=attempt["final_query_source"],
+        contaminated=attempt.get("contaminated"), transcript_path=transcript_path,
+        warnings=list(parsed.warnings))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _read_answer(path: Path) -> str | None:
+    text = _read_text(path).strip()
+    return text or None
+
+
+def _contamination(parsed: Transcript, eval_set: Any, run_dir: Path, reported: int | None) -> dict[str, Any]:
+    """`contaminated` and `contamination_reasons` for the attempt, from SPEC 5.1's check over the
+    very tool uses toollog read, so the attempt and check_contamination.py can never disagree."""
+
+    result = check_contamination(parsed.logged_uses, set_dir=eval_set.dir, run_dir=run_dir,
+                                 model_paths=[eval_set.model_file], truth_package=eval_set.truth_package,
+                                 reported_calls=reported, cwd=parsed.cwd)
+    return {"contaminated": result.contaminated,
+            "contamination_reasons": to_jsonable(list(result.reasons))}
+
+
+def render_text(result: RecordedAttempt) -> str:
+    """The human rendering of one recorded attempt."""
+    sample = "" if result.sample is None else f" sample {result.sample}"
+    voided = f", voided {result.voided} earlier events" if result.voided else ""
+    query = _squash(result.final_query) if result.final_query else "-"
+    lines = [(f"recorded {result.qid}{sample} ({result.phase}): attempt {result.attempt_event_id}, "
+             f"{result.tool_calls} tool calls{voided}"),
+             f"  submitted {result.submitted}; final query ({result.final_query_source or 'none'}): {query}",
+             f"  contaminated: {result.contaminated}",
+             f"  transcript copy: {result.transcript_path}"]
+    lines.extend(f"  warning: {w}" for w in result.warnings)
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Whether an answerer's host tool uses show it reached the answers: see rules.py for the rules."""

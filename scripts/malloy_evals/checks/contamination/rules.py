@@ -1,0 +1,326 @@
+"""Whether an answerer's host tool uses show it reached the answers (SPEC 5.1).
+
+A contaminated attempt gets no verdict: it saw the set, the goldens, an earlier run or the model
+file it was meant to reach only through the Publisher's tools. The decision is mechanical, over
+the host's own log of tool uses (never the answerer's account of itself), with four rules:
+
+1. `eval-area`: a file, search, shell or fetch tool (or an MCP call naming a path) touches a
+   protected folder (`--set`, `--run`) or a needle (`evals/`, `cases.jsonl`, ...), matched on
+   normalised path segments; listing counts; an MCP call naming the truth package hits.
+2. `model-file`: a file, search or shell tool reads the model file under test. An MCP call's
+   `modelPath` is exempt (the server resolves it), and so is a shell command that posts a
+   JSON-RPC `tools/call` to an `/mcp` URL.
+3. `recursive-read`: a recursive read (grep -r, rg, find, tar, cp -r, a shell glob, the Grep and
+   Glob tools) from a folder that contains a protected folder or the model file.
+   `script-may-read`: inline code or a script, run from such a folder, that can read files: the
+   verdict is "unknown" unless a definite rule decided it.
+4. `under-report`: the answerer reported more calls than the host logged.
+No log at all is "unknown" (`no-log`). Both "unknown" and true count as contaminated everywhere.
+
+Paths in the log resolve against the log's cwd (and the `cd`s and variables the shell set);
+when the cwd is not known, relative paths on both sides are compared as relative to the same
+unknown folder, and a recursive read from `.` is taken to reach an absolute protected folder. A
+relative `--set`/`--run` that exists on this machine is protected both where the log's cwd puts
+it and where it is here. Needles are matched on what a path reaches below (or above) the cwd,
+never on the cwd's own folders, so a session run under `/ci/runs/...` is not voided wholesale.
+Shell commands are read by a small lexer (quotes, pipelines, heredocs, substitutions), never run.
+
+Where SPEC 5.1 is silent, these are the choices (each has a test):
+- A link the answerer made (`ln -s TARGET LINK`) is followed: a later read through LINK is a read
+  of TARGET. Unquoted brace words (`cat {sets,x}/a.csv`) and Glob patterns are brace-expanded.
+  Words that `echo`/`printf` pipe into `xargs` are paths.
+- git: `REV:PATH` names PATH under the repository top, which may be the cwd or any folder above
+  it; `git log -p` (or --stat, -S, ...), `git show`/`git diff` without `REV:PATH`, `git stash
+  show`, `ls-files`, `ls-tree` and `archive` print from the whole tree (a pathspec after `--`
+  narrows them). An MCP git tool (`git_show`, `git_diff`, `git_log`) reads its repo_path the same
+  way.
+- awk and sed scripts are not paths, but what they read is: awk's quoted literals, and `getline`
+  or `system()` (code that can read: rule 3); sed's `r FILE` / `R FILE` and `e`.
+- `fd` lists everything under its roots; `locate` the whole file system; an MCP
+  `directory_tree` its root. `~` whose home the cwd does not reveal is a folder of unknown place.
+- The `modelPath` exemption belongs to Publisher tools: another MCP server's tool (filesystem,
+  database, notes) that names the model file in a path or a query literal reads it. A reading
+  tool's string literals count (a SQL `read_csv('/repo/sets/x.csv')`); prose fields (`prompt`,
+  `content`, `description`) and web searches do not.
+- `python -m pip|venv|ensurepip|json.tool` and `uv pip|venv|add|sync` manage packages, so they are
+  not code that may read the set; `python -m` of anything else is.
+- `$PWD`, `$(pwd)` and `${VAR:-default}` are expanded; a script written with `tee <<EOF` is read
+  when it runs; code whose absolute string literal is the start of a protected path
+  (`'/w/se' + 'ts'`) may read it, wherever it runs (`script-may-read`).
+- Not decided here: a Publisher `getModel`-style tool called with a `modelPath` returns model text
+  but is exempt by SPEC rule 2; a subagent's (Task) own tool uses count only as the host logs them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from malloy_evals.checks.contamination.commands import _follow_links, _reaches, _Target
+from malloy_evals.checks.contamination.refs import (
+    MIN_NEEDLE_CHARS,
+    Needle,
+    Ref,
+    _home,
+    below,
+    is_under,
+    make_needle,
+    to_ref,
+)
+from malloy_evals.checks.contamination.tools import tool_kind
+from malloy_evals.checks.contamination.touches import Touch, _Seen, _State
+from malloy_evals.checks.contamination.uses import _see
+from malloy_evals.checks.toollog import ToolLog, ToolUse, read_tool_uses
+from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
+
+Rule = Literal["eval-area", "model-file", "recursive-read", "script-may-read", "under-report",
+               "no-log"]
+Verdict = bool | Literal["unknown"]
+
+# The eval area's default needles (SPEC 5.1 rule 1); --gold-path / --eval-path add to these.
+DEFAULT_NEEDLES: tuple[str, ...] = (
+    "evals/", "gold/", "cases.jsonl", "set.json", "events.jsonl", "judge-regressions",
+    "judge-calibration", "recordings/", "runs/",
+)
+
+
+# Rules that decide "contaminated: true"; the others can only make the verdict "unknown".
+_DEFINITE_RULES = frozenset({"eval-area", "model-file", "recursive-read", "under-report"})
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why an attempt is (or may be) contaminated: which rule, which tool use, what it touched."""
+
+    rule: Rule
+    tool_use_index: int | None  # 0-based position in the log's tool uses; None for log-wide rules
+    tool: str | None            # the tool's name as logged
+    needle: str | None          # the needle, protected path, model file or read primitive matched
+
+
+@dataclass(frozen=True)
+class ContaminationResult:
+    """The verdict over one attempt's host log (SPEC 5.1)."""
+
+    contaminated: Verdict
+    reasons: list[Reason]
+    host_tool_uses: int | None  # every tool use the host logged, MCP included; None: no log
+    reported_calls: int | None  # what the answerer reported (flag over log); None: unknown
+
+    @property
+    def exit_code(self) -> int:
+        # "unknown" counts as contaminated in every aggregate, so it is a finding too.
+        return EXIT_OK if self.contaminated is False else EXIT_FINDING
+
+
+@dataclass(frozen=True)
+class _Protect:
+    """Everything the rules compare against, resolved once."""
+
+    needles: tuple[Needle, ...]
+    folders: tuple[_Target, ...]
+    models: tuple[_Target, ...]
+    model_names: tuple[str, ...]
+
+
+def _model_match(touch: Touch, model: _Target) -> bool:
+    ref = touch.ref
+    if ref.segs and model.ref.segs and ref.segs[-1] == model.ref.segs[-1]:
+        return True  # the file's name, wherever it is said to be
+    return ref == model.ref
+
+
+def _names_model(ref: Ref, model: Ref) -> bool:
+    """Whether a path names the model file exactly (a relative one as a tail of its path)."""
+    if ref.absolute or not ref.segs:
+        return ref == model
+    return model.segs[-len(ref.segs):] == ref.segs
+
+
+def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect) -> list[Reason]:
+    """The reasons one tool use gives, at most one per rule."""
+    tool = use.name
+    reasons: list[Reason] = []
+    kind = tool_kind(tool) if tool else "other"
+
+    def add(rule: Rule, needle: str) -> None:
+        if not any(r.rule == rule for r in reasons):
+            reasons.append(Reason(rule=rule, tool_use_index=index, tool=tool, needle=needle))
+
+    for touch in seen.touches:
+        if touch.model_exempt and any(_names_model(touch.ref, m.ref) for m in protect.models):
+            continue  # an MCP call's modelPath naming the model under test: the server's business
+        for needle in protect.needles:
+            if needle.hits(touch.needle_segs, path_like=touch.path_like):
+                add("eval-area", needle.text)
+                break
+        if not touch.url and not (kind == "mcp" and not touch.ref.absolute):
+            for folder in protect.folders:
+                if is_under(touch.ref, folder.ref):
+                    add("eval-area", folder.label)
+                    break
+        if not touch.model_exempt and not touch.url:
+            for model in protect.models:
+                if _model_match(touch, model):
+                    add("model-file", model.label)
+                    break
+    targets = protect.folders + protect.models
+    for sweep in seen.sweeps:
+        for target in targets:
+            if _reaches(sweep, target, protect.model_names):
+                add("recursive-read", target.label)
+                break
+    if not reasons:
+        for script in seen.scripts:
+            roots = ((script.cwd or Ref(False, ())),) + script.roots
+            if any(below(root, t.ref) is not False or _spells_start_of(root, t.ref)
+                   for root in roots for t in targets):
+                add("script-may-read", script.primitive or "unseen script")
+    return reasons
+
+
+def _spells_start_of(literal: Ref, target: Ref) -> bool:
+    """Whether code's absolute literal is the first characters of a protected path
+    (`'/w/se' + 'ts/shop'`): a path built by pieces starts with one."""
+    if not (literal.absolute and target.absolute and literal.segs) or literal.segs[0] == "~":
+        return False
+    return target.text().startswith(literal.text())
+
+
+def _targets(text: str, base: Ref | None, *, is_file: bool) -> list[_Target]:
+    """A protected path as the log sees it (a relative one resolved against the log's cwd) and,
+    when it is relative and exists on this machine, also where it is here: a session recorded
+    here from a scratch folder still reads the set at its real place."""
+    cleaned = text.replace("\\", "/")
+    refs = [to_ref(cleaned, base)]
+    local = Path(text)
+    if not local.is_absolute() and local.exists():
+        refs.append(to_ref(str(local.resolve())))
+    return [_Target(label=text, ref=ref, is_file=is_file) for ref in dict.fromkeys(refs)]
+
+
+def _protection(set_dir: str | Path | None, run_dir: str | Path | None,
+                model_paths: Iterable[str | Path], truth_package: str | None,
+                gold_paths: Iterable[str], eval_paths: Iterable[str],
+                base: Ref | None) -> _Protect:
+    """Needles (defaults plus extras, each length-checked), protected folders and model files."""
+    extras = [make_needle(str(p)) for p in [*gold_paths, *eval_paths]]
+    needles = [make_needle(n, check_length=False) for n in DEFAULT_NEEDLES] + extras
+    if truth_package and len(truth_package.strip().strip("/.")) >= MIN_NEEDLE_CHARS:
+        needles.append(make_needle(truth_package.strip().strip("/") , check_length=False))
+    folders = [t for p in (set_dir, run_dir) if p is not None and str(p).strip()
+               for t in _targets(str(p).strip(), base, is_file=False)]
+    models = [t for p in model_paths if str(p).strip()
+              for t in _targets(str(p).strip(), base, is_file=True) if t.ref.segs]
+    names = [t.ref.segs[-1] for t in models]
+    return _Protect(needles=tuple(needles), folders=tuple(folders), models=tuple(models),
+                    model_names=tuple(dict.fromkeys(names)))
+
+
+def read_set_pins(set_dir: str | Path) -> tuple[str | None, str | None]:
+    """(truth package name, model file path) from set.json, when the set folder is here."""
+    path = Path(set_dir) / "set.json"
+    if not path.is_file():
+        return None, None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(path, getattr(exc, "lineno", None), f"cannot read set.json: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, None, "set.json: expected an object")
+    truth = data.get("truthPackage") if isinstance(data.get("truthPackage"), str) else None
+    model = data.get("targetModelPath") if isinstance(data.get("targetModelPath"), str) else None
+    model_file = f"{str(set_dir).rstrip('/')}/model/{model}" if model else None
+    return truth, model_file
+
+
+def check_contamination(
+    tool_uses: Sequence[ToolUse] | None = None,
+    *,
+    log: str | Path | ToolLog | None = None,
+    set_dir: str | Path | None,
+    run_dir: str | Path | None = None,
+    model_paths: Iterable[str | Path] = (),
+    truth_package: str | None = None,
+    gold_paths: Iterable[str] = (),
+    eval_paths: Iterable[str] = (),
+    reported_calls: int | None = None,
+    cwd: str | None = None,
+) -> ContaminationResult:
+    """Decide whether one attempt's host tool uses show contamination (SPEC 5.1).
+
+    Args:
+        tool_uses: every host tool use, in order; None (and no `log`) when there is no log:
+            the verdict is "unknown".
+        log: instead of `tool_uses`, a host log or transcript (a path, or one already read);
+            its cwd and reportedCalls fill `cwd` and `reported_calls` when those are not given.
+        set_dir, run_dir: protected folders, as paths that need not exist here; relative ones
+            resolve against `cwd` (the log's) when it is known.
+        model_paths: the model file(s) under test.
+        truth_package: the truth package's name; an MCP call naming it hits rule 1.
+        gold_paths, eval_paths: needles added to the defaults (never replacing them).
+        reported_calls: the calls the answerer reported (rule 4).
+        cwd: the log's working directory.
+    Raises:
+        UsageError: a needle too short to mean anything (exit 2).
+        InputError: the log or set.json cannot be read (exit 3).
+
+    When the set folder is on this machine, set.json supplies the truth package's name (unless
+    given) and the model file under test (`<set>/model/<targetModelPath>`).
+    """
+    if log is not None:
+        read = log if isinstance(log, ToolLog) else read_tool_uses(log)
+        tool_uses = read.tool_uses
+        cwd = cwd or read.cwd
+        reported_calls = read.reported_calls if reported_calls is None else reported_calls
+    model_paths = list(model_paths)
+    if set_dir is not None:
+        truth, model_file = read_set_pins(set_dir)
+        truth_package = truth_package or truth
+        if model_file:
+            model_paths.append(model_file)
+    base = to_ref(cwd) if cwd else None
+    if base is not None and not base.absolute:
+        base = None  # a relative "cwd" says nothing about where the session ran
+    protect = _protection(set_dir, run_dir, model_paths, truth_package, gold_paths, eval_paths,
+                          base)
+    if tool_uses is None:
+        return ContaminationResult(contaminated="unknown",
+                                   reasons=[Reason("no-log", None, None, None)],
+                                   host_tool_uses=None, reported_calls=reported_calls)
+    state = _State(cwd=base)
+    home = _home(base) if base is not None else None
+    if home:
+        state.env["HOME"] = "/" + "/".join(home)
+    reasons: list[Reason] = []
+    for index, use in enumerate(tool_uses):
+        seen = _see(use, state)
+        _follow_links(seen, state.links)
+        reasons.extend(_rule_hits(index, use, seen, protect))
+    host = len(tool_uses)
+    if reported_calls is not None and reported_calls > host:
+        reasons.append(Reason("under-report", None, None,
+                              f"reported_calls {reported_calls} > host_tool_uses {host}"))
+    verdict: Verdict
+    if any(r.rule in _DEFINITE_RULES for r in reasons):
+        verdict = True
+    elif reasons:
+        verdict = "unknown"
+    else:
+        verdict = False
+    return ContaminationResult(contaminated=verdict, reasons=reasons, host_tool_uses=host,
+                               reported_calls=reported_calls)
+
+
+def render_text(result: ContaminationResult) -> str:
+    """A short human reading of a result."""
+    verdict = {True: "CONTAMINATED", False: "clean", "unknown": "UNKNOWN (counts as contaminated)"}
+    lines = [(f"{verdict[result.contaminated]}: host_tool_uses={result.host_tool_uses} "
+             f"reported_calls={result.reported_calls}")]
+    for r in result.reasons:
+        where = f"#{r.tool_use_index} {r.tool}" if r.tool_use_index is not None else "log"
+        lines.append(f"  {r.rule}: {where}" + (f" -> {r.needle}" if r.needle else ""))
+    return "\n".join(lines)

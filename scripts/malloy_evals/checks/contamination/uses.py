@@ -1,0 +1,159 @@
+"""Reading one host tool use into what it touches, whatever the tool."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from typing import Any
+
+from malloy_evals.checks.contamination.commands import _brace_expand, _see_shell
+from malloy_evals.checks.contamination.refs import Ref, to_ref
+from malloy_evals.checks.contamination.tools import (
+    _TREE_NAMES,
+    _split_tool,
+    _words,
+    is_publisher_tool,
+    tool_kind,
+)
+from malloy_evals.checks.contamination.touches import (
+    _COMMAND_KEYS,
+    _CWD_KEYS,
+    _GLOB_KEYS,
+    _GREP_FILTER_KEYS,
+    _MODEL_PATH_KEYS,
+    _PATH_KEYS,
+    _PROSE_KEYS,
+    _URL_KEYS,
+    _URL_RE,
+    Sweep,
+    Touch,
+    _embedded,
+    _glob_split,
+    _keyed,
+    _path_touch,
+    _Seen,
+    _State,
+    _strings,
+)
+from malloy_evals.checks.toollog import ToolUse
+
+
+def _see(use: ToolUse, state: _State) -> _Seen:
+    """Everything one tool use names, by tool kind."""
+    seen = _Seen()
+    name = use.name or ""
+    kind = tool_kind(name) if name else "other"
+    data = use.input
+    if not isinstance(data, dict):
+        # A malformed entry is still evidence: read every string in it as free text.
+        for text in _strings(data):
+            seen.touches.extend(_embedded(text, state.cwd, literals_path_like=True))
+        return seen
+    cwd = state.cwd
+    for value in _keyed(data, _CWD_KEYS):
+        seen.touches.append(_path_touch(value, cwd))
+        cwd = to_ref(value, cwd)
+    words = _words(_split_tool(name)[1])
+    if "git" in words and words & {"show", "diff", "log"} and not is_publisher_tool(name):
+        # A git tool (mcp__git__git_show) prints contents from the whole repository it names.
+        for value in list(_keyed(data, _PATH_KEYS)) or ["."]:
+            seen.sweeps.append(Sweep(root=to_ref(value.replace("\\", "/"), cwd), pattern=None))
+    if kind == "mcp":
+        _see_mcp(data, cwd, seen, publisher=is_publisher_tool(name))
+        return seen
+    for value in _keyed(data, _URL_KEYS):
+        seen.touches.extend(_embedded(value, cwd, literals_path_like=True)
+                            or [Touch(text=value, ref=to_ref(value), path_like=True, url=True)])
+    path_values = list(_keyed(data, _PATH_KEYS - {"uri"}))
+    for value in path_values:
+        seen.touches.append(_path_touch(value, cwd))
+    if kind == "shell":
+        for command in _command_texts(data):
+            cwd = _see_shell(command, cwd, state, seen)
+        state.cwd = cwd
+    elif kind == "grep":
+        roots = path_values or ["."]
+        filters = tuple(_keyed(data, _GREP_FILTER_KEYS))
+        if isinstance(data.get("type"), str) and data["type"].strip():
+            filters += (f"*.{data['type'].strip()}",)
+        for root in roots:
+            seen.sweeps.append(Sweep(root=to_ref(root.replace("\\", "/"), cwd), pattern=None,
+                                     filters=filters))
+        for value in filters:
+            seen.touches.append(Touch(text=value, ref=to_ref(value), path_like=False))
+    elif kind == "glob":
+        root = to_ref(path_values[0].replace("\\", "/"), cwd) if path_values else cwd or Ref(False, ())
+        for given in _keyed(data, _GLOB_KEYS):
+            for pattern in _brace_expand(given):  # the Glob tool expands `{a,b}`
+                fixed, rest = _glob_split(pattern, root)
+                seen.touches.append(Touch(text=given, ref=to_ref(pattern.replace("\\", "/"), root),
+                                          base=root, path_like=True))
+                seen.sweeps.append(Sweep(root=fixed, pattern=rest, kind="glob"))
+    elif kind == "list" and re.sub(r"[^a-z]", "", name.lower()).endswith(_TREE_NAMES):
+        # A tree tool lists everything below its root (MCP filesystem's directory_tree).
+        for value in path_values or ["."]:
+            seen.sweeps.append(Sweep(root=to_ref(value.replace("\\", "/"), cwd), pattern=None))
+    elif kind == "file":
+        _remember_written(data, path_values, cwd, state)
+    if kind in ("file", "fetch") and not words & {"write", "edit", "create", "todo",
+                                                 "multiedit", "replace", "web"}:
+        # A reading tool's other inputs (a SQL query: read_csv('/repo/sets/x.csv')) name paths
+        # in string literals; its prose fields do not.
+        for key, value in data.items():
+            lowered = key.lower() if isinstance(key, str) else ""
+            if lowered in _PATH_KEYS | _URL_KEYS | _CWD_KEYS | _PROSE_KEYS:
+                continue
+            for text in _strings(value):
+                seen.touches.extend(_embedded(text, cwd, literals_path_like=False, runs=False))
+    return seen
+
+
+def _see_mcp(data: dict[str, Any], cwd: Ref | None, seen: _Seen, *, publisher: bool = True) -> None:
+    """An MCP call: its path-ish arguments, URLs, and quoted literals in its other text.
+
+    Package-relative paths (`modelPath: bookshop.malloy`) are not resolved against the host's cwd:
+    the server resolves them. A `modelPath`, and everything a Publisher tool names, is exempt from
+    rule 2 (SPEC 5.1); another server's tool (a filesystem or database server) reading the model
+    file through a `path` or a query literal is a file tool reading it.
+    """
+    path_keys = _PATH_KEYS | _URL_KEYS
+    for key_set, exempt in ((_MODEL_PATH_KEYS, True), (path_keys - _MODEL_PATH_KEYS, publisher)):
+        for value in _keyed(data, key_set):
+            if _URL_RE.search(value):
+                seen.touches.extend(_embedded(value, None, literals_path_like=True, exempt=exempt))
+            else:
+                seen.touches.append(_path_touch(value, None, exempt=exempt))
+    for key, value in data.items():
+        if isinstance(key, str) and key.lower() in path_keys:
+            continue
+        for text in _strings(value):
+            # A query's words are not paths (`gold/total` divides two fields): only URLs and
+            # string literals count.
+            seen.touches.extend(_embedded(text, None, literals_path_like=False, exempt=publisher,
+                                          runs=False))
+
+
+def _command_texts(data: dict[str, Any]) -> Iterator[str]:
+    for key, value in data.items():
+        if not (isinstance(key, str) and key.lower() in _COMMAND_KEYS):
+            continue
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            yield shlex.join(value)  # argv form (["bash", "-lc", "..."])
+        else:
+            yield from _strings(value)
+
+
+def _remember_written(data: dict[str, Any], paths: list[str], cwd: Ref | None,
+                      state: _State) -> None:
+    """Keep what the answerer wrote, so a script it runs later can be read for file access."""
+    body = [v for k in ("content", "file_text", "new_string", "new_str", "new_source", "text")
+            for v in ([data[k]] if isinstance(data.get(k), str) else [])]
+    for edit in data.get("edits") or []:
+        if isinstance(edit, dict) and isinstance(edit.get("new_string"), str):
+            body.append(edit["new_string"])
+    if not body:
+        return
+    for value in paths:
+        ref = to_ref(value.replace("\\", "/"), cwd)
+        state.written[ref] = state.written.get(ref, "") + "\n" + "\n".join(body)

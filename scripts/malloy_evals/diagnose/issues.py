@@ -1,0 +1,157 @@
+"""Clusters of diagnoses on a shared cause, and the issue and issue_status events they become."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from malloy_evals.core import codes, vocab
+from malloy_evals.diagnose.replies import Diagnosis
+from malloy_evals.diagnose.selection import DIAGNOSED_BY
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Diagnosed cases sharing one cause: becomes one issue."""
+
+    cluster_id: str
+    qids: list[str]
+    primary_code: str
+    contributing_codes: list[str]
+    component: str
+    owner: str
+    root_cause: str
+    evidence: str
+    confidence: str
+
+
+SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# Words that turn an id into a prescription (SPEC 8: ids name the defect, never the remedy).
+REMEDY_WORDS = frozenset({"add", "adds", "added", "fix", "fixes", "should", "use", "make",
+                          "missing", "need", "needs", "rename", "document", "remove", "create"})
+
+
+def remedy_words(cluster_id: str) -> list[str]:
+    """The words of a cluster id that prescribe a remedy (empty when it names a defect)."""
+    return [w for w in cluster_id.split("-") if w in REMEDY_WORDS]
+
+
+def validate_clusters(obj: Any, diagnoses: list[Diagnosis],
+                      table: Mapping[str, codes.CauseCode]) -> list[Cluster] | str:
+    """The clusters of a clustering reply, or the reason they are rejected.
+
+    Every diagnosed qid in exactly one cluster, no unknown qid, a defect-naming slug, codes from
+    the table with their own component and owner, and one owner per cluster (its members' owner).
+    """
+    if not isinstance(obj, dict) or not isinstance(obj.get("clusters"), list):
+        return "no clusters list in the clustering reply"
+    by_qid = {d.qid: d for d in diagnoses}
+    seen: Counter[str] = Counter()
+    out: list[Cluster] = []
+    ids: set[str] = set()
+    for i, c in enumerate(obj["clusters"]):
+        if not isinstance(c, dict):
+            return f"clusters[{i}] is not an object"
+        cid = c.get("cluster_id")
+        if not isinstance(cid, str) or not SLUG.match(cid):
+            return f"clusters[{i}].cluster_id {cid!r} is not a kebab-case slug"
+        if remedy_words(cid):
+            return f"cluster id {cid!r} prescribes a remedy ({', '.join(remedy_words(cid))})"
+        if cid in ids:
+            return f"cluster id {cid!r} used twice"
+        ids.add(cid)
+        qids = c.get("qids")
+        if not isinstance(qids, list) or not qids:
+            return f"cluster {cid}: no qids"
+        unknown = [q for q in qids if q not in by_qid]
+        if unknown:
+            return f"cluster {cid}: qids {', '.join(map(str, unknown))} were not diagnosed"
+        seen.update(qids)
+        primary = c.get("primary_code")
+        row = table.get(primary) if isinstance(primary, str) else None
+        if row is None:
+            return f"cluster {cid}: primary_code {primary!r} is not in the table"
+        if c.get("component") != row.component or c.get("owner") != row.owner:
+            return f"cluster {cid}: component/owner are not {primary}'s ({row.component}/{row.owner})"
+        owners = {by_qid[q].owner for q in qids}
+        if owners != {row.owner}:
+            return f"cluster {cid}: members owned by {', '.join(sorted(owners))}; keep owners apart"
+        contributing = [x for x in c.get("contributing_codes") or [] if x != primary]
+        if any(x not in table for x in contributing):
+            return f"cluster {cid}: a contributing code is not in the table"
+        confidence = c.get("confidence")
+        out.append(Cluster(cid, list(dict.fromkeys(qids)), primary, contributing, row.component,
+                           row.owner, str(c.get("root_cause") or "").strip(),
+                           str(c.get("evidence") or "").strip(),
+                           confidence if confidence in vocab.SEVERITIES else "medium"))
+    twice = [q for q, n in seen.items() if n > 1]
+    if twice:
+        return f"qids in more than one cluster: {', '.join(sorted(twice))}"
+    left = [d.qid for d in diagnoses if d.qid not in seen]
+    if left:
+        return f"diagnosed qids in no cluster: {', '.join(left)}"
+    for cl in out:
+        if not cl.root_cause:
+            return f"cluster {cl.cluster_id}: empty root_cause"
+    return out
+
+
+def singleton_clusters(diagnoses: list[Diagnosis]) -> list[Cluster]:
+    """One cluster per case: the fallback when clustering was not possible or was rejected."""
+    return [Cluster(f"{d.primary_code.lower().replace('_', '-')}-{_slug(d.qid)}", [d.qid],
+                    d.primary_code, d.contributing_codes, d.component, d.owner, d.diagnosis,
+                    d.reasoning[:500], d.confidence) for d in diagnoses]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "case"
+
+
+_ORDER = {"low": 0, "medium": 1, "high": 2}
+_SUFFICIENCY_ORDER = {"sufficient": 0, "insufficient": 1, "unknown": 2}
+
+
+def issue_events(run_id: str, clusters: list[Cluster], diagnoses: list[Diagnosis],
+                 diagnosed_by: str) -> list[dict[str, Any]]:
+    """One `issue` plus one `issue_status open` per cluster, largest first."""
+    by_qid = {d.qid: d for d in diagnoses}
+    events: list[dict[str, Any]] = []
+    for cl in sorted(clusters, key=lambda c: (-len(c.qids), c.cluster_id)):
+        members = [by_qid[q] for q in cl.qids]
+        codes_ = {x for d in members for x in (d.primary_code, *d.contributing_codes)}
+        contributing = sorted((codes_ | set(cl.contributing_codes)) - {cl.primary_code})
+        issue_id = f"{run_id}:{cl.cluster_id}"
+        events.append({
+            "kind": "issue", "issue_id": issue_id, "qids": cl.qids,
+            "primary_code": cl.primary_code, "contributing_codes": contributing,
+            "component": cl.component, "owner": cl.owner, "diagnosis": cl.root_cause,
+            "severity": max((d.severity for d in members), key=_ORDER.__getitem__),
+            "confidence": cl.confidence,
+            "sufficiency": max((d.sufficiency for d in members),
+                               key=_SUFFICIENCY_ORDER.__getitem__),
+            "evidence": cl.evidence or None, "diagnosed_by": diagnosed_by})
+        events.append({"kind": "issue_status", "issue_id": issue_id, "status": "open"})
+    return events
+
+
+def own_issue_voids(events: Iterable[Mapping[str, Any]], qids: set[str] | None
+                    ) -> list[dict[str, Any]]:
+    """Voids for the live issues this script wrote earlier (diagnosed_by starts with DIAGNOSED_BY).
+
+    `qids` None (a whole-run pass) voids them all; otherwise only those sharing a qid with the
+    cases diagnosed now, so a narrowed re-run does not drop other cases' issues.
+    """
+    out = []
+    for e in events:
+        if e.get("kind") != "issue":
+            continue
+        if not str(e.get("diagnosed_by") or "").startswith(DIAGNOSED_BY):
+            continue
+        if qids is not None and not (set(e.get("qids") or []) & qids):
+            continue
+        out.append({"kind": "void", "target_event_id": e["event_id"],
+                    "reason": "superseded by a new diagnose.py run"})
+    return out

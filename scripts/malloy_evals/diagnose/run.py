@@ -1,0 +1,263 @@
+"""diagnose.py end to end: select, one call per case, one clustering call, issue events."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_retrieval
+from malloy_evals.core import cli, codes
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
+from malloy_evals.diagnose.issues import (
+    Cluster,
+    issue_events,
+    own_issue_voids,
+    singleton_clusters,
+    validate_clusters,
+)
+from malloy_evals.diagnose.packets import build_packet, controls_block
+from malloy_evals.diagnose.replies import (
+    Diagnosis,
+    Undiagnosed,
+    case_request,
+    cluster_request,
+    validate_diagnosis,
+)
+from malloy_evals.diagnose.selection import (
+    DIAGNOSED_BY,
+    PARALLEL,
+    ROLE,
+    AttemptKey,
+    Bucketed,
+    Selection,
+    select_cases,
+)
+from malloy_evals.judge.providers.base import DryRun, HostReplyPending, last_json_object
+from malloy_evals.judge.providers.host import HostProvider
+from malloy_evals.judge.providers.select import provider_stats
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import load_set
+
+
+@dataclass(frozen=True)
+class DiagnoseResult:
+    """diagnose.py's output."""
+
+    run_id: str
+    diagnoser: str
+    selection: Selection
+    diagnoses: list[Diagnosis]
+    undiagnosed: list[Undiagnosed]
+    clusters: list[Cluster]
+    clustered_by: str          # "diagnoser", "single case", "fallback: <why>", "pending: ..."
+    issues_appended: list[str]
+    issues_voided: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        # Selected cases and not one diagnosed is "could not measure" (SPEC 1); host emits are not.
+        if self.selection.selected_qids and not self.diagnoses and not all(
+                u.reason.startswith(("host reply pending", "dry run")) for u in self.undiagnosed):
+            return EXIT_UNMEASURED
+        return EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "diagnoser": self.diagnoser,
+                "selection": self.selection.to_json(),
+                "diagnosed": len(self.diagnoses), "undiagnosed_count": len(self.undiagnosed),
+                "diagnoses": self.diagnoses, "undiagnosed": self.undiagnosed,
+                "clusters": self.clusters, "clustered_by": self.clustered_by,
+                "issues_appended": self.issues_appended, "issues_voided": self.issues_voided,
+                "warnings": self.warnings}
+
+
+def _retrieval_rows(run: Any, events: list[dict[str, Any]], set_dir: Path,
+                    warnings: list[str]) -> dict[AttemptKey, dict[str, Any]]:
+    """Each attempt's retrieval row: its live retrieval_score event, else computed now."""
+    rows = {(e.get("qid"), e.get("sample")): e for e in events if e.get("kind") == "retrieval_score"}
+    attempts = {(e.get("qid"), e.get("sample")) for e in events if e.get("kind") == "attempt"}
+    if attempts - set(rows):
+
+        try:
+            computed = score_retrieval(run.dir, set_dir)
+        except KitError as exc:
+            warnings.append(f"retrieval rows not computed: {exc}")
+            return rows
+        for r in computed.rows:
+            rows.setdefault((r.qid, r.sample), row_fields(r))
+    return rows
+
+
+def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
+    """(reply, None) or (None, why): provider failures become a reason, never a guess."""
+
+    try:
+        return provider.complete(request), None
+    except HostReplyPending as exc:
+        return None, f"host reply pending: {exc}"
+    except DryRun as exc:
+        return None, f"dry run: {exc}"
+    except KitError as exc:
+        return None, f"diagnoser failed: {exc}"
+
+
+def _reply_object(reply: Any, key: str) -> Any:
+    if reply.data is not None:
+        return reply.data
+    return last_json_object(reply.text or "", key)
+
+
+def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path], Any], *,
+                 only: list[str] | None = None, verdicts: Iterable[str] = ("no_match",),
+                 split: str = "dev", limit: int | None = None,
+                 coverage_report: Path | None = None,
+                 progress: Callable[[str], None] | None = None) -> DiagnoseResult:
+    """SPEC 8 end to end: select, build packets, diagnose, validate, cluster, append issues."""
+
+    table = codes.load_codes()
+    run = Run.open(run_dir)
+    eval_set = load_set(set_dir)
+    events = run.live()
+    warnings: list[str] = []
+    retrieval_rows = _retrieval_rows(run, events, Path(set_dir), warnings)
+    misses = {k: (r.get("recall") is not None and r.get("recall") < 1)
+              for k, r in retrieval_rows.items()}
+    if only:
+        unknown = [q for q in only if q not in eval_set.cases]
+        if unknown:
+            raise UsageError(f"--only names qids not in the set: {', '.join(unknown)}")
+    selection = select_cases(events, {q: c.split for q, c in eval_set.cases.items()},
+                             verdicts=verdicts, split=split, only=only, limit=limit,
+                             retrieval_misses=misses)
+    measured = None
+    if coverage_report is not None:
+
+        measured = load_coverage_report(coverage_report)
+    provider = provider_factory(run.dir)
+    by_qid: dict[str, list[Bucketed]] = defaultdict(list)
+    for b in selection.selected:
+        by_qid[b.qid].append(b)
+    diagnoses: list[Diagnosis] = []
+    undiagnosed: list[Undiagnosed] = []
+    artifacts = run.dir / "diagnose"
+    def one(item: tuple[str, list[Bucketed]]) -> Diagnosis | Undiagnosed:
+        qid, attempts = item
+        packet = build_packet(run, events, eval_set, qid, attempts, retrieval_rows, measured)
+        request = case_request(run.run_id, qid, packet, table)
+        reply, why = _call(provider, request)
+        passed_only = all(b.verdict == "match" for b in attempts)
+        if reply is None:
+            outcome: Diagnosis | Undiagnosed = Undiagnosed(qid, why or "no reply")
+        else:
+            outcome = validate_diagnosis(qid, _reply_object(reply, "primary_code"), table,
+                                         answered_correctly=passed_only)
+        _keep(artifacts / f"{qid}.json", request, reply, outcome)
+        if progress:
+            label = (f"[{outcome.component}] {outcome.primary_code} -> {outcome.owner}"
+                     if isinstance(outcome, Diagnosis) else f"undiagnosed: {outcome.reason}")
+            progress(f"diagnose {qid}: {label}")
+        return outcome
+
+    # Cases are independent; the provider bounds its own concurrency. Results keep case order.
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        for outcome in pool.map(one, by_qid.items()):
+            (diagnoses if isinstance(outcome, Diagnosis) else undiagnosed).append(outcome)
+    clusters, clustered_by = _cluster(run, events, selection, diagnoses, provider, table,
+                                      artifacts)
+    diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them
+    appended: list[str] = []
+    voided = 0
+    if clusters:
+        narrowed = only is not None or limit is not None
+        voids = own_issue_voids(events, {d.qid for d in diagnoses} if narrowed else None)
+        new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}")
+        run.append(voids + new)
+        voided = len(voids)
+        appended = [e["issue_id"] for e in new if e["kind"] == "issue"]
+
+    stats = provider_stats(provider)
+    if stats:
+        warnings.append(f"diagnoser calls: {json.dumps(stats, sort_keys=True)}")
+    return DiagnoseResult(run.run_id, diagnoser, selection, diagnoses, undiagnosed, clusters,
+                          clustered_by, appended, voided, warnings)
+
+
+def _cluster(run: Any, events: list[dict[str, Any]], selection: Selection,
+             diagnoses: list[Diagnosis], provider: Any, table: Mapping[str, codes.CauseCode],
+             artifacts: Path) -> tuple[list[Cluster], str]:
+    if not diagnoses:
+        return [], "nothing diagnosed"
+    if len(diagnoses) == 1:
+        return singleton_clusters(diagnoses), "single case"
+    request = cluster_request(run.run_id, diagnoses, controls_block(run, events, selection), table)
+    reply, why = _call(provider, request)
+    if reply is None and why and why.startswith("host reply pending") \
+            and getattr(provider, "mode", None) == "ingest":
+        # Host flow: the per-case replies are in; emit the clustering request for the host and
+        # write no issue until its reply is there (a second --ingest picks it up).
+
+        emitter = HostProvider("emit", getattr(provider, "host_dir", None), role=ROLE)
+        _, why = _call(emitter, request)
+        return [], f"pending: {why}"
+    if reply is None:
+        if why and why.startswith(("host reply pending", "dry run")):
+            return [], f"pending: {why}"  # nothing was asked, so nothing may be written
+        _keep(artifacts / "clusters.json", request, None, why)
+        return singleton_clusters(diagnoses), f"fallback: {why}"
+    result = validate_clusters(_reply_object(reply, "clusters"), diagnoses, table)
+    _keep(artifacts / "clusters.json", request, reply, result)
+    if isinstance(result, str):
+        return singleton_clusters(diagnoses), f"fallback: {result}"
+    return result, "diagnoser"
+
+
+def _keep(path: Path, request: Any, reply: Any, outcome: Any) -> None:
+    """The raw request digest, reply and outcome of one call, kept beside the run for review."""
+
+    # The digest the answering model was asked under (SPEC 7.5: the model is part of it); with no
+    # reply no model answered, so it is taken with model null, as a host request is.
+    digest = reply.request_digest if reply is not None else request.digest(model=None)
+    doc = {"key": request.key, "request_digest": digest,
+           "prompt_version": request.prompt_version,
+           "reply": None if reply is None else {"source": reply.source, "text": reply.text,
+                                                "data": reply.data},
+           "outcome": outcome}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(cli.dumps(doc) + "\n", encoding="utf-8")
+
+
+def _provider_name(provider: Any) -> str:
+    spec = getattr(provider, "spec", None) or "unknown"
+    model = getattr(provider, "model", None)
+    return f"{spec} ({model})" if model and model not in spec else str(spec)
+
+
+def render_text(result: DiagnoseResult) -> str:
+    """Per case `qid component/code -> owner`, then the clusters and the selection account."""
+    sel = result.selection
+    lines = [f"run {result.run_id}: diagnoser {result.diagnoser}"]
+    for d in result.diagnoses:
+        flag = " (answered correctly; retrieval miss)" if d.answered_correctly else ""
+        lines.append(f"  {d.qid}: [{d.component}] {d.primary_code} -> {d.owner}{flag}: {d.diagnosis}")
+    for u in result.undiagnosed:
+        lines.append(f"  {u.qid}: UNDIAGNOSED: {u.reason}")
+    lines.append(f"clusters ({result.clustered_by}):")
+    for c in result.clusters:
+        lines.append(f"  {c.cluster_id} [{c.primary_code} -> {c.owner}] {', '.join(c.qids)}: "
+                     f"{c.root_cause}")
+    lines.append(f"diagnosed {len(result.diagnoses)} case(s) of {len(sel.selected_qids)} selected; "
+                 f"{sel.non_passing} non-passing attempt(s) in the run, {len(sel.failed)} selected "
+                 f"as failed, {len(sel.retrieval_only)} retrieval-only passes, {len(sel.passed)} "
+                 f"passed")
+    if sel.excluded:
+        lines.append("excluded: " + ", ".join(f"{k} {v}" for k, v in
+                                              sel.excluded_by_reason().items()))
+    lines.append(f"issues appended {len(result.issues_appended)}, voided {result.issues_voided}")
+    lines += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(lines)

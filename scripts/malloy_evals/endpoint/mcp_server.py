@@ -1,0 +1,591 @@
+"""The local MCP endpoint that speaks the Malloy Publisher's tool contract (SPEC 6).
+
+The Publisher itself cannot be installed here, so the kit serves its own packages through the
+same four tools, argument names, required sets, envelopes and error shapes, backed by the Node
+runner (`runtime.MalloyRuntime`). Pointing the kit at a real Publisher is then one flag
+(`--mcp-url`). Over HTTP it also answers the three REST routes the kit reads for pins and for
+the compiled surface of served packages.
+
+Contract notes (from the Publisher's server at 0.0.209):
+- success: `content[0]` is a resource block `{uri, mimeType: application/json, text: JSON}`;
+- tool errors: `isError`, the same resource block holding `{error, suggestions, ...}`, then a
+  text block with the message and the suggestions;
+- `malloy_executeQuery` with both or neither of `query` / `queryName` is a JSON-RPC -32602;
+- arguments that break a tool's input schema (a required one missing, `limit` above 50) are a
+  tool error of the same shape, naming the arguments, never the SDK's bare text block.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import mcp_types
+from mcp import MCPError
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field, ValidationError
+
+from malloy_evals.core.errors import UnmeasuredError, UsageError
+from malloy_evals.endpoint.package import package_sha
+from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
+
+SERVER_NAME = "malloy-publisher-mcp-server"  # the Publisher's server name, so hosts treat us alike
+DEFAULT_RESULT_LIMIT = 10
+PAYLOAD_CHAR_CAP = 90_000  # the Publisher drops rows past this many characters of JSON
+INSTRUCTIONS = (
+    "Malloy semantic-model server. Start with malloy_getContext: with no arguments it lists "
+    "environments, with environmentName it lists packages, with packageName it lists sources, "
+    "and with a query it ranks sources, views, dimensions, measures and named queries. Then run "
+    "Malloy with malloy_executeQuery (query, or sourceName + queryName for a named view). After "
+    "the model changes, call malloy_reloadPackage."
+)
+DOC_SUGGESTIONS = [
+    "Check the Malloy query syntax: https://docs.malloydata.dev/documentation/language/query",
+    "List the model's sources, views and fields with malloy_getContext",
+    "Field and view names are case-sensitive; qualify joined fields as join_name.field",
+    "See the Malloy language reference: https://docs.malloydata.dev/documentation/",
+]
+
+
+@dataclass
+class ServedPackage:
+    """One package the endpoint serves, with its runner (started on first use)."""
+
+    environment: str
+    name: str
+    directory: Path
+    allow: list[Path]
+    timeout: float = 60.0
+    _runtime: MalloyRuntime | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def runtime(self) -> MalloyRuntime:
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = MalloyRuntime(self.directory, allow=self.allow, timeout=self.timeout)
+            return self._runtime
+
+    @property
+    def started(self) -> bool:
+        return self._runtime is not None and self._runtime.load_summary is not None
+
+    @property
+    def description(self) -> str:
+        """The package's description from its publisher.json, when it has one."""
+        manifest = self.directory / "publisher.json"
+        try:
+            return str(json.loads(manifest.read_text(encoding="utf-8")).get("description") or "")
+        except (OSError, ValueError, AttributeError):
+            return ""
+
+    def close(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+
+
+def parse_package_arg(value: str, extra_allow: list[Path] | None = None,
+                      timeout: float = 60.0) -> ServedPackage:
+    """`ENV/PKG=DIR` into a ServedPackage; DuckDB may read DIR, DIR/../data and `extra_allow`."""
+    m = re.fullmatch(r"([^/=\s]+)/([^/=\s]+)=(.+)", value.strip())
+    if not m:
+        raise UsageError(f"--package {value!r}: expected ENV/PKG=DIR, e.g. samples/bookshop=evals/bookshop/model")
+    directory = Path(m.group(3)).expanduser().resolve()
+    if not directory.is_dir():
+        raise UsageError(f"--package {value!r}: {directory} is not a folder")
+    allow = default_allow(directory) + [Path(a).resolve() for a in (extra_allow or [])]
+    return ServedPackage(m.group(1), m.group(2), directory, allow, timeout)
+
+
+def _resource_block(uri: str, payload: Any) -> mcp_types.EmbeddedResource:
+    return mcp_types.EmbeddedResource(
+        type="resource",
+        resource=mcp_types.TextResourceContents(uri=uri, mime_type="application/json",
+                                                text=json.dumps(payload, indent=2, ensure_ascii=False)),
+    )
+
+
+def tool_success(uri: str, payload: Any, note: str | None = None) -> mcp_types.CallToolResult:
+    """The Publisher's success shape: the JSON resource at content[0], an optional text block."""
+    content: list[Any] = [_resource_block(uri, payload)]
+    if note:
+        content.append(mcp_types.TextContent(type="text", text=note))
+    return mcp_types.CallToolResult(content=content, is_error=False)
+
+
+def tool_error(uri: str, message: str, suggestions: list[str] | None = None,
+               **extra: Any) -> mcp_types.CallToolResult:
+    """The Publisher's `jsonToolError`: {error, suggestions, ...} as a resource, then as text."""
+    suggestions = list(suggestions or [])
+    text = message + ("\n\nSuggestions:\n" + "\n".join(f"- {s}" for s in suggestions) if suggestions else "")
+    return mcp_types.CallToolResult(
+        content=[_resource_block(uri, {"error": message, "suggestions": suggestions, **extra}),
+                 mcp_types.TextContent(type="text", text=text)],
+        is_error=True,
+    )
+
+
+def _uri(env: str | None, pkg: str | None = None, model: str | None = None, fragment: str = "result") -> str:
+    base = f"malloy://environment/{quote(env or 'home', safe='')}"
+    if pkg:
+        base += f"/package/{quote(pkg, safe='')}"
+    if model:
+        base += f"/models/{quote(model, safe='')}"
+    return f"{base}#{fragment}"
+
+
+def query_error_suggestions(message: str, problems: list[dict]) -> list[str]:
+    """Suggestions for a failed query, refined as the Publisher refines them."""
+    codes = {str(p.get("code") or "") for p in problems}
+    refined: list[str] = []
+    if "restricted-construct-forbidden" in codes:
+        refined.append("Submitted queries compile in restricted mode: use the model's sources, views "
+                       "and fields; raw SQL, table(), sql_* functions and import are not allowed")
+    if "is not defined" in message or "Reference to undefined object" in message:
+        refined.append("Use malloy_getContext to find the right source, view or field name")
+        refined.append("If the model changed since it was loaded, call malloy_reloadPackage")
+    return refined + DOC_SUGGESTIONS
+
+
+def build_envelope(result: dict) -> dict:
+    """The Publisher's executeQuery payload from a runner result (rows first, then _meta)."""
+    meta = {"schema": result.get("schema"), "annotations": result.get("annotations") or [],
+            "connection_name": result.get("connection_name")}
+    for key in ("model_annotations", "query_timezone", "source_annotations"):
+        if result.get(key) is not None:
+            meta[key] = result[key]
+    envelope: dict[str, Any] = {
+        "rows": result.get("rows", []),
+        "_meta": meta,
+        "_query_row_limit": result.get("_query_row_limit"),
+        "_limit_source": result.get("_limit_source"),
+        "_limit_hit": bool(result.get("_limit_hit")),
+    }
+    warning = result.get("warning")
+    rows = envelope["rows"]
+    if len(json.dumps(envelope)) > PAYLOAD_CHAR_CAP:
+        # Keep the most rows that fit, found by bisection, as the Publisher does.
+        lo, hi = 0, len(rows)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if len(json.dumps({**envelope, "rows": rows[:mid]})) <= PAYLOAD_CHAR_CAP:
+                lo = mid
+            else:
+                hi = mid - 1
+        envelope.update(rows=rows[:lo], _rows_truncated=True, _total_rows=len(rows), _returned_rows=lo)
+        warning = ((warning + " ") if warning else "") + (
+            f"Rows truncated to {lo} of {len(rows)} to fit the response size limit.")
+    if warning:
+        envelope["warning"] = warning
+    return envelope
+
+
+# ---------- the server ----------
+
+class Endpoint:
+    """The served packages and the tool logic; `server` is the MCPServer that exposes them."""
+
+    def __init__(self, packages: list[ServedPackage]):
+        self.packages: dict[tuple[str, str], ServedPackage] = {}
+        for p in packages:
+            key = (p.environment, p.name)
+            if key in self.packages:
+                raise UsageError(f"--package {p.environment}/{p.name} given twice")
+            self.packages[key] = p
+        self.server = self._build()
+
+    # -- lookups --
+
+    def environments(self) -> dict[str, list[str]]:
+        envs: dict[str, list[str]] = {}
+        for env, pkg in self.packages:
+            envs.setdefault(env, []).append(pkg)
+        return envs
+
+    def package(self, env: str, pkg: str) -> ServedPackage | None:
+        return self.packages.get((env, pkg))
+
+    def close(self) -> None:
+        for p in self.packages.values():
+            p.close()
+
+    # -- tools --
+
+    def execute_query(self, environmentName: str, packageName: str, modelPath: str,
+                      query: str | None = None, sourceName: str | None = None,
+                      queryName: str | None = None, filterParams: dict[str, Any] | None = None,
+                      givens: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
+        """malloy_executeQuery: ad-hoc Malloy or a named view / query, in restricted mode."""
+        if query and queryName:
+            raise MCPError(mcp_types.INVALID_PARAMS, "Cannot provide both 'query' and 'queryName'")
+        if not query and not queryName:
+            raise MCPError(mcp_types.INVALID_PARAMS,
+                           "Either 'query' or both 'sourceName' and 'queryName' must be provided")
+        resource = f"{environmentName}/{packageName}/{modelPath}"
+        served = self.package(environmentName, packageName)
+        if served is None:
+            return tool_error("error://executeQuery/modelAccess",
+                              f"Package '{environmentName}/{packageName}' not found",
+                              ["Call malloy_getContext with no arguments to list environments and packages"])
+        model_path = modelPath.removeprefix("./")
+        try:
+            known = served.runtime.models()
+        except RunnerError as exc:
+            return tool_error("error://executeQuery/modelAccess",
+                              f"Error loading package '{environmentName}/{packageName}': {exc}",
+                              ["Retry the call; the Malloy runner restarts on the next request"])
+        if model_path not in known:
+            return tool_error("error://executeQuery/modelAccess",
+                              f"Model '{modelPath}' not found in package '{environmentName}/{packageName}'",
+                              [f"Models in this package: {', '.join(known) or '(none)'}",
+                               "Call malloy_getContext with environmentName and packageName to see sources"])
+        try:
+            result = served.runtime.execute(query if query else None, model_path=model_path,
+                                            source_name=None if query else sourceName,
+                                            query_name=None if query else queryName,
+                                            givens=givens or None)
+        except MalloyQueryError as exc:
+            message = f"Error during query execution for resource '{resource}': {exc.message}"
+            return tool_error("error://executeQuery/queryExecution", message,
+                              query_error_suggestions(exc.message, exc.problems), problems=exc.problems)
+        except RunnerError as exc:
+            return tool_error("error://executeQuery/queryExecution",
+                              f"Internal error during query execution for resource '{resource}': {exc}",
+                              ["Retry the call; the Malloy runner restarts on the next request"])
+        envelope = build_envelope(result)
+        return tool_success(_uri(environmentName, packageName, model_path), envelope,
+                            note=envelope.get("warning"))
+
+    def get_context(self, environmentName: str | None = None, packageName: str | None = None,
+                    query: str | None = None, sourceName: str | None = None,
+                    limit: int | None = None, search_targets: list[dict[str, Any]] | None = None,
+                    scopes: list[dict[str, Any]] | None = None) -> mcp_types.CallToolResult:
+        """malloy_getContext: the four tiers, or the typed search_targets form."""
+        if search_targets or scopes:
+            return self._typed_context(environmentName, packageName, search_targets or [],
+                                       scopes or [], limit)
+        if not environmentName:
+            results = [{"kind": "environment", "name": env, "packages": pkgs}
+                       for env, pkgs in self.environments().items()]
+            return tool_success(_uri(None, fragment="getContext"), {"results": results})
+        envs = self.environments()
+        if environmentName not in envs:
+            return tool_error(_uri(environmentName, fragment="getContext"),
+                              f"Environment '{environmentName}' not found",
+                              [f"Known environments: {', '.join(envs) or '(none)'}"], results=[])
+        if not packageName:
+            results = []
+            for pkg in envs[environmentName]:
+                served = self.packages[(environmentName, pkg)]
+                entry: dict[str, Any] = {"kind": "package", "name": pkg,
+                                         "description": served.description,
+                                         "environmentName": environmentName}
+                if served.started and (served.runtime.load_summary or {}).get("errors"):
+                    entry["error"] = "; ".join(e["message"] for e in served.runtime.load_summary["errors"])
+                results.append(entry)
+            return tool_success(_uri(environmentName, fragment="getContext"), {"results": results})
+        served = self.package(environmentName, packageName)
+        uri = _uri(environmentName, packageName, fragment="getContext")
+        if served is None:
+            return tool_error(uri, f"Package '{environmentName}/{packageName}' not found",
+                              [f"Packages in '{environmentName}': {', '.join(envs[environmentName])}"],
+                              results=[])
+        try:
+            if query:
+                hits = served.runtime.search(query, limit or DEFAULT_RESULT_LIMIT,
+                                             sources=[sourceName] if sourceName else None)
+            else:
+                hits = [e for e in served.runtime.entities() if e["kind"] == "source"
+                        and (not sourceName or e["name"] == sourceName)]
+                if limit:
+                    hits = hits[:limit]
+        except RunnerError as exc:
+            return tool_error(uri, f"Error loading package '{environmentName}/{packageName}': {exc}",
+                              ["Retry the call; the Malloy runner restarts on the next request"], results=[])
+        results = [{"kind": e["kind"], "name": e["name"], "source": e["source"],
+                    "environmentName": environmentName, "packageName": packageName,
+                    "modelPath": e["modelPath"], "doc": e["doc"]} for e in hits]
+        payload: dict[str, Any] = {"results": results}
+        if not query and not results:
+            payload["note"] = "This package exposes no sources."
+        return tool_success(uri, payload)
+
+    def _typed_context(self, env: str | None, pkg: str | None, targets: list[dict[str, Any]],
+                       scopes: list[dict[str, Any]], limit: int | None) -> mcp_types.CallToolResult:
+        """The newer form: hits grouped per source, target_type a hard filter."""
+        uri = _uri(env, pkg, fragment="getContext")
+        scope_list: list[tuple[str, str, str | None]] = []
+        for s in scopes:
+            s_env = s.get("environment") or s.get("environmentName") or env
+            s_pkg = s.get("package") or s.get("packageName") or pkg
+            if s_pkg and "@" in str(s_pkg):
+                s_pkg = str(s_pkg).split("@", 1)[0]  # platform scopes may pin a version
+            scope_list.append((s_env, s_pkg, s.get("source") or s.get("sourceName")))
+        if not scope_list:
+            if env and pkg:
+                scope_list.append((env, pkg, None))
+            elif len(self.packages) == 1:
+                only = next(iter(self.packages))
+                scope_list.append((only[0], only[1], None))
+            else:
+                return tool_error(uri, "scopes (or environmentName and packageName) are required",
+                                  ["Pass scopes: [{environment, package, source?}]"], sources=[])
+        per_target = limit or DEFAULT_RESULT_LIMIT
+        groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for s_env, s_pkg, s_source in scope_list:
+            served = self.package(s_env, s_pkg) if s_env and s_pkg else None
+            if served is None:
+                return tool_error(uri, f"Package '{s_env}/{s_pkg}' not found",
+                                  ["Call malloy_getContext with no arguments to list packages"], sources=[])
+            try:
+                entities = served.runtime.entities()
+                source_docs = {e["name"]: e for e in entities if e["kind"] == "source"}
+                for target in targets or [{"target_type": "source"}]:
+                    ttype = str(target.get("target_type") or "").lower()
+                    text = target.get("search_text", target.get("text"))
+                    if text:
+                        hits = served.runtime.search(str(text), per_target, kinds=[ttype],
+                                                     sources=[s_source] if s_source else None)
+                    else:
+                        hits = [dict(e, score=0.0) for e in entities if e["kind"] == ttype
+                                and (not s_source or e["source"] == s_source)][:per_target]
+                    for e in hits:
+                        key = (s_env, s_pkg, e["source"])
+                        if key not in groups:
+                            src = source_docs.get(e["source"], {})
+                            groups[key] = {"source_info": {
+                                "resource_id": {"environment": s_env, "package": s_pkg,
+                                                "model_path": src.get("modelPath", e["modelPath"]),
+                                                "source": e["source"]},
+                                "name": e["source"], "doc": src.get("doc", "")}, "entities": {}}
+                        eid = f"{e['kind']}:{e['source']}:{e['name']}"
+                        relevance = round(float(e.get("score") or 0.0), 4)
+                        ent = groups[key]["entities"].setdefault(eid, {
+                            "entity_id": eid, "name": e["name"], "entity_type": e["kind"],
+                            "doc": e["doc"], "relevance": relevance, "matched_targets": []})
+                        ent["relevance"] = max(ent["relevance"], relevance)
+                        if text:
+                            ent["matched_targets"].append({"search_text": str(text), "relevance": relevance})
+            except RunnerError as exc:
+                return tool_error(uri, f"Error loading package '{s_env}/{s_pkg}': {exc}",
+                                  ["Retry the call; the Malloy runner restarts on the next request"],
+                                  sources=[])
+        sources = []
+        for group in groups.values():
+            ents = sorted(group["entities"].values(), key=lambda x: -x["relevance"])
+            sources.append({"source_info": group["source_info"], "entities": ents})
+        sources.sort(key=lambda g: -max((x["relevance"] for x in g["entities"]), default=0.0))
+        return tool_success(uri, {"sources": sources, "retrieval": "lexical"})
+
+    def get_status(self) -> mcp_types.CallToolResult:
+        """malloy_getStatus: serving, the environments, and any package that failed to load."""
+        load_errors = []
+        for (env, pkg), served in self.packages.items():
+            if served.started:
+                for err in (served.runtime.load_summary or {}).get("errors", []):
+                    load_errors.append({"environment": env, "package": pkg,
+                                        "message": f"{err['path']}: {err['message']}"})
+        payload: dict[str, Any] = {
+            "operationalState": "serving", "initialized": True,
+            "environments": [{"name": env, "packages": pkgs} for env, pkgs in self.environments().items()],
+        }
+        if load_errors:
+            payload["loadErrors"] = load_errors
+        return tool_success(_uri(None, fragment="getStatus"), payload)
+
+    def reload_package(self, environmentName: str, packageName: str) -> mcp_types.CallToolResult:
+        """malloy_reloadPackage: recompile in place; a failure keeps nothing stale hidden."""
+        uri = _uri(environmentName, packageName, fragment="reloadPackage")
+        served = self.package(environmentName, packageName)
+        if served is None:
+            return tool_error(uri, f"Package '{environmentName}/{packageName}' not found",
+                              ["Call malloy_getContext with no arguments to list packages"])
+        try:
+            summary = served.runtime.reload()
+        except RunnerError as exc:
+            return tool_error(uri, f"Reload of '{environmentName}/{packageName}' failed: {exc}",
+                              ["Fix the model and call malloy_reloadPackage again"])
+        payload: dict[str, Any] = {"status": "reloaded", "mode": "in-place", "name": packageName}
+        if served.description:
+            payload["description"] = served.description
+        if summary.get("errors"):
+            payload["warnings"] = [f"{e['path']}: {e['message']}" for e in summary["errors"]]
+        return tool_success(uri, payload)
+
+    # -- REST (the Publisher's /api/v0 routes the kit reads) --
+
+    def rest_package(self, env: str, pkg: str) -> tuple[int, Any]:
+        served = self.package(env, pkg)
+        if served is None:
+            return 404, {"error": f"Package '{env}/{pkg}' not found"}
+        sha = package_sha(served.directory)
+        return 200, {"name": pkg, "environmentName": env, "description": served.description,
+                     "sourceContentSha": sha, "servedRevision": f"local-{sha[:12]}"}
+
+    def rest_models(self, env: str, pkg: str) -> tuple[int, Any]:
+        served = self.package(env, pkg)
+        if served is None:
+            return 404, {"error": f"Package '{env}/{pkg}' not found"}
+        return 200, [{"path": p, "packageName": pkg, "environmentName": env}
+                     for p in served.runtime.models()]
+
+    def rest_model(self, env: str, pkg: str, model_path: str) -> tuple[int, Any]:
+        served = self.package(env, pkg)
+        if served is None:
+            return 404, {"error": f"Package '{env}/{pkg}' not found"}
+        if model_path not in served.runtime.models():
+            return 404, {"error": f"Model '{model_path}' not found in '{env}/{pkg}'"}
+        body: dict[str, Any] = {
+            "path": model_path, "packageName": pkg, "environmentName": env,
+            "sourceText": (served.directory / model_path).read_text(encoding="utf-8"),
+        }
+        try:
+            info = served.runtime.model_info(model_path)
+            body.update(sourceInfos=info["sourceInfos"], queries=info["queries"])
+        except MalloyQueryError as exc:
+            body.update(sourceInfos=[], queries=[], compilationError=exc.message)
+        return 200, body
+
+    # -- wiring --
+
+    def _build(self) -> MCPServer:
+        server = _PublisherShapedServer(SERVER_NAME, version="0.0.1", instructions=INSTRUCTIONS,
+                                        log_level="WARNING")
+        ep = self
+
+        @server.tool(name="malloy_executeQuery",
+                     description="Run a Malloy query against a model in a package: ad-hoc `query` "
+                                 "text, or `sourceName` + `queryName` for a named view, or "
+                                 "`queryName` alone for a named query. Returns rows as JSON.")
+        def malloy_executeQuery(environmentName: str, packageName: str, modelPath: str,
+                                query: str | None = None, sourceName: str | None = None,
+                                queryName: str | None = None,
+                                filterParams: dict[str, str | list[str]] | None = None,
+                                givens: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
+            return ep.execute_query(environmentName, packageName, modelPath, query, sourceName,
+                                    queryName, filterParams, givens)
+
+        @server.tool(name="malloy_getContext",
+                     description="Find what to query. No arguments: environments. environmentName: "
+                                 "its packages. packageName: its sources. query: ranked sources, "
+                                 "views, dimensions, measures and named queries (lexical).")
+        def malloy_getContext(environmentName: str | None = None, packageName: str | None = None,
+                              query: Annotated[str | None, Field(max_length=500)] = None,
+                              sourceName: str | None = None,
+                              limit: Annotated[int | None, Field(ge=1, le=50)] = None,
+                              search_targets: list[dict[str, Any]] | None = None,
+                              scopes: list[dict[str, Any]] | None = None) -> mcp_types.CallToolResult:
+            return ep.get_context(environmentName, packageName, query, sourceName, limit,
+                                  search_targets, scopes)
+
+        @server.tool(name="malloy_getStatus", description="Server state and the served packages.")
+        def malloy_getStatus() -> mcp_types.CallToolResult:
+            return ep.get_status()
+
+        @server.tool(name="malloy_reloadPackage",
+                     description="Recompile a package's models after they changed on disk.")
+        def malloy_reloadPackage(environmentName: str, packageName: str) -> mcp_types.CallToolResult:
+            return ep.reload_package(environmentName, packageName)
+
+        self._add_rest_routes(server)
+        return server
+
+    def _add_rest_routes(self, server: MCPServer) -> None:
+        from starlette.concurrency import run_in_threadpool
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+
+        base = "/api/v0/environments/{env}/packages/{pkg}"
+
+        async def answer(fn: Any, *args: str) -> Response:
+            try:
+                status, body = await run_in_threadpool(fn, *args)
+            except RunnerError as exc:
+                status, body = 503, {"error": str(exc)}
+            return JSONResponse(body, status_code=status)
+
+        @server.custom_route(base, methods=["GET"])
+        async def package_route(request: Request) -> Response:
+            p = request.path_params
+            return await answer(self.rest_package, p["env"], p["pkg"])
+
+        @server.custom_route(base + "/models", methods=["GET"])
+        async def models_route(request: Request) -> Response:
+            p = request.path_params
+            return await answer(self.rest_models, p["env"], p["pkg"])
+
+        @server.custom_route(base + "/models/{path:path}", methods=["GET"])
+        async def model_route(request: Request) -> Response:
+            p = request.path_params
+            return await answer(self.rest_model, p["env"], p["pkg"], p["path"])
+
+
+def argument_error(tool: str, arguments: dict[str, Any], exc: ValidationError) -> mcp_types.CallToolResult:
+    """The tool error for arguments that break a tool's input schema: which argument, and why."""
+    problems = []
+    for err in exc.errors():
+        name = ".".join(str(part) for part in err.get("loc", ())) or "arguments"
+        problems.append(f"{name}: {err.get('msg', 'invalid')}")
+    message = f"Invalid arguments for tool {tool}: " + "; ".join(problems)
+    suggestions = ["environmentName, packageName and modelPath are required; give `query`, or "
+                   "`sourceName` + `queryName`" if tool == "malloy_executeQuery" else
+                   "Call malloy_getContext with no arguments to list environments and packages"]
+    if tool == "malloy_getContext":
+        suggestions.append("`limit` is between 1 and 50")
+    env = arguments.get("environmentName") if isinstance(arguments.get("environmentName"), str) else None
+    return tool_error(_uri(env, fragment=tool), message, suggestions)
+
+
+class _PublisherShapedServer(MCPServer):
+    """MCPServer whose argument-validation failures keep the Publisher's error shape (SPEC 6:
+    every error is `isError` with `{error, suggestions}` at content[0] plus a text block); the
+    SDK alone answers them with a bare text block a Publisher client cannot read."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return argument_error(name, arguments, exc.__cause__)
+            raise
+
+
+def build_server(packages: list[ServedPackage]) -> Endpoint:
+    """An Endpoint over the given packages; `.server` is the MCPServer (in-process or served)."""
+    return Endpoint(packages)
+
+
+def check_port_free(port: int) -> None:
+    """Refuse a busy or impossible port before anything says "serving" (exit 3, one line)."""
+    import socket
+
+    if not 0 < port < 65536:
+        raise UsageError(f"--http {port}: a port is 1 to 65535")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise UnmeasuredError(f"127.0.0.1:{port} cannot be served: {exc.strerror or exc} "
+                                  "(another server holds it? pick a free port)") from None
+
+
+def serve(packages: list[ServedPackage], http_port: int | None = None) -> None:
+    """Serve until stopped: stdio by default, else stateless streamable HTTP at 127.0.0.1:PORT/mcp."""
+    endpoint = build_server(packages)
+    atexit.register(endpoint.close)
+    try:
+        if http_port is None:
+            endpoint.server.run()
+        else:
+            endpoint.server.run("streamable-http", host="127.0.0.1", port=http_port,
+                                streamable_http_path="/mcp", stateless_http=True, json_response=True)
+    finally:
+        endpoint.close()

@@ -1,0 +1,1 @@
+"""The one LLM layer: `anthropic:<model>`, `replay[:DIR]`, `host` and `hand:<FILE>`, chosen in select.py."""

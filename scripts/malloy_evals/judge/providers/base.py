@@ -1,0 +1,225 @@
+"""The shared types of the LLM layer: requests, replies, errors, digests and reply parsing.
+
+The request digest is sha256 over the canonical JSON (sorted keys, no spaces) of model, system,
+messages, tools (the output schema) and parameters (max_tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from malloy_evals.core.errors import KitError
+
+ROLES = ("judge", "coverage", "diagnose")
+HAND_AUTHORED = "hand-authored"
+HOST_SOURCE = "host"
+
+
+# The forced-tool fallback's name; a model that lacks JSON-schema output fills this tool's input.
+STRUCTURED_TOOL = "submit_result"
+
+
+# --------------------------------------------------------------------------- errors
+
+class ProviderError(KitError):
+    """The provider gave up (after bounded retries, or on an error a retry cannot fix)."""
+
+
+class RecordingMissing(KitError):
+    """Replay found no recording (or no k-th sample) for a key; fails closed."""
+
+
+class RecordingStale(KitError):
+    """Replay found a recording made for another request digest or prompt version; fails closed."""
+
+
+class HostReplyPending(KitError):
+    """Host mode: the request was emitted (or is waiting) and no reply.json is there yet."""
+
+    exit_code = 0  # emitting is the job of --emit, not a failure
+
+
+class BudgetExhausted(KitError):
+    """--max-cost-usd is spent: no new call is made; the caller records null `budget_exhausted`."""
+
+
+class DryRun(KitError):
+    """--dry-run: the call was counted and not made."""
+
+    exit_code = 0
+
+
+# --------------------------------------------------------------------------- request / reply
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON every digest is taken over: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class LlmRequest:
+    """One model call, independent of the provider that answers it."""
+
+    role: str                   # "judge" | "coverage" | "diagnose"
+    key: str                    # recording key, e.g. "<runId>.<qid>.<sample>", "calib.<qid>.<answer>"
+    system: str                 # the cached system block (for the judge: the doctrine)
+    messages: list[dict]        # Messages API messages
+    output_schema: dict | None  # JSON Schema for structured output
+    prompt_version: str         # judge: "JUDGE_VERSION:rubric_sha:judge_prompt_sha"
+    max_tokens: int = 4096
+
+    def digest(self, *, model: str | None) -> str:
+        """sha256 of what `model` is asked: model, system, messages, tools and parameters.
+
+        `model` is the one that answers (see the module docstring); None only where it is not
+        known (a host subagent). It is a required keyword so no caller leaves it out by accident.
+        """
+        tools = [] if self.output_schema is None else [{"name": STRUCTURED_TOOL,
+                                                        "input_schema": self.output_schema}]
+        body = {"model": model, "system": self.system, "messages": self.messages, "tools": tools,
+                "parameters": {"max_tokens": self.max_tokens}}
+        return sha256_text(canonical_json(body))
+
+    def to_json(self, *, model: str | None = None) -> dict:
+        """The request as a document (what a host subagent reads), digested with `model`; the
+        default null is the host's digest, so emit and ingest agree."""
+        return {"role": self.role, "key": self.key, "system": self.system,
+                "messages": self.messages, "output_schema": self.output_schema,
+                "prompt_version": self.prompt_version, "max_tokens": self.max_tokens,
+                "digest_model": model, "request_digest": self.digest(model=model)}
+
+
+@dataclass(frozen=True)
+class LlmReply:
+    """What came back: the raw text always, the structured object when there is one."""
+
+    text: str
+    data: dict | None
+    source: str                 # a model id, "hand-authored", or "host"
+    request_digest: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_usd: float | None = None   # None when the price is unknown, never 0
+
+    def to_sample(self) -> dict:
+        """The form a recording stores one reply in."""
+        return {"text": self.text, "data": self.data, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "cache_read_tokens": self.cache_read_tokens,
+                "cache_write_tokens": self.cache_write_tokens, "cost_usd": self.cost_usd}
+
+
+class Provider(Protocol):
+    spec: str
+    model: str | None
+
+    def complete(self, request: LlmRequest) -> LlmReply: ...
+
+
+def reply_from_sample(sample: Any, *, source: str, digest: str) -> LlmReply:
+    """A recorded or authored sample as a reply: an object with `text` (and maybe `data`) is taken
+    as stored; any other object is the structured reply itself; a string is raw text only."""
+    if isinstance(sample, str):
+        return LlmReply(text=sample, data=None, source=source, request_digest=digest)
+    if isinstance(sample, dict) and isinstance(sample.get("text"), str) and set(sample) <= {
+            "text", "data", "input_tokens", "output_tokens", "cache_read_tokens",
+            "cache_write_tokens", "cost_usd"}:
+        data = sample.get("data")
+        return LlmReply(text=sample["text"], data=data if isinstance(data, dict) else None,
+                        source=source, request_digest=digest,
+                        input_tokens=sample.get("input_tokens"),
+                        output_tokens=sample.get("output_tokens"),
+                        cache_read_tokens=sample.get("cache_read_tokens"),
+                        cache_write_tokens=sample.get("cache_write_tokens"),
+                        cost_usd=sample.get("cost_usd"))
+    if isinstance(sample, dict):
+        return LlmReply(text=json.dumps(sample, ensure_ascii=False), data=sample, source=source,
+                        request_digest=digest)
+    return LlmReply(text=json.dumps(sample), data=None, source=source, request_digest=digest)
+
+
+def json_objects(text: str, key: str | None = None) -> list[dict]:
+    """The JSON objects in a model's free text, in order; with `key`, only those carrying it.
+
+    Decodes from every `{` with the JSON decoder rather than a greedy regex, so Malloy braces
+    quoted earlier (`extend { ... }`) are skipped, and an object without `key` is looked into
+    (a verdict wrapped in another object is still found). A hostile reply nesting without end
+    is skipped, not raised.
+    """
+    decoder = json.JSONDecoder()
+    found: list[dict] = []
+    i = text.find("{")
+    while i >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except (ValueError, RecursionError):
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict) and (key is None or key in obj):
+            found.append(obj)
+            i = text.find("{", end)
+        else:
+            i = text.find("{", i + 1)
+    return found
+
+
+def last_json_object(text: str, key: str | None = None) -> dict | None:
+    """The last JSON object in free text that carries `key` (else the last object at all)."""
+    if key is not None:
+        keyed = json_objects(text, key)
+        if keyed:
+            return keyed[-1]
+    found = json_objects(text)
+    return found[-1] if found else None
+
+
+# --------------------------------------------------------------------------- re-record hints
+
+def rerecord_command(role: str, key: str, set_dir: Path | None) -> str:
+    """The command that re-records a key, named in every miss / stale message."""
+    s = str(set_dir) if set_dir else "evals/<set>"
+    live = "--judge anthropic:<model> --record"
+    if role == "judge":
+        if key.startswith("calib."):
+            return f".venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set {s} {live}"
+        if key.startswith("regress."):
+            return f".venv/bin/python skills/eval-judge/scripts/check_judge.py --set {s} {live}"
+        return (f".venv/bin/python skills/eval-answer/scripts/score_run.py --run <run> --set {s} "
+                f"{live} --rescore --local")
+    if role == "coverage":
+        return (f".venv/bin/python skills/eval-answer/scripts/check_coverage.py --set {s} "
+                "--model <dir> --reader anthropic:<model> --record")
+    if role == "diagnose":
+        return (f".venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run <run> --set {s} "
+                "--diagnoser anthropic:<model> --record")
+    return f"re-run the {role} step with a live provider and --record"
+
+
+# Where a set keeps the hand-written replies its recordings were made from, per role.
+AUTHORED_REPLIES = {"judge": "_authored.jsonl", "coverage": "authored-replies.jsonl",
+                    "diagnose": "authored-replies.jsonl"}
+
+
+def _hand_hint(role: str, set_dir: Path | None) -> str:
+    """How to regenerate hand-authored recordings of a role through its own code path."""
+    s = str(set_dir) if set_dir else "evals/<set>"
+    name = AUTHORED_REPLIES.get(role, "_authored.jsonl")
+    replies = Path(set_dir) / "recordings" / role / name if set_dir else None
+    source = str(replies) if replies is not None and replies.is_file() else "<replies.jsonl>"
+    if role == "coverage":
+        return ("for hand-authored recordings: .venv/bin/python skills/eval-answer/scripts/"
+                f"check_coverage.py --set {s} --model <dir> --reader hand:{source} --record")
+    if role == "diagnose":
+        return ("for hand-authored recordings: .venv/bin/python skills/eval-diagnose/scripts/"
+                f"diagnose.py --run <run> --set {s} --diagnoser hand:{source} --record")
+    return (f"for hand-authored recordings: .venv/bin/python scripts/author_recordings.py "
+            f"--set {s} --replies {source}")

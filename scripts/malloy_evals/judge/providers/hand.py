@@ -1,0 +1,46 @@
+"""`hand:<FILE>`: replies a person wrote (JSON lines of `{key, replies}`), answered by key."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.core.errors import InputError
+from malloy_evals.core.jsonl import read_objects
+from malloy_evals.judge.providers.base import (
+    HAND_AUTHORED,
+    LlmReply,
+    LlmRequest,
+    RecordingMissing,
+    reply_from_sample,
+)
+
+
+class HandProvider:
+    """`hand:<FILE>`: replies a person wrote, as JSONL lines `{key, replies: [reply, ...]}`.
+    The k-th call of a key gets replies[k] (the last one repeats). A reply that is an object is the
+    structured reply; a string is raw text (to exercise the text parser)."""
+
+    def __init__(self, path: Path):
+        self.spec = f"hand:{path}"
+        self.model = HAND_AUTHORED
+        self.replies: dict[str, list[Any]] = {}
+        self._calls: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+        for n, item in read_objects(path):
+            if not isinstance(item.get("key"), str) \
+                    or not isinstance(item.get("replies"), list) or not item["replies"]:
+                raise InputError(path, n, "each line is {\"key\": str, \"replies\": [reply, ...]}")
+            self.replies[item["key"]] = item["replies"]
+
+    def complete(self, request: LlmRequest) -> LlmReply:
+        if request.key not in self.replies:
+            raise RecordingMissing(f"{self.spec}: no authored reply for key {request.key}")
+        with self._lock:
+            k = self._calls[request.key]
+            self._calls[request.key] += 1
+        items = self.replies[request.key]
+        return reply_from_sample(items[min(k, len(items) - 1)], source=HAND_AUTHORED,
+                                 digest=request.digest(model=HAND_AUTHORED))

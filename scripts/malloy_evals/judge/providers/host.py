@@ -1,0 +1,82 @@
+"""`host`: a host agent's subagent answers. `emit` writes the exact request; `ingest` reads the reply.
+
+The subagent's model is not known, so the emitted request and its ingest are digested with model null.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.judge.providers.base import (
+    HOST_SOURCE,
+    HostReplyPending,
+    LlmReply,
+    LlmRequest,
+    RecordingStale,
+    reply_from_sample,
+)
+
+
+class HostProvider:
+    """`host`: --emit writes the request for a host subagent; --ingest reads the reply beside it.
+
+    Where: a folder placed for the key (`place(key, folder)`: the attempt's `judge/` artifact
+    folder) holds `request.json` and `reply.json`; otherwise `<host_dir>/host/<role>/<key>.request.json`
+    and `<key>.reply.json`. A reply file is either the result object itself or `{"text": ...}`."""
+
+    def __init__(self, mode: str, host_dir: Path | None, *, role: str):
+        if mode not in ("emit", "ingest"):
+            raise UsageError("--judge host needs --emit or --ingest")
+        self.spec = "host"
+        self.model = HOST_SOURCE
+        self.mode = mode
+        self.host_dir = Path(host_dir) if host_dir else None
+        self.role = role
+        self._placed: dict[str, Path] = {}
+
+    def place(self, key: str, folder: Path) -> None:
+        """Put this key's request/reply in an attempt's artifact folder."""
+        self._placed[key] = Path(folder)
+
+    def files_for(self, key: str) -> tuple[Path, Path]:
+        if key in self._placed:
+            return self._placed[key] / "request.json", self._placed[key] / "reply.json"
+        if self.host_dir is None:
+            raise UsageError("host provider without an attempt folder needs an --out folder")
+        base = self.host_dir / "host" / self.role
+        return base / f"{key}.request.json", base / f"{key}.reply.json"
+
+    def complete(self, request: LlmRequest) -> LlmReply:
+        req_path, reply_path = self.files_for(request.key)
+        # The host subagent's model is not known: emit (to_json's default) and ingest both
+        # digest with model null, so they agree.
+        digest = request.digest(model=None)
+        if self.mode == "emit":
+            req_path.parent.mkdir(parents=True, exist_ok=True)
+            doc = request.to_json()
+            doc["reply_path"] = str(reply_path)
+            doc["reply_format"] = ("write the result object as JSON to reply_path (or "
+                                   "{\"text\": \"<your whole reply>\"}); the system text is your brief")
+            req_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n",
+                                encoding="utf-8")
+            raise HostReplyPending(f"emitted {req_path}; a host subagent writes {reply_path}, "
+                                   f"then re-run with --ingest")
+        if not req_path.is_file() or not reply_path.is_file():
+            raise HostReplyPending(f"no reply yet at {reply_path} (emit first, then let the host "
+                                   f"subagent write it)")
+        try:
+            emitted = json.loads(req_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise InputError(req_path, None, f"unreadable request: {exc}") from None
+        if emitted.get("request_digest") != digest:
+            raise RecordingStale(f"{req_path}: the request changed since it was emitted; "
+                                 f"emit again with --emit")
+        raw = reply_path.read_text(encoding="utf-8")
+        try:
+            sample: Any = json.loads(raw)
+        except ValueError:
+            sample = raw  # a reply that is not JSON is raw text, parsed like any other reply
+        return reply_from_sample(sample, source=HOST_SOURCE, digest=digest)

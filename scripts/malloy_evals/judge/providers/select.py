@@ -1,0 +1,120 @@
+"""Choosing a provider from its spec string, and the command-line flags that name one."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.judge.providers.anthropic import AnthropicProvider, CallStats
+from malloy_evals.judge.providers.base import ROLES
+from malloy_evals.judge.providers.hand import HandProvider
+from malloy_evals.judge.providers.host import HostProvider
+from malloy_evals.judge.providers.replay import RecordingProvider, ReplayProvider
+
+
+def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Path | None = None,
+                  host_mode: str | None = None, host_dir: Path | None = None,
+                  max_cost_usd: float | None = None, dry_run: bool = False,
+                  concurrency: int = 4, batch: bool = False, **anthropic_options: Any) -> Any:
+    """The provider a spec names; with record_dir, wrapped so every reply is recorded there."""
+    if role not in ROLES:
+        raise UsageError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    kind, _, arg = spec.partition(":")
+    provider: Any
+    if kind == "anthropic":
+        provider = AnthropicProvider(arg, max_cost_usd=max_cost_usd, dry_run=dry_run,
+                                     concurrency=concurrency, batch=batch, **anthropic_options)
+    elif kind == "replay":
+        default = (Path(set_dir) / "recordings" / role) if set_dir else None
+        if not arg and default is None:
+            raise UsageError("replay needs a folder: replay:DIR, or --set")
+        provider = ReplayProvider(Path(arg) if arg else default, role=role, set_dir=set_dir)
+        if record_dir is not None:
+            raise UsageError("--record records a live provider; it cannot wrap replay")
+    elif kind == "host":
+        provider = HostProvider(host_mode or "", host_dir, role=role)
+    elif kind == "hand":
+        if not arg:
+            raise UsageError("hand needs the replies file: hand:FILE")
+        provider = HandProvider(Path(arg))
+    else:
+        raise UsageError(f"unknown provider {spec!r}: use anthropic:<model>, replay[:DIR], host, "
+                         "or hand:FILE")
+    if record_dir is not None:
+        provider = RecordingProvider(provider, Path(record_dir))
+    return provider
+
+
+def default_record_dir(set_dir: Path | None, role: str) -> Path | None:
+    return Path(set_dir) / "recordings" / role if set_dir else None
+
+
+def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
+    """The provider flags every LLM-using script shares (one spelling everywhere). A script
+    without `host` (no --emit / --ingest to drive it) does not offer it in its help."""
+    p.add_argument(flag, required=True, metavar="PROVIDER",
+                   help="anthropic:<model> | replay[:DIR] | host | hand:FILE" if host
+                   else "anthropic:<model> | replay[:DIR] | hand:FILE (host is not offered here)")
+    p.add_argument("--record", nargs="?", const="", default=None, metavar="DIR",
+                   help="record every reply (default folder: <set>/recordings/<role>/)")
+    p.add_argument("--max-cost-usd", type=float, default=None,
+                   help="no new call once this many dollars are spent")
+    p.add_argument("--dry-run", action="store_true", help="count calls and tokens; call nothing")
+    p.add_argument("--batch", action="store_true", help="use the Message Batches API (anthropic)")
+    p.add_argument("--concurrency", type=int, default=4, help="parallel calls at most (anthropic)")
+    if host:
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--emit", action="store_true", help="host: write the request and stop")
+        g.add_argument("--ingest", action="store_true", help="host: read the host's reply")
+
+
+def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | None,
+                       host_dir: Path | None = None) -> Any:
+    """make_provider from the flags of add_provider_arguments."""
+    record = getattr(args, "record", None)
+    record_dir = None if record is None else (Path(record) if record else
+                                              default_record_dir(set_dir, role))
+    host_mode = "emit" if getattr(args, "emit", False) else (
+        "ingest" if getattr(args, "ingest", False) else None)
+    if getattr(args, flag_attr) == "host" and not hasattr(args, "emit"):
+        # This script has no --emit / --ingest, so "needs --emit or --ingest" would name flags
+        # it does not accept.
+        raise UsageError(f"this script does not take --{flag_attr} host (it has no --emit / "
+                         "--ingest); use anthropic:<model>, replay[:DIR] or hand:FILE")
+    return make_provider(getattr(args, flag_attr), role=role, set_dir=set_dir,
+                         record_dir=record_dir, host_mode=host_mode, host_dir=host_dir,
+                         max_cost_usd=getattr(args, "max_cost_usd", None),
+                         dry_run=getattr(args, "dry_run", False),
+                         concurrency=getattr(args, "concurrency", 4),
+                         batch=getattr(args, "batch", False))
+
+
+def provider_stats(provider: Any) -> dict | None:
+    """Calls, tokens and dollars a provider spent, when it counts them."""
+    stats = getattr(provider, "stats", None)
+    return stats.to_json() if isinstance(stats, CallStats) else None
+
+
+def pinned_model(provider: Any, key: str) -> str | None:
+    """The model id a score pins before (or without) a call: the live model, the recording's
+    source for replay, `host` / `hand-authored` otherwise."""
+    source_of: Callable[[str], str | None] | None = getattr(provider, "source_of", None)
+    if source_of is not None:
+        return source_of(key) or getattr(provider, "model", None)
+    inner = getattr(provider, "inner", None)
+    if inner is not None and getattr(inner, "source_of", None) is not None:
+        return pinned_model(inner, key)
+    return getattr(provider, "model", None)
+
+
+_KEY_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}$")
+
+
+def check_key(key: str) -> str:
+    """Keys become file names: refuse anything that could leave the recordings folder."""
+    if not _KEY_SAFE.match(key) or ".." in key:
+        raise InputError(None, None, f"unsafe recording key {key!r}")
+    return key

@@ -1,0 +1,75 @@
+"""Reading an attempt's re-executed prediction back from its write-once artifacts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PredictionView:
+    """What the judge sees of the final query's result: the kit's own rows, or the error."""
+
+    rows: list[dict] | None
+    row_count: int | None
+    error: str | None = None
+    path: str | None = None        # artifact path relative to the run, for the score's pin
+    origin: str = "re-executed by the kit"  # or "claimed by the calibration answer, ..."
+
+
+_NUM = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+
+
+def _cell(text: str | None) -> Any:
+    if text is None or text == "":
+        return None
+    if _NUM.fullmatch(text):
+        return int(text) if re.fullmatch(r"-?(0|[1-9][0-9]*)", text) else float(text)
+    return text
+
+
+def read_csv_rows(text: str) -> list[dict]:
+    """Rows of a prediction CSV (header first), numbers as numbers, order kept."""
+    return [{k: _cell(v) for k, v in row.items() if k is not None}
+            for row in csv.DictReader(io.StringIO(text, newline=""))]
+
+
+def _numbered(path: Path) -> int:
+    m = re.search(r"\.(\d+)\.[^.]+$", path.name)
+    return int(m.group(1)) if m else 1
+
+
+def latest_artifact(folder: Path, stem: str, suffix: str) -> Path | None:
+    """The newest write-once artifact `stem.suffix` / `stem.N.suffix` in a folder."""
+    found = [p for p in folder.glob(f"{stem}*{suffix}")
+             if re.fullmatch(rf"{re.escape(stem)}(\.\d+)?{re.escape(suffix)}", p.name)]
+    return max(found, key=_numbered) if found else None
+
+
+def read_prediction(run: Any, qid: str, sample: int | None) -> PredictionView | None:
+    """The latest re-executed prediction in an attempt's artifacts (reexecute.py wrote it), or None."""
+    folder = run.artifact_dir(qid, sample)
+    if not folder.is_dir():
+        return None
+    csv_path = latest_artifact(folder, "prediction", ".csv")
+    env_path = latest_artifact(folder, "envelope", ".json")
+    envelope: dict = {}
+    if env_path is not None:
+        try:
+            loaded = json.loads(env_path.read_text(encoding="utf-8"))
+            envelope = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            envelope = {}
+    error = envelope.get("error")
+    if csv_path is None and not error:
+        return None
+    rows = read_csv_rows(csv_path.read_text(encoding="utf-8")) if csv_path else []
+    count = envelope.get("row_count")
+    return PredictionView(rows=rows, row_count=count if isinstance(count, int) else len(rows),
+                          error=str(error) if error else None,
+                          path=run.relpath(csv_path if csv_path else env_path))

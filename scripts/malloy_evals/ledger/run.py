@@ -1,0 +1,445 @@
+"""The run folder: run.json, the append-only ledger `events.jsonl`, and write-once artifacts.
+
+Writers go through `Run.append`, which validates every event against its kind's schema, keeps one
+phase per run and one live score / retrieval_score per attempt key, and writes each batch of whole
+lines with one `write` under an exclusive lock, then fsyncs, so concurrent writers never interleave
+or tear lines. Nothing rewrites or deletes a line: a `void` event retracts one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from malloy_evals import __version__
+from malloy_evals.core import schemas, vocab
+from malloy_evals.core.errors import InputError
+from malloy_evals.ledger.events import (
+    ARTIFACTS_DIR,
+    EVENTS_FILE,
+    IDENTITY_KEYS,
+    RUN_FILE,
+    SCHEMA_VERSION,
+    UNIQUE_KINDS,
+    AttemptKey,
+    LedgerError,
+    LedgerRead,
+    _check_name,
+    _numbered,
+    attempt_key,
+    check_qid,
+    latest_by_key,
+    live_view,
+    new_event_id,
+    now,
+    read_ledger,
+    sample_segment,
+)
+from malloy_evals.ledger.index import _Index
+from malloy_evals.sets.eval_set import EvalSet, load_set
+
+
+class Run:
+    """One run folder: its run.json, its ledger and its artifacts."""
+
+    def __init__(self, directory: Path, info: dict[str, Any]):
+        self.dir = directory
+        self._info = info
+        self._index: _Index | None = None
+
+    # ---- creating and opening
+
+    @classmethod
+    def create(cls, out_dir: str | Path, eval_set: EvalSet | str | Path, answerer_model: str,
+               phase: str = "baseline", run_id: str | None = None, **pins: Any) -> Run:
+        """Make a new run folder at `out_dir` (run.json + an empty ledger); refuses an existing run."""
+
+        es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
+        out = Path(out_dir).resolve()
+        if phase not in vocab.PHASES:
+            raise InputError(None, None, f"phase {phase!r} is not one of {list(vocab.PHASES)}")
+        if (out / RUN_FILE).exists():
+            raise InputError(out / RUN_FILE, None, "already exists: this folder is a run; "
+                                                   "choose a new --out")
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise InputError(out, None, "exists and is not an empty folder; choose a new --out")
+        started = now()
+        if run_id is None:
+            stamp = started[:19].replace("-", "").replace(":", "")
+            run_id = f"{es.name}-{phase}-{stamp}Z"
+        if not vocab.QID_RE.fullmatch(run_id):
+            raise InputError(None, None, f"run id {run_id!r} is not a safe id "
+                                         f"(allowed: {vocab.QID_PATTERN})")
+        config = es.config
+        info: dict[str, Any] = {
+            "runId": run_id, "phase": phase, "started": started, "answererModel": answerer_model,
+            "setName": es.name, "datasetVersion": config.get("datasetVersion"),
+            "schemaVersion": SCHEMA_VERSION, "datasetSha": es.dataset_sha, "kitVersion": __version__,
+            "environment": config.get("environment") or "samples",
+            "package": config.get("targetPackage"), "modelPath": config.get("targetModelPath"),
+        }
+        for key in ("mcpUrl", "publisherUrl"):
+            if isinstance(config.get(key), str):
+                info[key] = config[key]
+        info.update(pins)
+        problems = schemas.validate("run", info)
+        if problems:
+            raise schemas.SchemaViolation("run.json", problems, out / RUN_FILE)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(out / RUN_FILE, info)
+        (out / EVENTS_FILE).touch()
+        return cls(out, info)
+
+    @classmethod
+    def open(cls, directory: str | Path) -> Run:
+        """Open an existing run folder; raises InputError (exit 3) when it has no readable run.json."""
+        d = Path(directory).resolve()
+        if not d.is_dir():
+            raise InputError(directory, None, "not a folder")
+        info = _load_run_json(d / RUN_FILE)
+        if info.get("phase") not in vocab.PHASES:
+            raise InputError(d / RUN_FILE, None, f"phase: {info.get('phase')!r} is not one of "
+                                                 f"{list(vocab.PHASES)}")
+        return cls(d, info)
+
+    # ---- identity
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """A copy of run.json as last read or written."""
+        return dict(self._info)
+
+    @property
+    def phase(self) -> str:
+        """The run's one phase; every case-scoped event carries it."""
+        return self._info["phase"]
+
+    @property
+    def run_id(self) -> str:
+        """run.json's runId (the folder name if a hand-made run.json lacks it)."""
+        return self._info.get("runId", self.dir.name)
+
+    @property
+    def events_path(self) -> Path:
+        """`<run>/events.jsonl`."""
+        return self.dir / EVENTS_FILE
+
+    @property
+    def info_path(self) -> Path:
+        """`<run>/run.json`."""
+        return self.dir / RUN_FILE
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r}, phase={self.phase!r})"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[int]:
+        """An exclusive lock on events.jsonl, held by the fd yielded (opened for appending)."""
+        fd = os.open(self.events_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def update_info(self, **pins: Any) -> dict[str, Any]:
+        """Set run.json pins (refusing unknown keys and identity keys); rewrites it atomically."""
+        known = schemas.known_fields("run")
+        for key in pins:
+            if key not in known:
+                raise InputError(self.info_path, None, f"{key}: unknown run.json key "
+                                                       f"(known: {', '.join(sorted(known))})")
+            if key in IDENTITY_KEYS:
+                raise InputError(self.info_path, None, f"{key}: part of the run's identity; "
+                                                       "start a new run instead")
+        with self._locked():
+            info = _load_run_json(self.info_path)
+            info.update(pins)
+            problems = schemas.validate("run", info)
+            errors = [p for p in problems if p.field.split(".")[0].split("[")[0] in pins
+                      or not p.unknown]
+            if errors:
+                raise schemas.SchemaViolation("run.json", errors, self.info_path)
+            _write_json_atomic(self.info_path, info)
+            self._info = info
+        return dict(info)
+
+    # ---- appending
+
+    def _prepare(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A validated copy of `event` with event_id, at and (for case-scoped kinds) phase filled in."""
+        if not isinstance(event, dict):
+            raise LedgerError(self.events_path, None, f"an event must be a dict, not {type(event).__name__}")
+        kind = event.get("kind")
+        out: dict[str, Any] = {"kind": kind, "event_id": event.get("event_id") or new_event_id(),
+                               "at": event.get("at") or now()}
+        if kind in vocab.CASE_SCOPED_KINDS:
+            check_qid(event.get("qid"))
+            if "sample" not in event:
+                raise schemas.SchemaViolation(kind, [schemas.Problem("sample", "required field missing "
+                                              "(null for a case answered once)")], self.events_path)
+            phase = event.get("phase", self.phase)
+            if phase != self.phase:
+                raise LedgerError(self.events_path, None,
+                                  f"{kind}: phase {phase!r} differs from the run's phase "
+                                  f"{self.phase!r}; a run has one phase")
+            out.update(qid=event["qid"], sample=event["sample"], phase=phase)
+        for key, value in event.items():
+            out.setdefault(key, value)
+        problems = schemas.validate_event(out)
+        if problems:
+            raise schemas.SchemaViolation(kind if kind in vocab.EVENT_KINDS else "event", problems,
+                                          self.events_path)
+        return out
+
+    def _check_batch(self, batch: list[dict[str, Any]], index: _Index, fd: int,
+                     supplied: set[str]) -> None:
+        """Refuse duplicate ids, bad void targets and a second live score per key (rule 5).
+
+        `supplied` holds the ids callers chose; a fresh uuid4 id cannot repeat, so it is not looked up.
+        """
+        batch_ids = {e["event_id"] for e in batch}
+        targets = {e["target_event_id"] for e in batch if e["kind"] == "void"}
+        known = index.existing(fd, supplied | (targets - batch_ids))
+        # Overlays on the index, so a big ledger's index is not copied for every append.
+        ids: set[str] = set()
+        kinds: dict[str, str] = {}
+        voided: set[str] = set()
+        live: dict[tuple[str, AttemptKey], str | None] = {}  # None: freed by a void in this batch
+        key_of: dict[str, tuple[str, AttemptKey]] = {}
+
+        def live_id(slot: tuple[str, AttemptKey]) -> str | None:
+            return live[slot] if slot in live else index.live_unique.get(slot)
+
+        for e in batch:
+            eid, kind = e["event_id"], e["kind"]
+            if eid in ids or eid in known:
+                raise LedgerError(self.events_path, None, f"event_id {eid!r} is already in the ledger")
+            if kind == "void":
+                target = e["target_event_id"]
+                if target not in ids and target not in known:
+                    raise LedgerError(self.events_path, None,
+                                      f"void: target_event_id {target!r} is not an event of this ledger")
+                if kinds.get(target) == "void" or target in index.void_ids:
+                    raise LedgerError(self.events_path, None, f"void: {target!r} is itself a void; "
+                                                              "append the retracted event again instead")
+                if target in voided or target in index.voided:
+                    raise LedgerError(self.events_path, None, f"void: {target!r} is already voided")
+                voided.add(target)
+                slot = key_of.get(target) or index.unique_key_of.get(target)
+                if slot and live_id(slot) == target:
+                    live[slot] = None
+            elif kind in UNIQUE_KINDS:
+                slot = (kind, attempt_key(e))
+                existing = live_id(slot)
+                if existing is not None:
+                    qid, sample, phase = slot[1]
+                    raise LedgerError(self.events_path, None,
+                                      f"{kind}: attempt ({qid}, sample {sample}, {phase}) already has "
+                                      f"a live {kind} ({existing}); void it in the same batch first")
+                live[slot] = eid
+                key_of[eid] = slot
+            ids.add(eid)
+            kinds[eid] = kind
+
+    def append(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Validate and append a batch of events atomically; returns them as written (ids, times)."""
+        events = list(events)
+        batch = [self._prepare(e) for e in events]
+        if not batch:
+            return []
+        try:
+            lines = [json.dumps(e, ensure_ascii=False, separators=(",", ":"),
+                                allow_nan=False).encode("utf-8") + b"\n" for e in batch]
+        except (ValueError, TypeError) as exc:  # NaN, infinity, or a value JSON has no type for
+            raise LedgerError(self.events_path, None, f"event is not valid JSON: {exc}") from None
+        data = b"".join(lines)
+        lengths = [len(line) for line in lines]  # the index needs where each line starts
+        del lines  # the joined copy is enough: a batch of 10,000 rows is ~15 MB of lines
+        # The index is only needed for rules about other events; plain appends skip reading the file.
+        # A caller-supplied event_id must be checked for uniqueness; uuid4 ids need no check.
+        supplied = {e["event_id"] for e, src in zip(batch, events, strict=True) if src.get("event_id")}
+        needs_index = bool(supplied) or any(e["kind"] in ("void", *UNIQUE_KINDS) for e in batch)
+        with self._locked() as fd:
+            index = None
+            if needs_index:
+                index = self._index if self._index is not None else _Index()
+                self._index = index
+                tail = index.refresh(fd)
+                if tail:
+                    # A last line without its newline: this batch starts with a newline, which
+                    # makes that line whole, so it counts (readers take it when it parses). The
+                    # index keeps it only if the batch is written: a refused batch drops the index.
+                    self._index = None
+                    index.add_line(tail, index.offset)
+                self._check_batch(batch, index, fd, supplied)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn last line: start on a fresh line so this batch is not glued onto it.
+                data = b"\n" + data
+            view = memoryview(data)
+            while view:  # one write in practice; loop only if the kernel writes short (disk full)
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+            if index is not None:
+                offset = size + len(data) - sum(lengths)  # past a leading newline, if one was added
+                for e, length in zip(batch, lengths, strict=True):
+                    index.add(e, offset)
+                    offset += length
+                index.offset = offset
+                self._index = index
+        return batch
+
+    def append_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Append one event; returns it as written."""
+        return self.append([event])[0]
+
+    def void(self, event_id: str, reason: str) -> dict[str, Any]:
+        """Append a void retracting `event_id`."""
+        return self.append_event({"kind": "void", "target_event_id": event_id, "reason": reason})
+
+    # ---- reading
+
+    def read(self) -> LedgerRead:
+        """Every whole event of the ledger and the problems of the lines that are not (tolerant)."""
+        return read_ledger(self.events_path)
+
+    def live(self) -> list[dict[str, Any]]:
+        """The live events (voids applied), in ledger order."""
+        return live_view(self.read().events)
+
+    def _live_for(self, kind: str, qid: str, sample: int | None,
+                  events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        events = self.live() if events is None else events
+        key = (qid, sample, self.phase)
+        return [e for e in events if e.get("kind") == kind and attempt_key(e) == key]
+
+    def attempt(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+                ) -> dict[str, Any] | None:
+        """The latest live attempt event of (qid, sample) in this run's phase, or None."""
+        found = self._live_for("attempt", qid, sample, events)
+        return found[-1] if found else None
+
+    def attempts(self, events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """One live attempt per key (the latest), in order of first appearance."""
+        events = self.live() if events is None else events
+        return list(latest_by_key(events, "attempt").values())
+
+    def tool_calls(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+                   ) -> list[dict[str, Any]]:
+        """The live tool_call events of (qid, sample), ordered by call_index."""
+        calls = self._live_for("tool_call", qid, sample, events)
+        return sorted(calls, key=lambda e: e.get("call_index") if isinstance(e.get("call_index"), int)
+                      else 0)
+
+    def score(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+              ) -> dict[str, Any] | None:
+        """The live score of (qid, sample), or None."""
+        found = self._live_for("score", qid, sample, events)
+        return found[-1] if found else None
+
+    def retrieval_score(self, qid: str, sample: int | None,
+                        events: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+        """The live retrieval_score of (qid, sample), or None."""
+        found = self._live_for("retrieval_score", qid, sample, events)
+        return found[-1] if found else None
+
+    # ---- artifacts
+
+    def artifact_dir(self, qid: str, sample: int | None) -> Path:
+        """`<run>/artifacts/<qid>/<sample or _>/`, built only from a validated qid and sample."""
+        d = self.dir / ARTIFACTS_DIR / check_qid(qid) / sample_segment(sample)
+        if not d.resolve().is_relative_to(self.dir.resolve()):  # defence in depth against symlinks
+            raise InputError(d, None, "resolves outside the run folder")
+        return d
+
+    def write_artifact(self, qid: str, sample: int | None, name: str, data: bytes | str | dict | list
+                       ) -> Path:
+        """Write a new artifact file, never overwriting: a second `x.csv` becomes `x.2.csv`, then `x.3.csv`."""
+        segments = _check_name(name)
+        parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
+        parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, (dict, list)):
+            data = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        n = 1
+        while True:
+            target = parent / (segments[-1] if n == 1 else _numbered(segments[-1], n))
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                n += 1
+                continue
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return target
+
+    def new_artifact_dir(self, qid: str, sample: int | None, name: str) -> Path:
+        """Create a fresh artifact folder: `judge/`, or `judge.2/` when that exists, and so on."""
+        segments = _check_name(name)
+        parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
+        parent.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            target = parent / (segments[-1] if n == 1 else _numbered(segments[-1], n))
+            try:
+                target.mkdir()
+            except FileExistsError:
+                n += 1
+                continue
+            return target
+
+    def relpath(self, path: str | Path) -> str:
+        """`path` relative to the run folder, as recorded in events (posix separators)."""
+        return Path(path).resolve().relative_to(self.dir.resolve()).as_posix()
+
+    def resolve(self, relative: str) -> Path:
+        """The absolute path of an artifact path recorded in an event; refuses one outside the run."""
+        try:
+            p = (self.dir / relative).resolve()
+        except (OSError, ValueError, RuntimeError) as exc:  # NUL byte, symlink loop, name too long
+            raise InputError(relative, None, f"cannot be resolved: {exc}") from None
+        if not p.is_relative_to(self.dir.resolve()):
+            raise InputError(relative, None, "points outside the run folder")
+        return p
+
+
+def _load_run_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, None, "missing: not a run folder (create one with new_run.py)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot be read: {exc}") from None
+    try:
+        info = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, f"not valid JSON: {exc.msg}") from None
+    if not isinstance(info, dict):
+        raise InputError(path, None, "must be a JSON object")
+    return info
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to a temp file beside `path`, fsync, then rename over it: readers never see half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        json.dump(obj, fh, ensure_ascii=False, indent=2)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,593 @@
+"""The run summary: pass rate, verdict counts, INCOMPLETE, cascade, recall, cost, per case.
+
+Every figure comes from the ledger's live events and the set, never from an agent's arithmetic.
+`summarize(run, eval_set)` is the entry; `summarize_events(...)` is the pure core the tests drive
+with inline events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.answer import retrieval
+from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.errors import InputError, KitError
+from malloy_evals.core.paths import KIT_ROOT
+
+# Two-sided 95%: the normal quantile at 0.975.
+Z95 = 1.959963984540054
+
+DECIDED_VERDICTS = ("match", "no_match")
+VERDICT_ORDER = ("match", "no_match", "near_match", "needs_human", None)
+
+AttemptKey = tuple[str, Any]  # (qid, sample); a run holds one phase, so these two identify an attempt
+
+
+# ---------------------------------------------------------------------------------------------
+# Pass rate with a Wilson interval
+
+
+def wilson_interval(passed: int, total: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval for passed/total as fractions; None when total is 0.
+
+    Wilson rather than the normal approximation because runs are small and rates sit near 0 or 1,
+    where p +- z*sqrt(p(1-p)/n) leaves [0, 1] or collapses to a point.
+    """
+    if total <= 0:
+        return None
+    p = passed / total
+    z2 = z * z
+    denom = 1 + z2 / total
+    centre = (p + z2 / (2 * total)) / denom
+    half = (z / denom) * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """match / (match + no_match), with its 95% Wilson interval (fractions; None when undecided)."""
+
+    passed: int
+    decided: int
+    rate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    text: str  # the printed form: `pass rate 62.5% (10/16; 95% CI 38.6-81.5%)`
+
+
+def pass_rate(passed: int, decided: int) -> PassRate:
+    """The headline rate of SPEC 9, with the exact printed form."""
+    interval = wilson_interval(passed, decided)
+    if interval is None:
+        return PassRate(passed, decided, None, None, None,
+                        f"pass rate n/a ({passed}/{decided}; nothing decided)")
+    rate = passed / decided
+    low, high = interval
+    text = (f"pass rate {100 * rate:.1f}% ({passed}/{decided}; "
+            f"95% CI {100 * low:.1f}-{100 * high:.1f}%)")
+    return PassRate(passed, decided, rate, low, high, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Result types
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    """One attempt as the summary saw it (one row of the RESULTS.md case table)."""
+
+    qid: str
+    sample: int | None
+    verdict: str | None
+    reason: str | None            # the null reason, when the verdict is null
+    scored: bool                  # a live score exists
+    counted: bool                 # in the pass-rate denominator (match or no_match, golden trusted)
+    excluded: str | None          # why it is out of every aggregate: "verified_wrong" or None
+    confidence: int | None
+    gold_status: str | None       # the judge's read of the golden
+    set_status: str | None        # the set's golden.status (missing = verified)
+    truncated: bool
+    contaminated: bool | str | None
+    must_not_use_hits: list[str]
+    coverage: str | None          # effective coverage from the retrieval row
+    recall: float | None
+    where_to_fix: str | None
+    cascade_rung: str | None      # the rung of SPEC 9's cascade (None: not in the cascade)
+    retrieval_verdict: str | None  # the verdict the retrieval row was computed with
+    answerer_cost_usd: float | None
+    judge_cost_usd: float | None
+    num_turns: int | None
+    n_get_context: int
+    n_execute: int
+    entities_delivered: int       # distinct entity ids returned by this attempt's get_context calls
+    why: str | None
+
+
+@dataclass(frozen=True)
+class Incomplete:
+    """Why a run has no pass rate, and the commands that repair it (SPEC 9)."""
+
+    truncated: list[str]          # attempt labels (`q07`, `q07#2`)
+    contaminated: list[str]
+    qids: list[str]               # sorted, unique: what --only takes
+    commands: list[str]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """SPEC 9 for one run; RESULTS.md and summary.json are both renderings of this."""
+
+    run_id: str | None
+    set_name: str | None
+    phase: str | None
+    answerer_model: str | None
+    judge_model: str | None
+    judge_version: int | str | None
+    status: str                   # "complete" | "incomplete"
+    headline: str                 # the pass-rate text, or the INCOMPLETE line
+    attempts: int
+    scored: int
+    unscored: list[str]
+    pass_rate: PassRate | None    # None when INCOMPLETE: no rate is printed
+    verdicts: dict[str, int]      # match, no_match, near_match, needs_human, null
+    null_reasons: dict[str, int]
+    excluded_verified_wrong: int
+    doubted_goldens: list[dict[str, Any]]
+    vetoes: list[dict[str, Any]]
+    incomplete: Incomplete | None
+    cascade: dict[str, Any] | None
+    retrieval: dict[str, Any]
+    coverage: dict[str, Any] | None
+    cost: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    cases: list[CaseRow] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        # An INCOMPLETE run or a low rate is a result, not a failure (SPEC 1 exit codes).
+        return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers over events
+
+
+def attempt_label(qid: str, sample: Any) -> str:
+    """How an attempt is named in progress lines and summaries: `q07`, or `q07#2` for sample 2."""
+    return qid if sample is None else f"{qid}#{sample}"
+
+
+def _key(event: Mapping[str, Any]) -> AttemptKey:
+    return (str(event.get("qid")), event.get("sample"))
+
+
+def _sort_key(key: AttemptKey) -> tuple[str, int]:
+    qid, sample = key
+    return (qid, -1 if sample is None else int(sample))
+
+
+def _is_contaminated(value: Any) -> bool:
+    # "unknown" counts as contaminated in every aggregate (SPEC 5.1).
+    return value is True or value == "unknown"
+
+
+def _null_reason_head(reason: str | None) -> str:
+    """`judge_error: timeout` counts under `judge_error`; the row keeps the full text."""
+    if not reason:
+        return "(no reason)"
+    return reason.split(":", 1)[0].strip()
+
+
+def _set_status(eval_set: Any, qid: str) -> str | None:
+    """The set's golden.status for a case; None when the case or its golden is unknown."""
+    golden = _case_golden(eval_set, qid)
+    if golden is None:
+        return None
+    return golden.get("status") or "verified"
+
+
+def _case_golden(eval_set: Any, qid: str) -> dict[str, Any] | None:
+    if eval_set is None:
+        return None
+    try:
+        case = eval_set.case(qid)
+    except (KitError, LookupError):  # a case no longer in the set: no golden to read
+        return None
+    if case is None:
+        return None
+    golden = getattr(case, "golden", None)
+    if golden is None and isinstance(case, Mapping):
+        golden = case.get("golden")
+    return golden if isinstance(golden, Mapping) else None
+
+
+def _sum_known(values: Iterable[float | int | None]) -> tuple[float | None, int]:
+    """Sum of the known values and how many were unknown; None when every value is unknown."""
+    total, known, unknown = 0.0, 0, 0
+    for v in values:
+        if v is None:
+            unknown += 1
+        else:
+            total += float(v)
+            known += 1
+    return (round(total, 6) if known else None), unknown
+
+
+@dataclass
+class _Attempt:
+    attempt: dict[str, Any] | None = None
+    score: dict[str, Any] | None = None
+    retrieval: dict[str, Any] | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
+    """Live events by attempt key; only keys that have an attempt event are attempts."""
+    groups: dict[AttemptKey, _Attempt] = {}
+    for e in events:
+        kind = e.get("kind")
+        if kind not in ("attempt", "score", "retrieval_score", "tool_call"):
+            continue
+        g = groups.setdefault(_key(e), _Attempt())
+        if kind == "attempt":
+            g.attempt = dict(e)
+        elif kind == "score":
+            g.score = dict(e)
+        elif kind == "retrieval_score":
+            g.retrieval = dict(e)
+        else:
+            g.calls.append(dict(e))
+    return {k: g for k, g in groups.items() if g.attempt is not None}
+
+
+def _call_counts(g: _Attempt) -> tuple[int, int, int]:
+    """(get_context calls, execute_query calls, distinct entities delivered) for one attempt.
+
+    tool_call events are the record; the attempt's own n_* counters stand in when a run was
+    recorded without per-call events.
+    """
+    n_ctx = sum(1 for c in g.calls if c.get("tool") == "get_context")
+    n_exec = sum(1 for c in g.calls if c.get("tool") == "execute_query")
+    if not g.calls and g.attempt is not None:
+        n_ctx = int(g.attempt.get("n_get_context") or 0)
+        n_exec = int(g.attempt.get("n_execute") or 0)
+    entities: set[str] = set()
+    for c in g.calls:
+        if c.get("tool") != "get_context":
+            continue
+        summary = c.get("ranked_summary") or {}
+        entities.update(str(i) for i in (summary.get("entity_ids") or []))
+    return n_ctx, n_exec, len(entities)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands printed for an INCOMPLETE run
+
+
+def _counted(n: int, what: str, labels: Sequence[str]) -> str:
+    """`3 contaminated (q1, q2, q3)`; a zero count has no list."""
+    return f"{n} {what} ({', '.join(sorted(labels))})" if n else f"{n} {what}"
+
+
+def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
+                    judge_spec: str | None, endpoint_flag: str | None,
+                    host_logged: frozenset[AttemptKey] = frozenset()) -> list[str]:
+    """The re-record command per attempt, then the one re-score command (SPEC 9). An attempt
+    recorded from a host tool-use log is re-recorded the same way (`host_logged`)."""
+    py = ".venv/bin/python skills/eval-answer/scripts"
+    cmds = []
+    for qid, sample in attempts:
+        sample_flag = "" if sample is None else f" --sample {sample}"
+        source = ("--host-log <new-host-log.json> --answer-file <new-answer.md>"
+                  if (qid, sample) in host_logged else "--transcript <new-transcript.jsonl>")
+        cmds.append(f"{py}/record_attempt.py --run {run_dir} --set {set_dir} --qid {qid}"
+                    f"{sample_flag} {source}")
+    qids = ",".join(sorted({q for q, _ in attempts}))
+    # A host judge re-scores in two steps; the first (--emit) is the one to print.
+    judge = (judge_spec or "<provider>") + (" --emit" if judge_spec == "host" else "")
+    cmds.append(f"{py}/score_run.py --run {run_dir} --set {set_dir} "
+                f"--judge {judge} {endpoint_flag or '(--local | --mcp-url URL)'}"
+                f" --only {qids} --rescore")
+    return cmds
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary
+
+
+def summarize_events(
+    info: Mapping[str, Any],
+    events: Iterable[Mapping[str, Any]],
+    eval_set: Any = None,
+    *,
+    coverage_report: Mapping[str, Any] | None = None,
+    run_dir: str = "<run>",
+    set_dir: str = "<set>",
+    judge_spec: str | None = None,
+    endpoint_flag: str | None = None,
+) -> RunSummary:
+    """SPEC 9 over a run's live events (voided ones already removed) and its set.
+
+    Args:
+        info: run.json.
+        events: live events (attempt, tool_call, score, retrieval_score; others ignored). The
+            cascade and recall come from the retrieval_score rows, through retrieval's own
+            `summarize` and `cascade`, so the two reports can never disagree.
+        eval_set: the loaded set, for each case's golden status; None when unavailable.
+        coverage_report: a check_coverage report, shown as the coverage figure.
+        run_dir, set_dir, judge_spec, endpoint_flag: spelled into the repair commands.
+    """
+    groups = _group(events)
+    keys = sorted(groups, key=_sort_key)
+
+    verdicts: Counter[str] = Counter()
+    null_reasons: Counter[str] = Counter()
+    doubted: list[dict[str, Any]] = []
+    vetoes: list[dict[str, Any]] = []
+    truncated: list[AttemptKey] = []
+    contaminated: list[AttemptKey] = []
+    unscored: list[str] = []
+    rows: list[CaseRow] = []
+    retrieval_rows: list[dict[str, Any]] = []
+    excluded_vw = 0
+
+    host_logged: list[AttemptKey] = []
+    for key in keys:
+        g = groups[key]
+        qid, sample = key
+        label = attempt_label(qid, sample)
+        att = g.attempt or {}
+        if str(att.get("transcript_path") or "").endswith("host-log.json"):
+            host_logged.append(key)
+        score = g.score
+        set_status = _set_status(eval_set, qid)
+
+        verdict = score.get("verdict") if score else None
+        reason = score.get("reason") if score else None
+        gold_status = score.get("gold_status") if score else None
+
+        is_truncated = bool(att.get("truncated")) or reason == "answerer_truncated"
+        contam_value = att.get("contaminated")
+        if score is not None and _is_contaminated(score.get("contaminated")):
+            contam_value = score.get("contaminated")
+        is_contaminated = _is_contaminated(contam_value) or reason == "contaminated"
+        if is_truncated:
+            truncated.append(key)
+        if is_contaminated:
+            contaminated.append(key)
+
+        # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
+        # the attempt did not fail, the key did (SPEC 9).
+        excluded = None
+        if set_status == "verified_wrong" or gold_status == "verified_wrong":
+            excluded = "verified_wrong"
+            excluded_vw += 1
+        if gold_status in ("verified_wrong", "suspect") or set_status == "verified_wrong":
+            doubted.append({
+                "qid": qid, "sample": sample, "label": label,
+                "declared_by": "set" if set_status == "verified_wrong" else "judge",
+                "gold_status": "verified_wrong" if set_status == "verified_wrong" else gold_status,
+                "gold_note": score.get("gold_note") if score else None,
+                "excluded": excluded is not None,
+            })
+
+        if score is None:
+            unscored.append(label)
+        elif excluded is None:
+            if verdict is None:
+                verdicts["null"] += 1
+                null_reasons[_null_reason_head(reason)] += 1
+            else:
+                verdicts[verdict] += 1
+
+        hits = list((score or {}).get("must_not_use_hits") or [])
+        if hits:
+            vetoes.append({"qid": qid, "sample": sample, "label": label, "hits": hits,
+                           "judge_verdict": (score or {}).get("judge_verdict")})
+
+        n_ctx, n_exec, n_entities = _call_counts(g)
+        r = g.retrieval or {}
+        in_cascade = g.retrieval is not None and excluded is None
+        if in_cascade:
+            retrieval_rows.append(dict(r))
+        rows.append(CaseRow(
+            qid=qid, sample=sample, verdict=verdict, reason=reason, scored=score is not None,
+            counted=score is not None and excluded is None and verdict in DECIDED_VERDICTS,
+            excluded=excluded,
+            confidence=(score or {}).get("confidence"), gold_status=gold_status,
+            set_status=set_status, truncated=is_truncated,
+            contaminated=contam_value if contam_value is not None else (
+                True if reason == "contaminated" else None),
+            must_not_use_hits=hits, coverage=r.get("coverage"), recall=r.get("recall"),
+            where_to_fix=r.get("where_to_fix"),
+            cascade_rung=retrieval.cascade_rung(r) if in_cascade else None,
+            retrieval_verdict=r.get("verdict"),
+            answerer_cost_usd=att.get("cost_usd"), judge_cost_usd=(score or {}).get("judge_cost_usd"),
+            num_turns=att.get("num_turns"), n_get_context=n_ctx, n_execute=n_exec,
+            entities_delivered=n_entities, why=(score or {}).get("why"),
+        ))
+
+    verdict_counts = {
+        "match": verdicts["match"], "no_match": verdicts["no_match"],
+        "near_match": verdicts["near_match"], "needs_human": verdicts["needs_human"],
+        "null": verdicts["null"],
+    }
+
+    incomplete = None
+    if truncated or contaminated:
+        bad = sorted(set(truncated) | set(contaminated), key=_sort_key)
+        incomplete = Incomplete(
+            truncated=[attempt_label(*k) for k in truncated],
+            contaminated=[attempt_label(*k) for k in contaminated],
+            qids=sorted({q for q, _ in bad}),
+            commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
+                                     host_logged=frozenset(host_logged)),
+        )
+
+    rate = pass_rate(verdict_counts["match"], verdict_counts["match"] + verdict_counts["no_match"])
+    if incomplete is not None:
+        # Each count carries its own qids: one shared list after "3 contaminated" read as if
+        # all of them were contaminated.
+        headline = (f"INCOMPLETE: {_counted(len(truncated), 'truncated', incomplete.truncated)}, "
+                    f"{_counted(len(contaminated), 'contaminated', incomplete.contaminated)}; "
+                    "no pass rate")
+        shown_rate = None
+    else:
+        headline = rate.text
+        shown_rate = rate
+
+    retrieval_figures = _retrieval_figures(retrieval_rows)
+    cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
+    warnings = _warnings(rows, retrieval_rows)
+    cost = _cost(rows)
+
+    return RunSummary(
+        run_id=info.get("runId"), set_name=info.get("setName"), phase=info.get("phase"),
+        answerer_model=info.get("answererModel"), judge_model=info.get("judgeModel"),
+        judge_version=info.get("judgeVersion"),
+        status="incomplete" if incomplete else "complete", headline=headline,
+        attempts=len(rows), scored=sum(1 for r in rows if r.scored), unscored=unscored,
+        pass_rate=shown_rate, verdicts=verdict_counts, null_reasons=dict(sorted(null_reasons.items())),
+        excluded_verified_wrong=excluded_vw, doubted_goldens=doubted, vetoes=vetoes,
+        incomplete=incomplete, cascade=cascade_result, retrieval=retrieval_figures,
+        coverage=_coverage_figures(coverage_report), cost=cost, warnings=warnings, cases=rows,
+    )
+
+
+def _as_retrieval_row(event: Mapping[str, Any]) -> retrieval.RetrievalRow:
+    """A retrieval_score event back into the retrieval module's row (tolerant of missing keys)."""
+    values = {f.name: event.get(f.name) for f in fields(retrieval.RetrievalRow)}
+    values["failed"] = bool(values["failed"])
+    values["groups"] = int(values["groups"] or 0)
+    for key in ("delivery",):
+        values[key] = dict(values[key] or {})
+    for key in ("missing", "noise", "asked_kinds"):
+        values[key] = list(values[key] or [])
+    return retrieval.RetrievalRow(**values)
+
+
+def _retrieval_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """score_retrieval's summary (SPEC 5.3) over the counted attempts' rows, cascade included."""
+
+    figures = to_jsonable(retrieval.summarize([_as_retrieval_row(r) for r in rows]))
+    figures["measured"] = sum(1 for r in rows if r.get("recall") is not None)
+    return figures
+
+
+def _warnings(rows: list[CaseRow], retrieval_rows: list[dict[str, Any]]) -> list[str]:
+    """What makes the cascade or recall less than the whole run, said out loud."""
+    out = []
+    missing = [attempt_label(r.qid, r.sample) for r in rows
+               if r.excluded is None and r.cascade_rung is None]
+    if missing:
+        out.append(f"{len(missing)} attempt(s) have no retrieval row and are not in the cascade "
+                   f"({', '.join(missing)}): run score_retrieval.py --append (score_run does)")
+    stale = [attempt_label(r.qid, r.sample) for r in rows
+             if r.cascade_rung is not None and r.retrieval_verdict != r.verdict]
+    if stale:
+        out.append(f"retrieval rows carry an older verdict for {', '.join(stale)}: "
+                   "re-run score_retrieval.py --append")
+    return out
+
+
+def _coverage_figures(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The headline of a check_coverage report (SPEC 5.4), without its per-case detail."""
+    if not report:
+        return None
+    keys = ("version", "modelSha256", "compiledSurface", "reader", "cases", "decided", "modelled",
+            "coverage", "by_verdict")
+    return {k: report.get(k) for k in keys}
+
+
+def _cost(rows: list[CaseRow]) -> dict[str, Any]:
+    """Cost of SPEC 9 over every attempt (a voided-golden attempt still cost money)."""
+    answerer, answerer_unknown = _sum_known(r.answerer_cost_usd for r in rows)
+    judged = [r for r in rows if r.scored]
+    judge, judge_unknown = _sum_known(r.judge_cost_usd for r in judged)
+    turns, _ = _sum_known(r.num_turns for r in rows)
+    n = len(rows)
+    return {
+        "answerer_usd": answerer,
+        "answerer_unknown": answerer_unknown,
+        "judge_usd": judge,
+        "judge_unknown": judge_unknown,
+        "turns": int(turns) if turns is not None else None,
+        "get_context_calls": sum(r.n_get_context for r in rows),
+        "execute_query_calls": sum(r.n_execute for r in rows),
+        "entities_delivered_per_answer": round(sum(r.entities_delivered for r in rows) / n, 3)
+        if n else None,
+    }
+
+
+def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str | Path | None = None,
+              *, judge_spec: str | None = None, endpoint_flag: str | None = None,
+              run_label: str | None = None, set_label: str | None = None) -> RunSummary:
+    """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade.
+
+    `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
+    a relative one that does not reach the same folder from the kit's root (where the printed
+    `.venv/bin/python skills/...` commands run) is printed absolute.
+    """
+    report = load_coverage_report(coverage_report)
+    events = list(run.live())
+    return summarize_events(
+        _run_info(run), events, eval_set, coverage_report=report,
+        run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
+        set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
+        judge_spec=_judge_spec_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
+    )
+
+
+def from_kit_root(label: str) -> str:
+    """`label` when it names the same place from the kit's root as from here, else absolute.
+
+    The repair commands start `.venv/bin/python skills/...`, so they run from the kit's root;
+    `runs/r1` typed in another folder would point somewhere else there."""
+
+    path = Path(label)
+    if path.is_absolute() or label.startswith("<"):
+        return label
+    here = path.resolve()
+    return label if (KIT_ROOT / path).resolve() == here else str(here)
+
+
+def _judge_spec_from_kit_root(spec: str | None) -> str | None:
+    """`hand:FILE` / `replay:DIR` with the path made to work from the kit's root."""
+    if not spec:
+        return spec
+    kind, sep, arg = spec.partition(":")
+    if kind in ("hand", "replay") and sep and arg:
+        return f"{kind}:{from_kit_root(arg)}"
+    return spec
+
+
+def _run_info(run: Any) -> Mapping[str, Any]:
+    info = getattr(run, "info", None)
+    if callable(info):
+        info = info()
+    return info if isinstance(info, Mapping) else {}
+
+
+def load_coverage_report(report: Mapping[str, Any] | str | Path | None) -> dict[str, Any] | None:
+    """A coverage report given as a dict or a path to its JSON file."""
+    if report is None:
+        return None
+    if isinstance(report, Mapping):
+        return dict(report)
+
+    path = Path(report)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read the coverage report: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, f"not JSON: {exc.msg}") from exc
+    if not isinstance(data, dict):
+        raise InputError(path, 1, "a coverage report is a JSON object")
+    return data

@@ -1,0 +1,366 @@
+"""score_run (SPEC 5.5): score every attempt of a run, then retrieval, then the summary of SPEC 9.
+
+Attempts are scored in parallel threads sharing one endpoint and one provider. The run is
+resumable: an attempt whose live score carries the current pins (golden_revision, judge_version,
+rubric_sha, judge_prompt_sha) is skipped; a score with any other pin (or every score, with
+`rescore`) is voided and the attempt scored again, counted as `re-scored (stale pin)`. A null
+score that records a transient failure (judge_error, environment_failure, budget_exhausted) is
+retried too, counted as `re-scored (retry)`: resuming a run must finish what did not finish.
+
+After scoring: `score_retrieval --append`, then `summary.summarize`, printed and written as
+RESULTS.md and summary.json, and the run.json pins updated through the ledger.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.answer import scoring
+from malloy_evals.answer.reexecute import open_endpoint
+from malloy_evals.answer.retrieval import score_retrieval
+from malloy_evals.core import cli
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError, UsageError
+from malloy_evals.endpoint.package import package_sha
+from malloy_evals.judge import doctrine as judge_mod
+from malloy_evals.judge.providers.select import provider_stats
+from malloy_evals.ledger.events import latest_by_key
+from malloy_evals.ledger.run import Run
+from malloy_evals.report.figures import RunSummary, attempt_label, load_coverage_report, summarize
+from malloy_evals.report.markdown import render_markdown, summary_json, write_results
+from malloy_evals.sets.eval_set import load_set
+
+PIN_KEYS = ("golden_revision", "judge_version", "rubric_sha", "judge_prompt_sha")
+# Null reasons that say the scoring itself did not finish; a resumed run tries them again.
+TRANSIENT_REASONS = ("judge_error", "environment_failure", "budget_exhausted")
+
+ACTION_SCORE = "scored"
+ACTION_SKIP = "skipped (current pins)"
+ACTION_STALE = "re-scored (stale pin)"
+ACTION_RETRY = "re-scored (retry)"
+ACTION_FORCED = "re-scored (--rescore)"
+
+# score_one(run, eval_set, qid, sample) -> the score event to append (not yet written), or a str
+# saying why nothing is to be written (a dry run). score_attempts appends it, in one batch with the
+# void of the old score, so a scoring that raises leaves the old score standing.
+ScoreOne = Callable[[Any, Any, str, Any], "dict[str, Any] | str"]
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """What score_run did with one attempt."""
+
+    qid: str
+    sample: int | None
+    action: str                  # one of the ACTION_* values, or "failed"
+    verdict: str | None
+    reason: str | None
+    seconds: float
+    error: str | None = None     # why scoring raised (the attempt is left without a live score)
+    stale_pins: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunScoreResult:
+    """score_run's output: per-attempt outcomes, counts, and the run summary it wrote."""
+
+    run_dir: str
+    attempts: int
+    counts: dict[str, int]       # scored / skipped / re-scored (stale pin) / ... / failed
+    outcomes: list[AttemptOutcome]
+    retrieval_rows: int
+    summary: RunSummary
+    results_md: str | None
+    summary_json: str | None     # None for a dry run, which writes nothing
+    pins: dict[str, Any]
+    provider_stats: dict[str, Any] | None = None  # calls, tokens, dollars the judge spent
+    dry_run: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        # Results were written: that is success, INCOMPLETE and low scores included (SPEC 1).
+        # Nothing judged at all (every attempt to score raised) is "could not measure".
+        tried = [o for o in self.outcomes if o.action not in (ACTION_SKIP, "not scored")]
+        if tried and all(o.action == "failed" for o in tried):
+            return EXIT_UNMEASURED
+        return EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "attempts": self.attempts, "counts": self.counts,
+                "headline": self.summary.headline, "status": self.summary.status,
+                "results_md": self.results_md, "summary_json": self.summary_json,
+                "pins": self.pins, "provider_stats": self.provider_stats,
+                "dry_run": self.dry_run, "outcomes": self.outcomes,
+                "summary": summary_json(self.summary)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Deciding what to do with each attempt (pure)
+
+
+def stale_pins(score: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The pin keys whose recorded value differs from the current one."""
+    return [k for k in PIN_KEYS if score.get(k) != current.get(k)]
+
+
+def is_transient(score: dict[str, Any]) -> bool:
+    """A null score that records a failure to score rather than a decision."""
+    reason = score.get("reason") or ""
+    return score.get("verdict") is None and reason.split(":", 1)[0].strip() in TRANSIENT_REASONS
+
+
+def plan_action(score: dict[str, Any] | None, current: dict[str, Any], rescore: bool
+                ) -> tuple[str, list[str]]:
+    """What to do with one attempt given its live score (SPEC 5.5 resume rule)."""
+    if score is None:
+        return ACTION_SCORE, []
+    stale = stale_pins(score, current)
+    if stale:
+        return ACTION_STALE, stale
+    if rescore:
+        return ACTION_FORCED, []
+    if is_transient(score):
+        return ACTION_RETRY, []
+    return ACTION_SKIP, []
+
+
+def progress_line(done: int, total: int, qid: str, sample: Any, text: str, seconds: float) -> str:
+    """`[3/18] q07 match (0.4s)`."""
+    return f"[{done}/{total}] {attempt_label(qid, sample)} {text} ({seconds:.1f}s)"
+
+
+def verdict_text(event: dict[str, Any] | None) -> str:
+    if not event:
+        return "unscored"
+    if event.get("verdict"):
+        return str(event["verdict"])
+    return f"null ({event.get('reason')})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def select_attempts(attempts: list[dict[str, Any]], only: Sequence[str] | None,
+                    run_dir: Path) -> list[dict[str, Any]]:
+    """The attempts `--only` names (all without it); a name with no attempt is an input error."""
+    if not only:
+        return attempts
+    wanted = {q.lower(): q for q in only}
+    have = {str(a.get("qid")).lower() for a in attempts}
+    unknown = [q for k, q in wanted.items() if k not in have]
+    if unknown:
+        raise InputError(run_dir / "events.jsonl", None,
+                         f"--only names qids with no live attempt in this run: {', '.join(unknown)}")
+    return [a for a in attempts if str(a.get("qid")).lower() in wanted]
+
+
+def current_pins(eval_set: Any, qid: str, judge_pins: dict[str, Any]) -> dict[str, Any]:
+    """The pins a fresh score of `qid` would carry: the judge's and the case's golden revision."""
+    try:
+        revision = eval_set.case(qid).golden_revision
+    except KitError:
+        revision = None
+    return {**judge_pins, "golden_revision": revision}
+
+
+def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dict[str, Any], *,
+                   only: Sequence[str] | None = None, rescore: bool = False, parallel: int = 4,
+                   progress: Callable[[str], None] = cli.progress,
+                   dry_run: bool = False) -> list[AttemptOutcome]:
+    """Score (or skip) every selected attempt, in parallel; one progress line per attempt.
+    With `dry_run` nothing is appended, not even a score decided without a judge call."""
+
+    events = run.live()
+    live_scores = latest_by_key(events, "score")  # one pass; never a ledger scan per attempt
+    attempts = sorted(select_attempts(run.attempts(events), only, Path(run.dir)),
+                      key=lambda a: (str(a.get("qid")), -1 if a.get("sample") is None
+                                     else int(a["sample"])))
+    total = len(attempts)
+    lock = threading.Lock()
+    done = 0
+
+    def report(qid: str, sample: Any, text: str, seconds: float) -> None:
+        nonlocal done
+        with lock:
+            done += 1
+            progress(progress_line(done, total, qid, sample, text, seconds))
+
+    def work(att: dict[str, Any]) -> AttemptOutcome:
+        qid, sample = att["qid"], att.get("sample")
+        started = time.monotonic()
+        old = live_scores.get((qid, sample, run.phase))
+        action, stale = plan_action(old, current_pins(eval_set, qid, judge_pins), rescore)
+        if action == ACTION_SKIP:
+            elapsed = time.monotonic() - started
+            report(qid, sample, f"{verdict_text(old)} (skipped: live score, current pins)", elapsed)
+            return AttemptOutcome(qid, sample, action, old.get("verdict"), old.get("reason"),
+                                  elapsed)
+        try:
+            event = score_one(run, eval_set, qid, sample)
+            if not isinstance(event, str) and dry_run:
+                event = f"dry run: would write {verdict_text(event)} (decided without a call)"
+            if isinstance(event, str):  # nothing to write (a dry run): the old score stands
+                elapsed = time.monotonic() - started
+                report(qid, sample, f"not scored: {event}", elapsed)
+                return AttemptOutcome(qid, sample, "not scored", None, None, elapsed,
+                                      error=event, stale_pins=stale)
+            batch = []
+            if old is not None:
+                why = (f"re-scored: stale pins {', '.join(stale)}" if stale
+                       else f"re-scored ({action})")
+                batch.append({"kind": "void", "target_event_id": old["event_id"], "reason": why})
+            event = run.append([*batch, event])[-1]
+        except KitError as exc:
+            elapsed = time.monotonic() - started
+            report(qid, sample, f"error: {exc}", elapsed)
+            return AttemptOutcome(qid, sample, "failed", None, None, elapsed, error=str(exc),
+                                  stale_pins=stale)
+        elapsed = time.monotonic() - started
+        label = verdict_text(event)
+        if action != ACTION_SCORE:
+            label += f" [{action}]"
+        report(qid, sample, label, elapsed)
+        return AttemptOutcome(qid, sample, action, event.get("verdict"), event.get("reason"),
+                              elapsed, stale_pins=stale)
+
+    outcomes: list[AttemptOutcome] = []
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = [pool.submit(work, a) for a in attempts]
+        for f in as_completed(futures):
+            outcomes.append(f.result())
+    outcomes.sort(key=lambda o: (o.qid, -1 if o.sample is None else o.sample))
+    return outcomes
+
+
+def outcome_counts(outcomes: list[AttemptOutcome]) -> dict[str, int]:
+    keys = (ACTION_SCORE, ACTION_SKIP, ACTION_STALE, ACTION_FORCED, ACTION_RETRY, "not scored",
+            "failed")
+    return {k: sum(1 for o in outcomes if o.action == k) for k in keys}
+
+
+def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_spec: str | None,
+               endpoint_flag: str | None, pins: dict[str, Any],
+               outcomes: list[AttemptOutcome], run_label: str | None = None,
+               set_label: str | None = None, provider_stats: dict[str, Any] | None = None,
+               dry_run: bool = False) -> RunScoreResult:
+    """Retrieval (--append), the summary, RESULTS.md + summary.json, and the run.json pins.
+    A dry run computes the summary from what the ledger already holds and writes nothing."""
+
+    if dry_run:
+        s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
+                              endpoint_flag=endpoint_flag, run_label=run_label,
+                              set_label=set_label)
+        return RunScoreResult(
+            run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
+            outcomes=outcomes, retrieval_rows=0, summary=s, results_md=None, summary_json=None,
+            pins={}, provider_stats=provider_stats, dry_run=True)
+    result = score_retrieval(run.dir, eval_set.dir, coverage=coverage, append=True)
+    run_pins = {k: v for k, v in pins.items() if v is not None}
+    if run_pins:
+        run.update_info(**run_pins)  # before the summary, which prints the judge it names
+    s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
+                          endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label)
+    md, js = write_results(run.dir, s)
+    derived: dict[str, Any] = {"status": s.status}
+    if s.cost.get("judge_usd") is not None:
+        derived["judgeCostUsd"] = s.cost["judge_usd"]
+    if s.cost.get("answerer_usd") is not None:
+        derived["answererCostUsd"] = s.cost["answerer_usd"]
+    run.update_info(**derived)
+    run_pins.update(derived)
+    return RunScoreResult(
+        run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
+        outcomes=outcomes, retrieval_rows=len(result.rows), summary=s, results_md=str(md),
+        summary_json=str(js), pins=run_pins, provider_stats=provider_stats)
+
+
+def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spec: str | None = None,
+              mcp_url: str | None = None, local: bool = False,
+              coverage: str | Path | None = None, parallel: int = 4,
+              only: Sequence[str] | None = None, rescore: bool = False,
+              progress: Callable[[str], None] = cli.progress) -> RunScoreResult:
+    """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files."""
+
+    if bool(mcp_url) == bool(local):
+        raise UsageError("give exactly one of --mcp-url URL or --local")
+    run = Run.open(run_dir)
+    eval_set = load_set(set_dir)
+    if coverage is not None:
+        load_coverage_report(coverage)  # fail on an unreadable report before any work
+    doctrine = judge_mod.load_doctrine()
+    judge_pins = current_judge_pins(doctrine)
+    endpoint_flag = "--local" if local else f"--mcp-url {mcp_url}"
+
+    with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
+        def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
+            result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
+                                           endpoint=endpoint, doctrine=doctrine, append=False)
+            return result.event if result.event is not None else (
+                result.message or result.status)
+
+        dry_run = bool(getattr(judge, "dry_run", False))
+        outcomes = score_attempts(run, eval_set, score_one, judge_pins, only=only,
+                                  rescore=rescore, parallel=parallel, progress=progress,
+                                  dry_run=dry_run)
+        model_sha = _model_sha(eval_set, endpoint, local)
+        served = {"mcpUrl": mcp_url, "servedRevision": endpoint.served_revision,
+                  "environment": endpoint.environment, "package": endpoint.package,
+                  "modelPath": endpoint.model_path}
+
+    pins = {"judgeModel": _judge_model(run, judge),
+            "judgeVersion": judge_pins.get("judge_version"),
+            "rubricSha": judge_pins.get("rubric_sha"),
+            "judgePromptSha": judge_pins.get("judge_prompt_sha"),
+            "modelSha": model_sha, **served}
+    return finish_run(run, eval_set, coverage=coverage, judge_spec=judge_spec,
+                      endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes,
+                      run_label=str(run_dir), set_label=str(set_dir),
+                      provider_stats=provider_stats(judge), dry_run=dry_run)
+
+
+def current_judge_pins(doctrine: Any) -> dict[str, Any]:
+    """The judge pins a score made now carries (SPEC 7.3), from the doctrine in eval-judge."""
+
+    return {"judge_version": judge_mod.judge_version_pin(doctrine), "rubric_sha": doctrine.sha,
+            "judge_prompt_sha": judge_mod.judge_prompt_sha()}
+
+
+def _judge_model(run: Any, provider: Any) -> str | None:
+    """The model the scores pinned: the live model, or the recording's source under replay."""
+    model = getattr(provider, "model", None)
+    if model:
+        return str(model)
+    for e in run.live():
+        if e.get("kind") == "score" and e.get("judge_model"):
+            return str(e["judge_model"])
+    return None
+
+
+def _model_sha(eval_set: Any, endpoint: Any, local: bool) -> str | None:
+    """modelSha: sha256 over the served model files, known here for the local endpoint."""
+    sha = getattr(endpoint, "model_sha", None)
+    if isinstance(sha, str) and sha:
+        return sha
+    if local:
+
+        return package_sha(eval_set.model_dir)
+    return None
+
+
+def render_text(r: RunScoreResult) -> str:
+    """The summary as printed after scoring, preceded by what was done."""
+    c = r.counts
+    done = ", ".join(f"{k} {n}" for k, n in c.items() if n)
+    head = f"{r.attempts} attempts: {done or 'nothing to do'}\n"
+    if r.dry_run:
+        stats = r.provider_stats or {}
+        return (head + f"dry run: {stats.get('calls', 0)} judge call(s), about "
+                f"{stats.get('estimated_input_tokens', 0)} input tokens; nothing written\n")
+    return (head + f"wrote {r.results_md} and {r.summary_json}\n\n"
+            + render_markdown(r.summary))
