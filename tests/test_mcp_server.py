@@ -296,6 +296,47 @@ def test_rest_unknown_package_is_404(needs_node, http_server):
         PublisherRest(http_server[1]).package("samples", "nope")
 
 
+def _get_status(base: str, path: str, headers: dict[str, str]) -> int:
+    """The HTTP status of GET base+path sent with exactly these headers (Host included)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+REST_PATHS = ["/api/v0/environments/samples/packages/mini",
+              "/api/v0/environments/samples/packages/mini/models",
+              "/api/v0/environments/samples/packages/mini/models/shop.malloy"]
+
+
+# Regression: the REST routes served the model source to any Host (DNS rebinding); /mcp did not.
+@pytest.mark.parametrize("path", REST_PATHS + ["/mcp"])
+def test_foreign_host_header_is_refused_421_on_every_route(needs_node, http_server, path):
+    assert _get_status(http_server[1], path, {"Host": "evil.example.com"}) == 421
+
+
+@pytest.mark.parametrize("path", REST_PATHS)
+def test_foreign_origin_is_refused_403_on_rest_routes(needs_node, http_server, path):
+    port = http_server[1].rsplit(":", 1)[1]
+    assert _get_status(http_server[1], path, {"Host": f"127.0.0.1:{port}",
+                                              "Origin": "http://evil.example.com"}) == 403
+
+
+@pytest.mark.parametrize("path", REST_PATHS)
+def test_loopback_host_header_is_answered_on_rest_routes(needs_node, http_server, path):
+    port = http_server[1].rsplit(":", 1)[1]
+    assert _get_status(http_server[1], path, {"Host": f"localhost:{port}"}) == 200
+
+
 def _post(url: str, body: dict, session_headers: dict | None = None) -> dict:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
         "Content-Type": "application/json", "Accept": "application/json, text/event-stream",

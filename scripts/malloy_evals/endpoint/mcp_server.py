@@ -30,6 +30,7 @@ import mcp_types
 from mcp import MCPError
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from pydantic import Field, ValidationError
 
 from malloy_evals.core.errors import UnmeasuredError, UsageError
@@ -52,6 +53,14 @@ DOC_SUGGESTIONS = [
     "Field and view names are case-sensitive; qualify joined fields as join_name.field",
     "See the Malloy language reference: https://docs.malloydata.dev/documentation/",
 ]
+# The endpoint listens on 127.0.0.1 only. A page on another site can still reach it through DNS
+# rebinding (its own name resolving to 127.0.0.1), so every route, /mcp and the REST routes alike,
+# answers only requests addressed to a loopback name: a foreign Host is 421, a foreign Origin 403.
+LOOPBACK_SECURITY = TransportSecuritySettings(
+    enable_dns_rebinding_protection=True,
+    allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+    allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+)
 
 
 @dataclass
@@ -503,8 +512,12 @@ class Endpoint:
         from starlette.responses import JSONResponse, Response
 
         base = "/api/v0/environments/{env}/packages/{pkg}"
+        guard = TransportSecurityMiddleware(LOOPBACK_SECURITY)
 
-        async def answer(fn: Any, *args: str) -> Response:
+        async def answer(request: Request, fn: Any, *args: str) -> Response:
+            refused = await guard.validate_request(request)
+            if refused is not None:
+                return refused
             try:
                 status, body = await run_in_threadpool(fn, *args)
             except RunnerError as exc:
@@ -514,17 +527,17 @@ class Endpoint:
         @server.custom_route(base, methods=["GET"])
         async def package_route(request: Request) -> Response:
             p = request.path_params
-            return await answer(self.rest_package, p["env"], p["pkg"])
+            return await answer(request, self.rest_package, p["env"], p["pkg"])
 
         @server.custom_route(base + "/models", methods=["GET"])
         async def models_route(request: Request) -> Response:
             p = request.path_params
-            return await answer(self.rest_models, p["env"], p["pkg"])
+            return await answer(request, self.rest_models, p["env"], p["pkg"])
 
         @server.custom_route(base + "/models/{path:path}", methods=["GET"])
         async def model_route(request: Request) -> Response:
             p = request.path_params
-            return await answer(self.rest_model, p["env"], p["pkg"], p["path"])
+            return await answer(request, self.rest_model, p["env"], p["pkg"], p["path"])
 
 
 def argument_error(tool: str, arguments: dict[str, Any], exc: ValidationError) -> mcp_types.CallToolResult:
@@ -586,6 +599,7 @@ def serve(packages: list[ServedPackage], http_port: int | None = None) -> None:
             endpoint.server.run()
         else:
             endpoint.server.run("streamable-http", host="127.0.0.1", port=http_port,
-                                streamable_http_path="/mcp", stateless_http=True, json_response=True)
+                                streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                transport_security=LOOPBACK_SECURITY)
     finally:
         endpoint.close()
