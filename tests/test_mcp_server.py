@@ -433,3 +433,43 @@ def test_serving_on_a_port_already_held_exits_3_before_saying_serving(http_serve
     assert proc.returncode == 3
     assert "serving" not in proc.stderr and "Traceback" not in proc.stderr
     assert f"127.0.0.1:{port} cannot be served" in proc.stderr
+
+
+# ---------- budgets and environment faults (hostile input) ----------
+
+def _payload(result) -> dict:
+    return json.loads(result.content[0].resource.text)
+
+
+def test_query_over_its_time_budget_is_a_query_error_with_suggestions(needs_node, monkeypatch):
+    from malloy_evals.endpoint import runner as runner_mod
+    from malloy_evals.endpoint.mcp_server import Endpoint
+
+    monkeypatch.setattr(runner_mod, "KILL_GRACE_S", 1.0)
+    served = parse_package_arg(f"samples/mini={MINI_MODEL}", timeout=1.0)
+    endpoint = Endpoint([served])
+    try:
+        bomb = ("run: orders -> " + "{ group_by: status nest: n is " * 40
+                + "{ aggregate: order_count }" + " }" * 40)
+        result = endpoint.execute_query("samples", "mini", "shop.malloy", query=bomb)
+        body = _payload(result)
+        assert result.is_error and "did not finish within 1 s" in body["error"]
+        assert "environmentFault" not in body
+        assert any("cheaper" in s for s in body["suggestions"])
+        ok = endpoint.execute_query("samples", "mini", "shop.malloy", query="run: orders -> "
+                                    "{ aggregate: order_count }")
+        assert not ok.is_error
+    finally:
+        endpoint.close()
+
+
+def test_package_that_cannot_load_is_marked_an_environment_fault(tmp_path):
+    from malloy_evals.endpoint.mcp_server import Endpoint
+
+    gone = tmp_path / "model"
+    gone.mkdir()
+    served = parse_package_arg(f"samples/mini={gone}")
+    gone.rmdir()
+    endpoint = Endpoint([served])
+    result = endpoint.execute_query("samples", "mini", "shop.malloy", query="run: x -> { }")
+    assert result.is_error and _payload(result)["environmentFault"] is True

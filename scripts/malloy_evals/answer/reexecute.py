@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core import paths
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.errors import (
+    EXIT_OK,
+    EXIT_UNMEASURED,
+    InputError,
+    UnmeasuredError,
+    UsageError,
+)
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
@@ -36,6 +42,7 @@ from malloy_evals.endpoint.mcp_client import (
     rest_base_for,
 )
 from malloy_evals.endpoint.package import package_sha
+from malloy_evals.endpoint.runner import server_query_timeout
 from malloy_evals.ledger.events import check_qid
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import EvalSet, load_set
@@ -90,8 +97,12 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
             raise InputError(es.model_dir, None, "the set has no model/ package to serve locally")
         script = paths.skill_script("serve_local")
         assert script is not None, "skills/eval-answer/scripts/serve_local.py is part of the kit"
+        # The endpoint's own limit per query is shorter than this client's wait, so a query
+        # over budget comes back as the endpoint's query error (the answerer's failure), never
+        # as this client giving up (an environment failure).
         command = [sys.executable, str(script), "--package",
-                   f"{env}/{pkg}={es.model_dir.resolve()}", "--timeout", str(timeout)]
+                   f"{env}/{pkg}={es.model_dir.resolve()}",
+                   "--timeout", str(server_query_timeout(timeout))]
         client = connect(command=command, timeout=timeout)
         label = "local"
         model_sha = package_sha(es.model_dir)
@@ -236,15 +247,14 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
     sent = {k: v for k, v in call.items() if v is not None}
     try:
         envelope = endpoint.execute(**call)
-    except (McpToolError, McpProtocolError) as exc:
-        suggestions = list(getattr(exc, "suggestions", []) or [])
-        message = exc.message
-        detail = {"error": message, "suggestions": suggestions, "call": sent,
-                  "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
-        path = run.write_artifact(qid, sample, ERROR_FILE, detail)
-        return ReexecuteResult(qid, sample, "query_error", sent, error=message,
-                               suggestions=suggestions, error_path=run.relpath(path),
-                               endpoint=endpoint.label)
+    except McpToolError as exc:
+        if exc.payload.get("environmentFault") is True:
+            # The endpoint could not run anything (package not loaded, runner gone): not the
+            # answerer's failure, and not a result: scoring records an environment failure.
+            raise UnmeasuredError(f"{endpoint.label}: {exc.message}") from None
+        return _query_error(run, qid, sample, sent, exc, endpoint.label)
+    except McpProtocolError as exc:
+        return _query_error(run, qid, sample, sent, exc, endpoint.label)
     env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
     pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
     rows = envelope.get("rows") or []
@@ -252,6 +262,17 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
                            columns=result_columns(envelope), prediction_path=run.relpath(pred_path),
                            envelope_path=run.relpath(env_path),
                            limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label)
+
+
+def _query_error(run: Any, qid: str, sample: int | None, sent: dict[str, Any],
+                 exc: McpToolError | McpProtocolError, label: str) -> ReexecuteResult:
+    """A query the server refused or failed (over its budget included), recorded as a result."""
+    suggestions = list(getattr(exc, "suggestions", []) or [])
+    detail = {"error": exc.message, "suggestions": suggestions, "call": sent,
+              "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
+    path = run.write_artifact(qid, sample, ERROR_FILE, detail)
+    return ReexecuteResult(qid, sample, "query_error", sent, error=exc.message,
+                           suggestions=suggestions, error_path=run.relpath(path), endpoint=label)
 
 
 def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None,

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 from malloy_evals.core import cli
 from malloy_evals.core.errors import EXIT_OK, UnmeasuredError
 from malloy_evals.endpoint.mcp_server import check_port_free, parse_package_arg, serve
-from malloy_evals.endpoint.runner import runtime_missing_reason
+from malloy_evals.endpoint.runner import QUERY_TIMEOUT_S, runtime_missing_reason
 
 
 def main(argv=None) -> int:
@@ -30,9 +30,13 @@ def main(argv=None) -> int:
                    help="another folder DuckDB may read (repeatable)")
     p.add_argument("--http", type=int, metavar="PORT",
                    help="serve stateless streamable HTTP at 127.0.0.1:PORT/mcp instead of stdio")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per query (default 60)")
+    p.add_argument("--timeout", type=float, default=QUERY_TIMEOUT_S, metavar="SECONDS",
+                   help=f"seconds one query may take (default {QUERY_TIMEOUT_S:g}); a query over it "
+                        "is answered as a query error and its runner is replaced if stuck")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
+    if not args.timeout > 0:
+        p.error(f"--timeout {args.timeout:g}: a query's time limit is a positive number of seconds")
     if args.json and args.http is None:
         p.error("--json needs --http: over stdio, stdout carries the MCP protocol")
     reason = runtime_missing_reason()
