@@ -252,6 +252,40 @@ def test_incomplete_command_lists_each_sample_and_one_rescore_over_sorted_qids()
     assert "--only q3,q9 --rescore" in s.incomplete.commands[-1]
 
 
+# Regression: environment_failure nulls left a run "complete", its rate over what happened to
+# be measured (0/2 instead of 0/4).
+def test_environment_failure_makes_the_run_incomplete_with_a_rescore_command():
+    events = [attempt("q1"), score("q1", "no_match"),
+              attempt("q2"), score("q2", None, reason="environment_failure: endpoint down")]
+    s = sm_figures.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+                                    judge_spec="replay", endpoint_flag="--local")
+    assert s.status == "incomplete" and s.pass_rate is None
+    assert s.headline == ("INCOMPLETE: 0 truncated, 0 contaminated, 1 environment failure (q2); "
+                          "no pass rate")
+    assert s.incomplete.environment_failures == ["q2"] and s.incomplete.qids == ["q2"]
+    assert s.incomplete.commands == [
+        (".venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 "
+         "--set evals/bookshop --judge replay --local --only q2 --rescore")]
+    assert "environment failures (nothing measured; the re-score retries them): 1 (q2)" in (
+        sm_markdown.render_markdown(s))
+
+
+def test_environment_failure_beside_a_truncated_attempt_is_in_the_one_rescore():
+    events = [attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated"),
+              attempt("q2"), score("q2", None, reason="environment_failure: endpoint down")]
+    s = sm_figures.summarize_events(INFO, events)
+    recorded = [c for c in s.incomplete.commands if "record_attempt.py" in c]
+    assert len(recorded) == 1 and "--qid q1" in recorded[0]
+    assert not any("record_attempt.py" in c and "q2" in c for c in s.incomplete.commands)
+    assert "--only q1,q2 --rescore" in s.incomplete.commands[-1]
+
+
+def test_other_null_reasons_leave_the_run_complete():
+    events = [attempt("q1"), score("q1", "match"),
+              attempt("q2"), score("q2", None, reason="judge_unparseable")]
+    assert sm_figures.summarize_events(INFO, events).status == "complete"
+
+
 # --- cost, unscored, rendering --------------------------------------------------------------
 
 

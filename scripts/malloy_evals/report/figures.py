@@ -24,6 +24,7 @@ from malloy_evals.core.paths import KIT_ROOT
 Z95 = 1.959963984540054
 
 DECIDED_VERDICTS = ("match", "no_match")
+ENVIRONMENT_FAILURE = "environment_failure"  # the null reason that makes a run INCOMPLETE too
 VERDICT_ORDER = ("match", "no_match", "near_match", "needs_human", None)
 
 AttemptKey = tuple[str, Any]  # (qid, sample); a run holds one phase, so these two identify an attempt
@@ -117,6 +118,9 @@ class Incomplete:
     contaminated: list[str]
     qids: list[str]               # sorted, unique: what --only takes
     commands: list[str]
+    # Scored null for environment_failure: nothing was measured about the answer, so the run
+    # cannot say how often answers were right (resuming score_run retries them).
+    environment_failures: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -332,6 +336,7 @@ def summarize_events(
     vetoes: list[dict[str, Any]] = []
     truncated: list[AttemptKey] = []
     contaminated: list[AttemptKey] = []
+    environment_failed: list[AttemptKey] = []
     unscored: list[str] = []
     rows: list[CaseRow] = []
     retrieval_rows: list[dict[str, Any]] = []
@@ -361,6 +366,8 @@ def summarize_events(
             truncated.append(key)
         if is_contaminated:
             contaminated.append(key)
+        if verdict is None and _null_reason_head(reason) == ENVIRONMENT_FAILURE:
+            environment_failed.append(key)
 
         # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
         # the attempt did not fail, the key did (SPEC 9).
@@ -420,23 +427,32 @@ def summarize_events(
     }
 
     incomplete = None
-    if truncated or contaminated:
+    if truncated or contaminated or environment_failed:
         bad = sorted(set(truncated) | set(contaminated), key=_sort_key)
+        rescore = sorted(set(bad) | set(environment_failed), key=_sort_key)
+        commands = repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
+                                   host_logged=frozenset(host_logged))
+        if not bad:  # only environment failures: re-scoring them is the whole repair
+            commands = repair_commands(run_dir, set_dir, rescore, judge_spec, endpoint_flag)[-1:]
+        elif environment_failed:
+            commands[-1] = repair_commands(run_dir, set_dir, rescore, judge_spec, endpoint_flag)[-1]
         incomplete = Incomplete(
             truncated=[attempt_label(*k) for k in truncated],
             contaminated=[attempt_label(*k) for k in contaminated],
-            qids=sorted({q for q, _ in bad}),
-            commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
-                                     host_logged=frozenset(host_logged)),
+            qids=sorted({q for q, _ in rescore}),
+            commands=commands,
+            environment_failures=[attempt_label(*k) for k in environment_failed],
         )
 
     rate = pass_rate(verdict_counts["match"], verdict_counts["match"] + verdict_counts["no_match"])
     if incomplete is not None:
         # Each count carries its own qids: one shared list after "3 contaminated" read as if
         # all of them were contaminated.
+        env_part = (", " + _counted(len(environment_failed), "environment failure",
+                                    incomplete.environment_failures) if environment_failed else "")
         headline = (f"INCOMPLETE: {_counted(len(truncated), 'truncated', incomplete.truncated)}, "
-                    f"{_counted(len(contaminated), 'contaminated', incomplete.contaminated)}; "
-                    "no pass rate")
+                    f"{_counted(len(contaminated), 'contaminated', incomplete.contaminated)}"
+                    f"{env_part}; no pass rate")
         shown_rate = None
     else:
         headline = rate.text

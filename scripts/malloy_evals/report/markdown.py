@@ -63,6 +63,9 @@ def render_markdown(s: RunSummary) -> str:
                    (f" ({', '.join(inc.truncated)})" if inc.truncated else ""))
         out.append(f"- contaminated (unknown included): {len(inc.contaminated)}" +
                    (f" ({', '.join(inc.contaminated)})" if inc.contaminated else ""))
+        if inc.environment_failures:
+            out.append(f"- environment failures (nothing measured; the re-score retries them): "
+                       f"{len(inc.environment_failures)} ({', '.join(inc.environment_failures)})")
         out += ["", ("Re-record each attempt (a fresh answer, with more turns for a truncated one; "
                 "an attempt recorded from a host log takes `--host-log LOG --answer-file ANSWER` "
                 "instead of `--transcript`), then re-score them:"), "",
