@@ -700,3 +700,65 @@ def test_index_keeps_ids_not_events(tmp_path):
     assert len(index.ids) == 501
     assert index.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
     assert index.void_ids == set() and index.voided == set()
+
+
+# ------------------------------------------------------------------------------------------
+# Regression: planted links turned the kit's writes under a run into writes outside it.
+
+def _outside(tmp_path: Path) -> Path:
+    out = tmp_path / "outside"
+    out.mkdir(exist_ok=True)
+    return out
+
+
+def test_append_through_a_linked_ledger_is_refused_and_the_target_untouched(tmp_path):
+    run = make_run(tmp_path)
+    target = _outside(tmp_path) / "events.jsonl"
+    target.write_text("")
+    run.events_path.unlink()
+    run.events_path.symlink_to(target)
+    with pytest.raises(InputError, match="symbolic link"):
+        run.append([attempt()])
+    assert target.read_text() == ""
+
+
+def test_run_json_rewrite_replaces_a_planted_link(tmp_path):
+    run = make_run(tmp_path)
+    target = _outside(tmp_path) / "run.json"
+    target.write_text(run.info_path.read_text())
+    run.info_path.unlink()
+    run.info_path.symlink_to(target)
+    run.update_info(status="complete")
+    assert not run.info_path.is_symlink() and json.loads(run.info_path.read_text())["status"] == "complete"
+    assert "status" not in json.loads(target.read_text())
+
+
+def test_artifact_under_a_linked_artifacts_folder_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    outside = _outside(tmp_path)
+    (run.dir / "artifacts").symlink_to(outside)
+    with pytest.raises(InputError, match="symbolic link|outside the run folder"):
+        run.write_artifact("q1", None, "prediction.csv", "a\n1\n")
+    assert list(outside.iterdir()) == []
+
+
+def test_artifact_over_a_dangling_link_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    folder = run.artifact_dir("q1", None)
+    folder.mkdir(parents=True)
+    (folder / "prediction.csv").symlink_to(_outside(tmp_path) / "stolen.csv")
+    with pytest.raises(InputError, match="symbolic link"):
+        run.write_artifact("q1", None, "prediction.csv", "a\n1\n")
+    assert not (tmp_path / "outside" / "stolen.csv").exists()
+
+
+def test_new_artifact_folder_never_enters_a_linked_one(tmp_path):
+    run = make_run(tmp_path)
+    outside = _outside(tmp_path)
+    folder = run.artifact_dir("q1", None)
+    folder.mkdir(parents=True)
+    (folder / "judge").symlink_to(outside)
+    made = run.new_artifact_dir("q1", None, "judge")
+    assert made.name == "judge.2" and not made.is_symlink()
+    assert run.write_once(made, "verdict.json", {"verdict": "match"}) == made / "verdict.json"
+    assert list(outside.iterdir()) == []

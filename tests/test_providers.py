@@ -432,3 +432,29 @@ def test_json_objects_survive_a_reply_nested_without_end():
 
     hostile = '{"a": ' * 5000 + '1' + '}' * 5000 + ' {"verdict": "no_match"}'
     assert json_objects(hostile, "verdict")[-1] == {"verdict": "no_match"}
+
+
+# Regression (hostile input): a recording or an emitted host request planted as a link.
+def test_recording_over_a_planted_link_replaces_the_link(tmp_path, monkeypatch):
+    target = tmp_path / "elsewhere.json"
+    target.write_text("theirs")
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "r1.q1._.json").symlink_to(target)
+    with messages_server([(200, message_body(json.dumps(verdict())))], monkeypatch):
+        recorder = make_provider("anthropic:claude-haiku-4-5", role="judge", set_dir=None,
+                                 record_dir=tmp_path / "rec", backoff_seconds=0.0)
+        recorder.complete(request())
+    assert not (tmp_path / "rec" / "r1.q1._.json").is_symlink() and target.read_text() == "theirs"
+
+
+def test_host_emit_over_a_planted_link_replaces_the_link(tmp_path):
+    emitter = make_provider("host", role="judge", set_dir=None, host_mode="emit",
+                            host_dir=tmp_path / "out")
+    req_path, _ = emitter.files_for("r1.q1._")
+    req_path.parent.mkdir(parents=True)
+    target = tmp_path / "elsewhere.json"
+    target.write_text("theirs")
+    req_path.symlink_to(target)
+    with pytest.raises(HostReplyPending):
+        emitter.complete(request())
+    assert not req_path.is_symlink() and target.read_text() == "theirs"

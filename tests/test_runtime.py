@@ -271,8 +271,8 @@ def _both_paths(package: Path, queries: list[dict], trusted: bool) -> list[tuple
     and with the detected column types."""
     out: dict[bool, list[str]] = {}
     for views in (False, True):
-        with MalloyRuntime(package, allow=default_allow(package), csv_types=views) as runtime:
-            assert bool(runtime.models() and runtime.load_summary["csv_declared"]) is views
+        with MalloyRuntime(package, allow=default_allow(package), csv_types=views,
+                           pool_size=1) as runtime:
             named: list[dict] = []
             if not trusted:
                 for model in runtime.describe()["models"]:
@@ -293,6 +293,8 @@ def _both_paths(package: Path, queries: list[dict], trusted: bool) -> list[tuple
                 except MalloyQueryError as exc:
                     results.append("error: " + exc.message)
             out[views] = results
+            declared = [t["declared"] for t in runtime.csv_tables()]
+            assert declared == ([True] * 4 if views else [])
     return list(zip(out[False], out[True], strict=True))
 
 
@@ -310,10 +312,10 @@ def test_changed_csv_file_is_detected_again_before_the_next_query(needs_node, tm
     pkg = tmp_path / "pkg"
     shutil.copytree(MINI, pkg)
     model = pkg / "model"
-    with MalloyRuntime(model, allow=default_allow(model)) as runtime:
-        runtime.models()
-        assert "../data/orders.csv" in runtime.load_summary["csv_declared"]
+    with MalloyRuntime(model, allow=default_allow(model), pool_size=1) as runtime:
+        runtime.execute("run: orders -> { aggregate: order_count }")
         before = runtime.execute("run: orders -> { aggregate: order_count }")["rows"]
+        assert {"path": "../data/orders.csv", "uses": 2, "declared": True} in runtime.csv_tables()
         lines = (pkg / "data" / "orders.csv").read_text().splitlines(keepends=True)
         (pkg / "data" / "orders.csv").write_text("".join(lines[:-1]))  # one order fewer
         after = runtime.execute("run: orders -> { aggregate: order_count }")["rows"]
@@ -330,10 +332,13 @@ def test_csv_file_the_declared_read_cannot_match_keeps_todays_read(needs_node, t
     head, *rows = orders.read_text().splitlines()
     filler = [rows[0]] * 30000
     orders.write_text("\n".join([head, *rows, *filler, rows[0].replace(rows[0].split(",")[0], "x", 1)]) + "\n")
-    with MalloyRuntime(model, allow=default_allow(model)) as runtime:
-        runtime.models()
-        assert "../data/orders.csv" not in runtime.load_summary["csv_declared"]
-        assert "../data/customers.csv" in runtime.load_summary["csv_declared"]
+    with MalloyRuntime(model, allow=default_allow(model), pool_size=1) as runtime:
+        for query in ["run: orders -> { aggregate: order_count }",
+                      "run: customers -> { aggregate: c is count() }"] * 2:
+            runtime.execute(query, trusted=True)
+        declared = {t["path"]: t["declared"] for t in runtime.csv_tables()}
+    assert declared == {"../data/orders.csv": False, "../data/customers.csv": True,
+                        "../data/products.csv": None}
 
 
 # ---------- budgets: one query must never cost another its answer (hostile input) ----------

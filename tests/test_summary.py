@@ -405,3 +405,19 @@ def test_repair_command_for_an_attempt_recorded_from_a_host_log_asks_for_a_host_
     assert s.incomplete.commands[0].endswith(
         "--qid q1 --host-log <new-host-log.json> --answer-file <new-answer.md>")
     assert s.incomplete.commands[1].endswith("--qid q2 --transcript <new-transcript.jsonl>")
+
+
+# Regression (hostile input): RESULTS.md and summary.json planted as links were written through.
+def test_results_files_replace_planted_links(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("RESULTS.md", "summary.json"):
+        (outside / name).write_text("theirs")
+        (run_dir / name).symlink_to(outside / name)
+    s = sm_figures.summarize_events(INFO, [attempt("q1"), score("q1", "match")])
+    md, js = sm_markdown.write_results(run_dir, s)
+    assert not md.is_symlink() and not js.is_symlink()
+    assert md.read_text().startswith("#") and json.loads(js.read_text())["status"] == "complete"
+    assert {p.read_text() for p in outside.iterdir()} == {"theirs"}

@@ -593,3 +593,17 @@ def test_cli_bad_sample_is_a_usage_error_said_in_words(tmp_path):
                    tmp_path / "t.jsonl", "--sample", "abc")
     assert proc.returncode == 2
     assert "'abc' is not a whole number" in proc.stderr and "_count" not in proc.stderr
+
+
+# Regression (hostile input): the transcript copy followed a link planted in the artifact folder.
+def test_transcript_copy_is_never_written_through_a_planted_link(env, tmp_path):
+    set_dir, run_dir = env
+    folder = run_dir / "artifacts" / "q1" / "_"
+    folder.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (folder / "transcript.jsonl").symlink_to(outside / "copy.jsonl")
+    with pytest.raises(InputError, match="symbolic link"):
+        record_attempt(run_dir, set_dir, "q1",
+                       transcript=write_lines(tmp_path / "t.jsonl", stream_json_lines()))
+    assert list(outside.iterdir()) == [] and events_of(run_dir, "attempt") == []

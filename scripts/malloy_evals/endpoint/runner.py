@@ -267,7 +267,7 @@ class MalloyRuntime:
         self._all: set[_Worker] = set()
         self._slots = 0                     # workers running or starting
         self._generation = 0
-        self.load_summary: dict | None = None  # {models, errors, entities, csv_declared} of the last load
+        self.load_summary: dict | None = None  # {models, errors, entities} of the last load
         self.restarts = 0  # how many times a dead or hung runner was replaced
 
     # ---------- public operations ----------
@@ -322,6 +322,11 @@ class MalloyRuntime:
     def model_info(self, model_path: str | None = None) -> dict:
         """One model's compiled `sourceInfos` and named queries (the Publisher's model route)."""
         return self._request({"op": "model_info", "model_path": model_path})
+
+    def csv_tables(self) -> list[dict]:
+        """Each CSV table of the package in one runner: {path, uses, declared} (declared null
+        until a second query reads it; reference/query-budgets.md)."""
+        return self._request({"op": "csv_tables"})
 
     def models(self) -> list[str]:
         """Package-relative paths of every .malloy file, compiled or not."""

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import files
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.report.figures import RunSummary, _is_contaminated, attempt_label
 
@@ -188,7 +189,8 @@ def write_results(run_dir: str | Path, s: RunSummary) -> tuple[Path, Path]:
     run_dir = Path(run_dir)
     md = run_dir / "RESULTS.md"
     js = run_dir / "summary.json"
-    md.write_text(render_markdown(s), encoding="utf-8")
-    js.write_text(json.dumps(summary_json(s), indent=2, ensure_ascii=False) + "\n",
-                  encoding="utf-8")
+    # Rewritten whole each time, through a temporary file renamed over the old one: a link planted
+    # in the run folder at either name is replaced, never written through.
+    files.replace(md, render_markdown(s), run_dir)
+    files.replace(js, json.dumps(summary_json(s), indent=2, ensure_ascii=False) + "\n", run_dir)
     return md, js

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer.coverage.surface import ModelView, read_local_model, read_served_model
-from malloy_evals.core import cli, codes
+from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
 from malloy_evals.judge.providers.select import provider_stats
@@ -457,8 +457,7 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-
-        out.write_text(cli.dumps(report) + "\n", encoding="utf-8")
+        files.replace(out, cli.dumps(report) + "\n")
     return report
 
 

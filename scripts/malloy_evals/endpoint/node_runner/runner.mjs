@@ -7,7 +7,7 @@
 //
 // Ops: load {package_dir, allow, options: {csv_types, memory_limit}}, reload, describe, search {text, limit,
 // kinds, sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
-// query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, ping.
+// query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, csv_tables, ping.
 //
 // Budgets (reference/query-budgets.md): a submitted query's rows are capped hard (its own `limit:`
 // cannot raise the cap; trusted queries keep their own limit), the rows it materialises are capped
@@ -152,7 +152,7 @@ async function load(pkgDir, allow, options = {}) {
   });
   state = {
     pkgDir, allow: allow || [], options, conn, runtime, models: new Map(), entities: [], index: null,
-    csvTables: new Map(), // table name as the SQL writes it -> {filePath, stamp, pattern, read}
+    csvTables: new Map(), // table name as the SQL writes it -> {filePath, uses, detected, stamp, read, ...}
   };
   for (const rel of await findModels(pkgDir)) {
     const entry = { mm: null, model: null, info: null, error: null, problems: [] };
@@ -167,24 +167,23 @@ async function load(pkgDir, allow, options = {}) {
     state.models.set(rel, entry);
   }
   buildEntities();
-  if (options.csv_types !== false) await detectCsvTables();
+  if (options.csv_types !== false) registerCsvTables();
   return loadSummary();
 }
 
 function loadSummary() {
   const errors = [];
   for (const [p, e] of state.models) if (e.error) errors.push({ path: p, message: e.error, problems: e.problems });
-  const declared = [...state.csvTables.values()].filter((t) => t.read).map((t) => t.filePath).sort();
-  return { package_dir: state.pkgDir, models: [...state.models.keys()], errors, entities: state.entities.length,
-    csv_declared: declared };
+  return { package_dir: state.pkgDir, models: [...state.models.keys()], errors, entities: state.entities.length };
 }
 
 // ---------- CSV column types, detected once per table per load ----------
 //
 // DuckDB reads `duckdb.table('x.csv')` (SQL `FROM 'x.csv'`) by sniffing the file's dialect and
 // column types on every query; on small tables the sniffing costs more than the query. The runner
-// sniffs each CSV table of the package once, at load, and writes the read it detected into the
-// SQL of each query in place of the bare file name: `FROM read_csv('x.csv', <every option the
+// sniffs each CSV table of the package once (when a second query reads it: a runner that answers
+// one query never pays for it), and writes the read it detected into the SQL of each later query
+// in place of the bare file name: `FROM read_csv('x.csv', <every option the
 // sniffer found>)`. auto_detect stays on with every option given, so the sniffer only confirms
 // them (cheap) and the scan keeps the row estimate a sniffing read has: with it off DuckDB guesses
 // 42 rows a file, plans joins in another order, and float sums change in the last digits. (A view
@@ -248,27 +247,45 @@ async function declaredRead(filePath, stamp) {
   }
 }
 
-async function detectCsvTables() {
+/** The package's CSV tables, registered at load; each is detected when a second query reads it
+ * (a runner that answers one query, as `reexecute.py --local` does, never pays for detection). */
+function registerCsvTables() {
   for (const sqlName of tablePaths()) {
     // Only a plain CSV file path, written as one SQL string: no glob, no URL, no other read.
     const m = sqlName.match(/^'((?:[^']|'')*)'$/);
     const filePath = m ? m[1].replace(/''/g, "'") : null;
     if (!filePath || !/\.csv$/i.test(filePath) || /[*?[{]|:\/\//.test(filePath)) continue;
-    const stamp = fileStamp(filePath);
-    const pattern = new RegExp(`(\\b(?:FROM|JOIN)\\s+)${sqlName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?=\\s+AS\\s)`, 'gi');
-    state.csvTables.set(sqlName, { filePath, stamp, pattern, read: await declaredRead(filePath, stamp) });
+    const quoted = sqlName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const pattern = `(\\b(?:FROM|JOIN)\\s+)${quoted}(?=\\s+AS\\s)`;
+    state.csvTables.set(sqlName, {
+      filePath, uses: 0, detected: false, stamp: null, read: null,
+      finds: new RegExp(pattern, 'i'), replaces: new RegExp(pattern, 'gi'),
+    });
   }
 }
 
 /** `sql` with each detected table's bare name (a table reference with an alias) read as declared;
- * a file that changed since its detection is detected again first. */
+ * a table read for the second time is detected now, and one whose file changed, again. */
 async function withDeclaredReads(sql) {
   for (const t of state.csvTables.values()) {
+    if (!t.finds.test(sql)) continue;
+    t.uses += 1;
+    if (t.uses < 2) continue;
     const stamp = fileStamp(t.filePath);
-    if (stamp !== t.stamp) Object.assign(t, { stamp, read: await declaredRead(t.filePath, stamp) });
-    if (t.read) sql = sql.replace(t.pattern, (_m, head) => head + t.read);
+    if (!t.detected || stamp !== t.stamp) {
+      Object.assign(t, { stamp, detected: true, read: await declaredRead(t.filePath, stamp) });
+    }
+    if (t.read) sql = sql.replace(t.replaces, (_m, head) => head + t.read);
   }
   return sql;
+}
+
+/** What became of each CSV table: how many queries read it, and whether it is read as declared
+ * (null: not detected yet). */
+function csvTables() {
+  return [...state.csvTables.values()]
+    .map((t) => ({ path: t.filePath, uses: t.uses, declared: t.detected ? Boolean(t.read) : null }))
+    .sort((a, b) => (a.path < b.path ? -1 : 1));
 }
 
 async function closeState() {
@@ -501,6 +518,8 @@ async function handle(req) {
       return search(req);
     case 'model_info':
       return modelInfo(req);
+    case 'csv_tables':
+      return csvTables();
     case 'execute':
       return execute(req);
     default:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import files
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.judge.providers.base import (
     HOST_SOURCE,
@@ -36,10 +37,14 @@ class HostProvider:
         self.host_dir = Path(host_dir) if host_dir else None
         self.role = role
         self._placed: dict[str, Path] = {}
+        self._roots: dict[str, Path] = {}
 
-    def place(self, key: str, folder: Path) -> None:
-        """Put this key's request/reply in an attempt's artifact folder."""
+    def place(self, key: str, folder: Path, root: Path | None = None) -> None:
+        """Put this key's request/reply in an attempt's artifact folder (inside the run `root`,
+        which writes never leave through a link)."""
         self._placed[key] = Path(folder)
+        if root is not None:
+            self._roots[key] = Path(root)
 
     def files_for(self, key: str) -> tuple[Path, Path]:
         if key in self._placed:
@@ -55,15 +60,20 @@ class HostProvider:
         # digest with model null, so they agree.
         digest = request.digest(model=None)
         if self.mode == "emit":
-            req_path.parent.mkdir(parents=True, exist_ok=True)
             doc = request.to_json()
             doc["reply_path"] = str(reply_path)
             doc["reply_format"] = ("write the result object as JSON to reply_path (or "
                                    "{\"text\": \"<your whole reply>\"}); the system text is your brief")
-            req_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n",
-                                encoding="utf-8")
+            root = self._roots.get(request.key)
+            if root is None:  # outside a run: the host folder given on the command line
+                root = self.host_dir or req_path.parent
+                root.mkdir(parents=True, exist_ok=True)
+            files.replace(req_path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", root)
             raise HostReplyPending(f"emitted {req_path}; a host subagent writes {reply_path}, "
                                    f"then re-run with --ingest")
+        for path in (req_path, reply_path):
+            if path.is_symlink():  # a reply is read from the attempt's own folder, never via a link
+                raise InputError(path, None, files.LINK_MESSAGE)
         if not req_path.is_file() or not reply_path.is_file():
             raise HostReplyPending(f"no reply yet at {reply_path} (emit first, then let the host "
                                    f"subagent write it)")

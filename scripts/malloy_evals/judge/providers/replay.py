@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import files
 from malloy_evals.core.errors import InputError
 from malloy_evals.judge.providers.base import (
     LlmReply,
@@ -149,7 +150,5 @@ class RecordingProvider:
                 self._fresh.add(request.key)
             rec["samples"].append(reply.to_sample())
             self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(rec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            tmp.replace(path)
+            files.replace(path, json.dumps(rec, indent=2, ensure_ascii=False) + "\n")
         return reply

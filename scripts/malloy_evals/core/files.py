@@ -1,0 +1,180 @@
+"""Writing files under a folder without ever following a link planted there.
+
+A run folder holds files other programs wrote (transcripts, host replies, anything a user or an
+answerer left in it). A symbolic link among them, even a dangling one, must never turn a write of
+the kit's into a write somewhere else. Every writer under a run goes through this module:
+
+- folders are walked one component at a time from the root (`root`: the run folder), each opened
+  with O_NOFOLLOW relative to the one before, and created when missing; a component that is a
+  link (or not a folder) stops the write with an InputError naming it;
+- a new file is created exclusively (O_CREAT | O_EXCL, which never follows a link either);
+- a file that is rewritten (run.json, summary.json, RESULTS.md, a page) is written to a fresh
+  temporary file beside it and renamed over it (a rename replaces a link, never writes through it);
+- an append (events.jsonl) opens the file with O_NOFOLLOW.
+
+The root itself is taken as given: a run folder reached through a link the user chose is fine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from malloy_evals.core.errors import InputError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+LINK_MESSAGE = "is a symbolic link or not a folder: the kit never writes through a link (remove it)"
+
+
+def _parts(path: Path, root: Path) -> list[str]:
+    """`path`'s components below `root`; refuses a path outside it or with `..` in it."""
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(root))
+    except ValueError:
+        raise InputError(path, None, f"is outside {root}; the kit writes only inside it") from None
+    parts = list(rel.parts)
+    if any(p in ("..", ".", "") for p in parts):
+        raise InputError(path, None, "is not a plain path below its folder")
+    return parts
+
+
+@contextlib.contextmanager
+def folder(directory: Path, root: Path | None = None, *, create: bool = True) -> Iterator[int]:
+    """An fd of `directory`, reached from `root` (default: the directory itself) one component at
+    a time without following links, creating missing ones when `create`."""
+    directory = Path(directory)
+    root = Path(root) if root is not None else directory
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(root, None, f"cannot be opened as a folder: {exc.strerror}") from None
+    walked = Path(root)
+    try:
+        for name in _parts(directory, root):
+            walked = walked / name
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise InputError(walked, None, LINK_MESSAGE) from None
+                raise InputError(walked, None, f"cannot be opened: {exc.strerror}") from None
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def _bytes(data: bytes | str) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
+def numbered(name: str, n: int) -> str:
+    """`prediction.csv` -> `prediction.2.csv`; `judge` -> `judge.2` (n >= 2)."""
+    base, dot, ext = name.partition(".")
+    return f"{base}.{n}{dot}{ext}" if dot else f"{name}.{n}"
+
+
+def create_new(path: Path, data: bytes | str, root: Path | None = None, *,
+               number: bool = False) -> Path | None:
+    """Create `path` with `data`, never overwriting and never through a link.
+
+    An existing `path` gives None, or with `number`, the next free `x.2.ext`, `x.3.ext`, ...
+    (the path written is returned). A link in `path`'s place is refused, not taken as "exists".
+    """
+    path = Path(path)
+    payload = _bytes(data)
+    with folder(path.parent, root if root is not None else path.parent) as dir_fd:
+        n = 1
+        while True:
+            name = path.name if n == 1 else numbered(path.name, n)
+            try:
+                fd = os.open(name, _NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
+            except FileExistsError:
+                if stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                    raise InputError(path.parent / name, None, LINK_MESSAGE) from None
+                if not number:
+                    return None
+                n += 1
+                continue
+            try:
+                _write_all(fd, payload)
+            finally:
+                os.close(fd)
+            return path.parent / name
+
+
+def replace(path: Path, data: bytes | str, root: Path | None = None) -> Path:
+    """Write `path` whole: a fresh temporary file beside it, renamed over it (readers never see
+    half a file, and a link in its place is replaced, never written through)."""
+    path = Path(path)
+    payload = _bytes(data)
+    with folder(path.parent, root if root is not None else path.parent) as dir_fd:
+        tmp = f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        fd = os.open(tmp, _NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
+        try:
+            _write_all(fd, payload)
+        finally:
+            os.close(fd)
+        try:
+            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    return path
+
+
+def make_new_dir(path: Path, root: Path, *, number: bool = True) -> Path:
+    """Create the folder `path` (or `x.2`, `x.3`, ... when taken), never through a link."""
+    path = Path(path)
+    with folder(path.parent, root) as dir_fd:
+        n = 1
+        while True:
+            name = path.name if n == 1 else numbered(path.name, n)
+            try:
+                os.mkdir(name, 0o755, dir_fd=dir_fd)
+            except FileExistsError:
+                if not number:
+                    raise InputError(path, None, "already exists") from None
+                n += 1
+                continue
+            return path.parent / name
+
+
+def open_append(path: Path, root: Path) -> int:
+    """An fd of `path` opened for reading and appending (created when missing), never through a
+    link; the caller closes it."""
+    path = Path(path)
+    with folder(path.parent, root, create=False) as dir_fd:
+        try:
+            return os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputError(path, None, LINK_MESSAGE) from None
+            raise
+
+
+def is_real_dir(path: Path) -> bool:
+    """True for a folder that is not a link (a link to a folder is False)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
