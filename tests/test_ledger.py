@@ -762,3 +762,13 @@ def test_new_artifact_folder_never_enters_a_linked_one(tmp_path):
     assert made.name == "judge.2" and not made.is_symlink()
     assert run.write_once(made, "verdict.json", {"verdict": "match"}) == made / "verdict.json"
     assert list(outside.iterdir()) == []
+
+
+def test_set_mcp_url_credentials_are_not_copied_into_run_json(tmp_path):
+    set_dir = make_set(tmp_path)
+    config = json.loads((set_dir / "set.json").read_text())
+    config["mcpUrl"] = "https://ana:Sup3rSecretPw@publisher.example/mcp"
+    (set_dir / "set.json").write_text(json.dumps(config))
+    run = Run.create(tmp_path / "run", set_dir, "answerer-x", run_id="demo-run-1")
+    assert "Sup3rSecretPw" not in run.info_path.read_text()
+    assert run.info["mcpUrl"] == "https://ana:[REDACTED]@publisher.example/mcp"

@@ -316,3 +316,40 @@ def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(need
     assert (doc["counts"]["scored"], doc["counts"]["not scored"]) == (1, 1)
     assert [(e["qid"], e["verdict"], e["judge_model"]) for e in live_scores(run)] == [
         ("q1", "match", "host")]
+
+
+# Regression (hostile input): --mcp-url credentials (user:password@, ?api_key=) were printed in
+# errors and stored in run.json.
+CREDENTIAL_URL = "http://ana:Sup3rSecretPw@127.0.0.1:9/mcp?api_key=abcdef123456"
+
+
+def test_mcp_url_credentials_never_reach_run_json_or_the_repair_commands(tiny, monkeypatch):
+    run, es = tiny
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    @contextmanager
+    def fake_endpoint(eval_set, mcp_url=None, local=False):
+        yield SimpleNamespace(served_revision="r1", environment="samples", package="tiny",
+                              model_path="tiny.malloy", model_sha=None, label=mcp_url)
+
+    monkeypatch.setattr(rs, "open_endpoint", fake_endpoint)
+    monkeypatch.setattr(rs, "score_attempts", lambda *a, **k: [])
+    rs.score_run(run.dir, es.dir, judge=SimpleNamespace(model="m", spec="hand:x"),
+                 judge_spec="hand:x", mcp_url=CREDENTIAL_URL)
+    for name in ("run.json", "RESULTS.md", "summary.json"):
+        text = (run.dir / name).read_text()
+        assert "Sup3rSecretPw" not in text and "abcdef123456" not in text, name
+    assert json.loads((run.dir / "run.json").read_text())["mcpUrl"] == (
+        "http://ana:[REDACTED]@127.0.0.1:9/mcp?api_key=[REDACTED]")
+
+
+def test_unreachable_mcp_url_error_names_the_server_without_its_credentials(tiny):
+    run, es = tiny
+    script = KIT / "skills" / "eval-answer" / "scripts" / "reexecute.py"
+    proc = subprocess.run([sys.executable, str(script), "--run", str(run.dir), "--set", str(es.dir),
+                           "--qid", "q1", "--mcp-url", CREDENTIAL_URL],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == EXIT_UNMEASURED
+    assert "127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
+    assert "Sup3rSecretPw" not in proc.stderr + proc.stdout and "abcdef123456" not in proc.stderr

@@ -97,6 +97,20 @@ def test_overloaded_every_time_is_null_judge_error_and_nothing_else(world, monke
     assert "overloaded" in result.reason
 
 
+# Regression (hostile input): a provider that echoes the API key in its error put the key in
+# score.reason, in judge/error.json and on the terminal.
+def test_provider_error_echoing_the_api_key_is_redacted_everywhere(world, monkeypatch):
+    run, es = world
+    with messages_server([(401, error_body("authentication_error",
+                                           "invalid x-api-key test-key-not-real"))], monkeypatch):
+        result = score(run, es, provider=anthropic())
+    [event] = scores(run)
+    assert result.reason.startswith("judge_error:") and "[REDACTED]" in result.reason
+    on_disk = [p.read_text() for p in run.dir.rglob("*") if p.is_file()]
+    assert not any("test-key-not-real" in text for text in on_disk)
+    assert "test-key-not-real" not in event["reason"]
+
+
 def test_no_usable_verdict_twice_is_null_judge_unparseable_with_raw_replies_kept(world,
                                                                                  monkeypatch):
     run, es = world

@@ -16,10 +16,10 @@ from malloy_evals.answer.transcripts import (
     parse_transcript,
     publisher_tool,
     record_attempt,
-    redact_secrets,
 )
 from malloy_evals.core import schemas
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.redact import redact
 from malloy_evals.endpoint.context_payload import doc_tokens, ranked_summary
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import question_sha
@@ -465,7 +465,63 @@ def test_transcript_copy_redacts_values_of_secret_named_environment_variables(en
 
 
 def test_redaction_leaves_malloy_filters_alone():
-    assert redact_secrets("where: sort_key = 3") == "where: sort_key = 3"
+    assert redact("where: sort_key = 3") == "where: sort_key = 3"
+
+
+# Regressions (hostile input): secrets that reached the ledger, the judge and the copy.
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+PEM_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"
+
+
+def test_api_key_given_as_a_query_parameter_never_reaches_the_ledger(env, tmp_path):
+    set_dir, run_dir = env
+    lines = stream_json_lines()
+    lines[-4] = assistant("msg_6", tool_use("toolu_6", "mcp__publisher__malloy_executeQuery",
+                                            {**PKG, "query": DECLARED,
+                                             "givens": {"min_year": 2024, "api_key": "zz-9f8e7d6c5b"}}))
+    record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    ledger = (run_dir / "events.jsonl").read_text()
+    assert "zz-9f8e7d6c5b" not in ledger
+    [attempt] = events_of(run_dir, "attempt")
+    assert attempt["givens"] == {"min_year": 2024, "api_key": "[REDACTED]"}
+
+
+def test_environment_secret_is_redacted_in_answer_error_and_givens(env, tmp_path, monkeypatch):
+    set_dir, run_dir = env
+    value = "plainvalue-no-known-shape-42"
+    monkeypatch.setenv("WAREHOUSE_API_KEY", value)
+    lines = stream_json_lines(final_text=f"{FINAL_TEXT} (used {value})")
+    lines[7] = tool_result("toolu_3", [{"type": "text", "text": json.dumps(
+        {"error": f"auth {value} refused", "suggestions": []})}], is_error=True)
+    lines[-4] = assistant("msg_6", tool_use("toolu_6", "mcp__publisher__malloy_executeQuery",
+                                            {**PKG, "query": DECLARED, "givens": {"who": value}}))
+    record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    assert value not in (run_dir / "events.jsonl").read_text()
+    [attempt] = events_of(run_dir, "attempt")
+    assert "[REDACTED]" in attempt["answer_text"] and attempt["givens"] == {"who": "[REDACTED]"}
+    assert any(c.get("error") and "[REDACTED]" in c["error"] for c in events_of(run_dir, "tool_call"))
+
+
+def test_transcript_copy_redacts_every_secret_shape_and_the_password_where_it_stands_alone(env, tmp_path):
+    set_dir, run_dir = env
+    lines = stream_json_lines(final_text=f"{FINAL_TEXT} The warehouse password is Tr0ub4dor3.")
+    lines.insert(1, assistant("msg_0", tool_use("toolu_0", "Bash", {"command": "cat .env"})))
+    lines.insert(2, tool_result("toolu_0", "\n".join([
+        "DATABASE_URL=postgres://app:Tr0ub4dor3@db.internal:5432/shop",
+        f"SESSION={JWT}",
+        "aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "MAPS=AIzaSyA-1234567890abcdefghijklmnopqrstu",
+        f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}\n-----END PRIVATE KEY-----"])))
+    record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    copy = (run_dir / "artifacts" / "q1" / "_" / "transcript.jsonl").read_text()
+    ledger = (run_dir / "events.jsonl").read_text()
+    for secret in ("Tr0ub4dor3", JWT, "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                   "AIzaSyA-1234567890abcdefghijklmnopqrstu", PEM_BODY):
+        assert secret not in copy and secret not in ledger
+    [attempt] = events_of(run_dir, "attempt")
+    assert attempt["answer_text"].endswith("The warehouse password is [REDACTED].")
+    assert attempt["final_query"] == DECLARED  # ordinary Malloy is untouched
 
 
 # ---------------------------------------------------------------- refusals and the CLI

@@ -32,6 +32,7 @@ from malloy_evals.core.errors import (
     UnmeasuredError,
     UsageError,
 )
+from malloy_evals.core.redact import redact_url
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
@@ -90,7 +91,7 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
     model_sha = revision = None
     if mcp_url:
         client = connect(url=mcp_url, timeout=timeout)
-        label = mcp_url
+        label = redact_url(mcp_url)  # printed and recorded: never its credentials
         model_sha, revision = _served_identity(mcp_url, env, pkg)
     else:
         if not es.model_dir.is_dir():

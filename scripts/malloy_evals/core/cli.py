@@ -20,6 +20,7 @@ from typing import Any
 
 from malloy_evals.core import paths
 from malloy_evals.core.errors import EXIT_USAGE, KitError
+from malloy_evals.core.redact import redact
 
 
 def parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
@@ -82,7 +83,7 @@ def progress(message: str) -> None:
     One write per line under a lock: print() writes the text and the newline separately, and
     lines from worker threads (score_run, check_coverage) then run into each other."""
     with _PROGRESS_LOCK:
-        sys.stderr.write(message + "\n")
+        sys.stderr.write(redact(message) + "\n")
         sys.stderr.flush()
 
 
@@ -91,7 +92,7 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
     try:
         code = main(argv)
     except KitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

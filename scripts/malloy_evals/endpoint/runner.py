@@ -133,17 +133,6 @@ class _Worker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def warm(self) -> list[int]:
-        """Start every runner of the pool now (before parallel queries arrive); their pids."""
-        held = []
-        try:
-            while len(held) < self.pool_size:
-                held.append(self._checkout())
-        finally:
-            for worker in held:
-                self._checkin(worker)
-        return self.pids
-
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self.alive and self._proc is not None else None

@@ -19,6 +19,7 @@ from typing import Any
 from malloy_evals import __version__
 from malloy_evals.core import files, schemas, vocab
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.redact import redact_url
 from malloy_evals.ledger.events import (
     ARTIFACTS_DIR,
     EVENTS_FILE,
@@ -84,7 +85,7 @@ class Run:
         }
         for key in ("mcpUrl", "publisherUrl"):
             if isinstance(config.get(key), str):
-                info[key] = config[key]
+                info[key] = redact_url(config[key])  # kept in run.json: never its credentials
         info.update(pins)
         problems = schemas.validate("run", info)
         if problems:

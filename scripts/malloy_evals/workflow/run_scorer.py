@@ -26,6 +26,7 @@ from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.retrieval import score_retrieval
 from malloy_evals.core import cli
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError, UsageError
+from malloy_evals.core.redact import redact_url
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.providers.select import provider_stats
@@ -295,7 +296,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
         load_coverage_report(coverage)  # fail on an unreadable report before any work
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
-    endpoint_flag = "--local" if local else f"--mcp-url {mcp_url}"
+    endpoint_flag = "--local" if local else f"--mcp-url {redact_url(str(mcp_url))}"
 
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
@@ -309,7 +310,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                                   rescore=rescore, parallel=parallel, progress=progress,
                                   dry_run=dry_run)
         model_sha = _model_sha(eval_set, endpoint, local)
-        served = {"mcpUrl": mcp_url, "servedRevision": endpoint.served_revision,
+        served = {"mcpUrl": redact_url(mcp_url) if mcp_url else None, "servedRevision": endpoint.served_revision,
                   "environment": endpoint.environment, "package": endpoint.package,
                   "modelPath": endpoint.model_path}
 

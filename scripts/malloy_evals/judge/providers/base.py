@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from malloy_evals.core.errors import KitError
+from malloy_evals.core.redact import redact
 
 ROLES = ("judge", "coverage", "diagnose")
 HAND_AUTHORED = "hand-authored"
@@ -26,7 +27,13 @@ STRUCTURED_TOOL = "submit_result"
 # --------------------------------------------------------------------------- errors
 
 class ProviderError(KitError):
-    """The provider gave up (after bounded retries, or on an error a retry cannot fix)."""
+    """The provider gave up (after bounded retries, or on an error a retry cannot fix).
+
+    Its message is a provider's text (an SDK or HTTP error that may echo the API key), so it is
+    redacted here, once, before anything prints or stores it (score.reason, judge/error.json)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(message))
 
 
 class RecordingMissing(KitError):
