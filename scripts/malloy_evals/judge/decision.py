@@ -225,7 +225,8 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
                             raw_replies=call.to_json(), **base)
     else:
         final = post_process(call.parsed, veto_hits=hits, contaminated=contaminated or False,
-                               phrases=phrases, answer_text=submission.answer_text or "")
+                             phrases=phrases, answer_text=submission.answer_text or "",
+                             planted_agreement=call.planted_agreement)
         decision = Decision(verdict=final.verdict, reason=final.reason, why=final.why,
                             confidence=final.confidence, column_pairing=final.column_pairing,
                             gold_status=final.gold_status, gold_note=final.gold_note,
