@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_support import FUZZ, mutated_lines, read_lines, reads_or_refuses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from malloy_evals.checks.contamination.refs import is_under, make_needle, to_ref
@@ -859,3 +860,29 @@ def test_code_outside_the_repo_reading_its_own_files_is_clean():
 def test_proc_aliases_of_root_and_cwd_are_resolved(path):
     assert check([read(path)]).contaminated is True
     assert check([bash(f"cat {path}")]).contaminated is True
+
+
+
+# Regressions (hostile input): a transcript whose `type` is an object died with a traceback and
+# exit 1, which reads as "contaminated"; a mutated transcript must be checked or refused.
+def test_cli_refuses_a_transcript_line_whose_type_is_an_object_with_exit_3(tmp_path):
+    log = tmp_path / "t.jsonl"
+    log.write_text(json.dumps({"type": "system", "cwd": "/w"}) + "\n"
+                   + json.dumps({"type": {"a": 1}}) + "\n")
+    out = _run_cli("--log", str(log), "--set", SET)
+    assert out.returncode == 3 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == f"error: {log}:2: type: expected a string, got dict"
+
+
+BOOKSHOP = Path(__file__).resolve().parents[1] / "evals" / "bookshop"
+SAMPLE_TRANSCRIPTS = sorted((BOOKSHOP / "transcripts").rglob("*.jsonl"))
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_transcript_is_checked_or_refused_in_one_line(tmp_path_factory, data):
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
+    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
+    path.write_text(data.draw(mutated_lines(read_lines(source))))
+    result = reads_or_refuses(lambda: check_contamination(log=path, set_dir=BOOKSHOP), path)
+    assert result is None or result.contaminated in (True, False, "unknown")

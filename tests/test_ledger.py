@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_lines, read_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.core import schemas
@@ -772,3 +773,20 @@ def test_set_mcp_url_credentials_are_not_copied_into_run_json(tmp_path):
     run = Run.create(tmp_path / "run", set_dir, "answerer-x", run_id="demo-run-1")
     assert "Sup3rSecretPw" not in run.info_path.read_text()
     assert run.info["mcpUrl"] == "https://ana:[REDACTED]@publisher.example/mcp"
+
+
+
+# The tolerant reader never raises on a damaged ledger: every whole line it can use, and the
+# lines it cannot, each named (hostile input).
+BASELINE_EVENTS = Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "runs" / "baseline" / "events.jsonl"
+
+
+@FUZZ
+@given(data=st.data())
+def test_damaged_ledger_is_read_tolerantly(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("l") / "events.jsonl"
+    text = data.draw(mutated_lines(read_lines(BASELINE_EVENTS)))
+    path.write_bytes(data.draw(damaged_bytes(text.encode("utf-8", "backslashreplace"))))
+    read = ledger_events.read_ledger(path)
+    assert all(isinstance(e, dict) for e in read.events)
+    assert all(p.line is None or p.line >= 1 for p in read.problems)

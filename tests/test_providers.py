@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated, mutated_lines, read_lines, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from judge_support import error_body, message_body, messages_server, verdict
 from malloy_evals.core.errors import UsageError
 from malloy_evals.judge.providers.base import (
@@ -458,3 +461,45 @@ def test_host_emit_over_a_planted_link_replaces_the_link(tmp_path):
     with pytest.raises(HostReplyPending):
         emitter.complete(request())
     assert not req_path.is_symlink() and target.read_text() == "theirs"
+
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# Recordings, host replies and authored reply files, mutated: a reply, or one refusal line.
+
+JUDGE_RECORDINGS = Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "recordings" / "judge"
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_recording_replays_or_is_refused_in_one_line(tmp_path_factory, data):
+    source = data.draw(st.sampled_from(sorted(JUDGE_RECORDINGS.glob("calib.*.json"))))
+    d = tmp_path_factory.mktemp("rec")
+    raw = json.dumps(data.draw(mutated(json.loads(source.read_text())))).encode()
+    (d / "r1.q1._.json").write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    replay = make_provider(f"replay:{d}", role="judge", set_dir=None)
+    reads_or_refuses(lambda: replay.complete(request()), d / "r1.q1._.json")
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_host_reply_is_ingested_or_refused_in_one_line(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("host")
+    emitter = make_provider("host", role="judge", set_dir=None, host_mode="emit", host_dir=d)
+    with pytest.raises(HostReplyPending):
+        emitter.complete(request())
+    _req, reply_path = emitter.files_for("r1.q1._")
+    raw = json.dumps(data.draw(mutated(verdict("match", 9)))).encode()
+    reply_path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    ingest = make_provider("host", role="judge", set_dir=None, host_mode="ingest", host_dir=d)
+    reads_or_refuses(lambda: ingest.complete(request()), reply_path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_authored_replies_file_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("hand") / "replies.jsonl"
+    lines = read_lines(JUDGE_RECORDINGS / "_authored.jsonl")[:6]
+    raw = data.draw(mutated_lines(lines)).encode("utf-8", "backslashreplace")
+    path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    reads_or_refuses(lambda: make_provider(f"hand:{path}", role="judge", set_dir=None), path)

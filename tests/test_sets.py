@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated, mutated_lines, read_lines, reads_or_refuses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.jsonl import read_objects
 from malloy_evals.sets.eval_set import check_set, golden_value, load_set, question_sha
 
 SET_JSON = {"name": "demo", "datasetVersion": 2, "targetPackage": "demo",
@@ -277,3 +280,44 @@ def test_arbitrary_json_gives_a_report_or_input_error(tmp_path_factory, config, 
         assert report.errors == []
         for c in es.cases.values():
             golden_value(c, d) if c.golden and "path" not in c.golden else None
+
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# Each set file of the sample set, mutated: read, or refused in one line naming the file.
+
+BOOKSHOP = Path(__file__).resolve().parents[1] / "evals" / "bookshop"
+
+
+def _set_copy(root: Path) -> Path:
+    d = root / "set"
+    d.mkdir()
+    for name in ("set.json", "cases.jsonl", "judge-calibration.jsonl", "judge-regressions.jsonl"):
+        (d / name).write_bytes((BOOKSHOP / name).read_bytes())
+    shutil.copytree(BOOKSHOP / "goldens", d / "goldens")
+    return d
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_set_files_are_read_or_refused_in_one_line(tmp_path_factory, data):
+    d = _set_copy(tmp_path_factory.mktemp("s"))
+    name = data.draw(st.sampled_from(["set.json", "cases.jsonl"]))
+    if name == "set.json":
+        text = json.dumps(data.draw(mutated(json.loads((BOOKSHOP / name).read_text()))))
+    else:
+        text = data.draw(mutated_lines(read_lines(BOOKSHOP / name)))
+    raw = text.encode("utf-8", "backslashreplace")
+    (d / name).write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    # set.json decides how cases.jsonl is read: a refusal may name either.
+    reads_or_refuses(lambda: load_set(d), d / name, d / "set.json", d / "cases.jsonl")
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_judge_fixture_files_are_read_or_refused_in_one_line(tmp_path_factory, data):
+    d = _set_copy(tmp_path_factory.mktemp("s"))
+    name = data.draw(st.sampled_from(["judge-calibration.jsonl", "judge-regressions.jsonl"]))
+    raw = data.draw(mutated_lines(read_lines(BOOKSHOP / name))).encode("utf-8", "backslashreplace")
+    (d / name).write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    reads_or_refuses(lambda: read_objects(d / name), d / name)

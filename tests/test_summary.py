@@ -8,6 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import figures as sm_figures
 from malloy_evals.report import markdown as sm_markdown
@@ -421,3 +424,18 @@ def test_results_files_replace_planted_links(tmp_path):
     assert not md.is_symlink() and not js.is_symlink()
     assert md.read_text().startswith("#") and json.loads(js.read_text())["status"] == "complete"
     assert {p.read_text() for p in outside.iterdir()} == {"theirs"}
+
+
+
+# A check_coverage report, mutated (hostile input): read, or refused in one line naming it.
+@FUZZ
+@given(data=st.data())
+def test_mutated_coverage_report_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    from malloy_evals.report.figures import load_coverage_report
+
+    report = {"cases_detail": [{"qid": "q1", "verdict": "MODELLED"}, {"qid": "q2", "verdict": None}],
+              "decided": 1, "coverage": 1.0}
+    path = tmp_path_factory.mktemp("cov") / "coverage.json"
+    raw = json.dumps(data.draw(mutated(report))).encode()
+    path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    reads_or_refuses(lambda: load_coverage_report(path), path)

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_lines, read_lines, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.answer.transcripts import (
     ExecuteCall,
     choose_final_query,
@@ -22,6 +25,7 @@ from malloy_evals.core.errors import InputError
 from malloy_evals.core.redact import redact
 from malloy_evals.endpoint.context_payload import doc_tokens, ranked_summary
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import validate_run
 from malloy_evals.sets.eval_set import question_sha
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
@@ -663,3 +667,78 @@ def test_transcript_copy_is_never_written_through_a_planted_link(env, tmp_path):
         record_attempt(run_dir, set_dir, "q1",
                        transcript=write_lines(tmp_path / "t.jsonl", stream_json_lines()))
     assert list(outside.iterdir()) == [] and events_of(run_dir, "attempt") == []
+
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# Regressions: a transcript whose `type` is an object or a list, or that spells a lone surrogate
+# (`\ud800`), made record_attempt die with a traceback.
+
+BOOKSHOP = KIT_ROOT / "evals" / "bookshop"
+SAMPLE_TRANSCRIPTS = sorted((BOOKSHOP / "transcripts").rglob("*.jsonl"))
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_transcript_parses_or_is_refused_in_one_line(tmp_path_factory, data):
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
+    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
+    text = data.draw(mutated_lines(read_lines(source)))
+    if data.draw(st.booleans()):
+        path.write_bytes(data.draw(damaged_bytes(text.encode())))
+    else:
+        path.write_text(text)
+    reads_or_refuses(lambda: parse_transcript(path), path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_recording_a_hostile_transcript_records_a_valid_attempt_or_writes_nothing(tmp_path_factory,
+                                                                                  data):
+    root = tmp_path_factory.mktemp("fuzz")
+    set_dir = make_set(root)
+    run_dir = make_run(root, set_dir)
+    good = write_lines(root / "good.jsonl", stream_json_lines())
+    record_attempt(run_dir, set_dir, "q1", transcript=good)  # already written: must not be lost
+    before = _tree(run_dir)
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
+    path = root / "t.jsonl"
+    path.write_text(data.draw(mutated_lines(read_lines(source))))
+    recorded = reads_or_refuses(lambda: record_attempt(run_dir, set_dir, "q2", transcript=path),
+                                path)
+    if recorded is None:
+        assert _tree(run_dir) == before
+    else:
+        assert all(after == before[name] for name, after in _tree(run_dir).items()
+                   if name in before and name not in ("events.jsonl",))
+        assert (run_dir / "events.jsonl").read_bytes().startswith(before["events.jsonl"])
+        assert validate_run(run_dir).exit_code == 0
+
+
+def test_record_attempt_script_refuses_an_object_type_with_exit_3_and_one_line(env, tmp_path):
+    set_dir, run_dir = env
+    lines = stream_json_lines()
+    lines[3] = {"type": {"a": 1}, "message": {}}
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    out = subprocess.run([sys.executable, str(SCRIPT), "--run", str(run_dir), "--set", str(set_dir),
+                          "--qid", "q1", "--transcript", str(path)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 3 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "t.jsonl:4: type: expected a string" in out.stderr
+
+
+def test_lone_surrogate_in_a_transcript_is_recorded_as_a_replacement_character(env, tmp_path):
+    set_dir, run_dir = env
+    path = tmp_path / "t.jsonl"
+    path.write_text(write_lines(tmp_path / "x.jsonl", stream_json_lines(
+        final_text="Revenue is 10 \ud800.")).read_text())
+    out = subprocess.run([sys.executable, str(SCRIPT), "--run", str(run_dir), "--set", str(set_dir),
+                          "--qid", "q1", "--transcript", str(path)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    [attempt] = events_of(run_dir, "attempt")
+    assert attempt["answer_text"].endswith("10 \ufffd.") and validate_run(run_dir).exit_code == 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from malloy_evals.core import jsonl
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.vocab import ENTITY_KINDS, split_entity_id
 from malloy_evals.ledger.run import Run
@@ -335,7 +336,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 def _parse(path: Path, number: int, line: str, warnings: list[str]) -> dict[str, Any] | None:
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         # Reading is tolerant, as in the ledger's own reader; validate.py is what fails the file.
         warnings.append(f"{path.name}:{number}: not valid JSON (skipped)")
         return None
@@ -360,7 +361,7 @@ def _parse_call(path: Path, number: int, line: str, warnings: list[str]) -> dict
         try:
             value = json.loads(cut)
             return value if isinstance(value, dict) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return _parse(path, number, line, warnings)
 
@@ -388,7 +389,7 @@ def _void_targets(events_path: Path) -> set[str]:
 def _add_void(line: bytes, voided: set[str]) -> None:
     try:
         event = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return  # reported by the line pass, with its number
     if isinstance(event, dict) and event.get("kind") == "void" and isinstance(event.get("target_event_id"), str):
         voided.add(event["target_event_id"])
@@ -444,9 +445,10 @@ def load_coverage_report(path: str | Path) -> dict[str, str | None]:
     """{qid: measured verdict} from a check_coverage report's `cases_detail` (None = undecided)."""
     path = Path(path)
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read coverage report: {exc.strerror or exc}") from None
+        report = jsonl.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read coverage report: "
+                                     f"{getattr(exc, 'strerror', None) or exc}") from None
     except ValueError as exc:
         raise InputError(path, getattr(exc, "lineno", None), "coverage report is not JSON") from None
     detail = report.get("cases_detail") if isinstance(report, dict) else None

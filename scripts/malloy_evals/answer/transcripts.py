@@ -13,7 +13,6 @@ and answer) is blanked in the copy and in every field of the events derived from
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +22,7 @@ from typing import Any, Literal
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.toollog import ToolLog, read_tool_uses
 from malloy_evals.checks.toollog import ToolUse as LoggedUse
+from malloy_evals.core import jsonl
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.core.redact import Redactor
@@ -113,7 +113,7 @@ def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
         raise InputError(path, None, "empty file: no transcript in it")
     if stripped[0] in "[{":
         try:
-            whole = json.loads(stripped)
+            whole = jsonl.loads(stripped)
         except ValueError:
             whole = None
         if isinstance(whole, list):
@@ -128,7 +128,7 @@ def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
         if not line.strip():
             continue
         try:
-            values.append(json.loads(line))
+            values.append(jsonl.loads(line))
         except ValueError:
             if number - 1 == last:
                 # A session killed mid-write leaves half a line; the rest is still the record.

@@ -8,6 +8,7 @@ result to `emit`, and returns an exit code; `run(main)` turns kit errors into on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import json
@@ -89,6 +90,11 @@ def progress(message: str) -> None:
 
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> None:
     """Call a script's main and exit with its code; kit errors become one stderr line, no traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        # Text from outside may hold a lone surrogate, which has no UTF-8 form: print its
+        # \\uXXXX escape (valid inside a JSON string) rather than die on it.
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
         code = main(argv)
     except KitError as exc:

@@ -82,7 +82,9 @@ def _write_all(fd: int, payload: bytes) -> None:
 
 
 def _bytes(data: bytes | str) -> bytes:
-    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    # backslashreplace: a lone surrogate (no UTF-8 form) is written as its \\uXXXX escape, which
+    # inside a JSON string is that same character; every other character is plain UTF-8.
+    return data.encode("utf-8", "backslashreplace") if isinstance(data, str) else bytes(data)
 
 
 def numbered(name: str, n: int) -> str:

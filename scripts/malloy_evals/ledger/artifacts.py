@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from malloy_evals.core import jsonl
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,9 @@ def read_prediction(run: Any, qid: str, sample: int | None) -> PredictionView | 
     envelope: dict = {}
     if env_path is not None:
         try:
-            loaded = json.loads(env_path.read_text(encoding="utf-8"))
+            loaded = jsonl.loads(env_path.read_text(encoding="utf-8"))
             envelope = loaded if isinstance(loaded, dict) else {}
-        except ValueError:
+        except (ValueError, OSError):
             envelope = {}
     error = envelope.get("error")
     if csv_path is None and not error:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals import __version__
-from malloy_evals.core import files, schemas, vocab
+from malloy_evals.core import files, jsonl, schemas, vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.redact import redact_url
 from malloy_evals.ledger.events import (
@@ -257,8 +257,11 @@ class Run:
         if not batch:
             return []
         try:
+            # backslashreplace: a lone surrogate is written as its \\uXXXX escape, the same
+            # string once read back; no other character is affected.
             lines = [json.dumps(e, ensure_ascii=False, separators=(",", ":"),
-                                allow_nan=False).encode("utf-8") + b"\n" for e in batch]
+                                allow_nan=False).encode("utf-8", "backslashreplace") + b"\n"
+                     for e in batch]
         except (ValueError, TypeError) as exc:  # NaN, infinity, or a value JSON has no type for
             raise LedgerError(self.events_path, None, f"event is not valid JSON: {exc}") from None
         data = b"".join(lines)
@@ -410,7 +413,7 @@ def _load_run_json(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, None, f"cannot be read: {exc}") from None
     try:
-        info = json.loads(text)
+        info = jsonl.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, exc.lineno, f"not valid JSON: {exc.msg}") from None
     if not isinstance(info, dict):

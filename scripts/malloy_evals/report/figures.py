@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import retrieval
+from malloy_evals.core import jsonl
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.paths import KIT_ROOT
@@ -599,9 +600,10 @@ def load_coverage_report(report: Mapping[str, Any] | str | Path | None) -> dict[
 
     path = Path(report)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read the coverage report: {exc.strerror}") from exc
+        data = jsonl.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read the coverage report: "
+                                     f"{getattr(exc, 'strerror', None) or exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, exc.lineno, f"not JSON: {exc.msg}") from exc
     if not isinstance(data, dict):

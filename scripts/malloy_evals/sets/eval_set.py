@@ -11,14 +11,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import schemas, vocab
+from malloy_evals.core import jsonl, schemas, vocab
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError
 from malloy_evals.core.findings import LineProblem
 
@@ -271,7 +270,7 @@ def _jsonl(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
         if not text.strip():
             continue  # blank lines are harmless in an authored file
         try:
-            yield number, json.loads(text), None
+            yield number, jsonl.loads(text), None
         except (ValueError, RecursionError) as exc:
             yield number, None, f"not valid JSON: {getattr(exc, 'msg', exc)}"
 
@@ -301,7 +300,7 @@ def _scan(set_dir: Path) -> _Scan:
         scan.problem(SET_FILE, None, "missing")
     else:
         try:
-            config = json.loads(set_bytes.decode("utf-8-sig"))
+            config = jsonl.loads(set_bytes.decode("utf-8-sig"))
         except UnicodeDecodeError:
             scan.problem(SET_FILE, None, "not UTF-8")
         except (ValueError, RecursionError) as exc:
@@ -422,7 +421,7 @@ def _read_golden_file(set_dir: Path, relative: str) -> list[dict[str, Any]]:
                                         f"{getattr(exc, 'strerror', None) or exc}") from None
     if suffix == ".json":
         try:
-            rows = json.loads(text)
+            rows = jsonl.loads(text)
         except (ValueError, RecursionError) as exc:
             raise InputError(relative, getattr(exc, "lineno", None),
                              f"{_clip(relative)} is not valid JSON") from None

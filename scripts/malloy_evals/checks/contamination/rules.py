@@ -53,7 +53,6 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +73,7 @@ from malloy_evals.checks.contamination.tools import tool_kind
 from malloy_evals.checks.contamination.touches import Touch, _Seen, _State
 from malloy_evals.checks.contamination.uses import _see
 from malloy_evals.checks.toollog import ToolLog, ToolUse, read_tool_uses
+from malloy_evals.core import jsonl
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
 
 Rule = Literal["eval-area", "model-file", "recursive-read", "script-may-read", "under-report",
@@ -226,7 +226,7 @@ def read_set_pins(set_dir: str | Path) -> tuple[str | None, str | None]:
     if not path.is_file():
         return None, None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonl.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(path, getattr(exc, "lineno", None), f"cannot read set.json: {exc}") from None
     if not isinstance(data, dict):

@@ -68,7 +68,9 @@ def canonical_json(value: Any) -> str:
 
 
 def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate from hand-edited JSON digests like any other character
+    # instead of failing (the kit's own readers replace them; UTF-8 text digests as it always did).
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import files
+from malloy_evals.core import files, jsonl
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.judge.providers.base import (
     HOST_SOURCE,
@@ -78,15 +78,19 @@ class HostProvider:
             raise HostReplyPending(f"no reply yet at {reply_path} (emit first, then let the host "
                                    f"subagent write it)")
         try:
-            emitted = json.loads(req_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise InputError(req_path, None, f"unreadable request: {exc}") from None
-        if emitted.get("request_digest") != digest:
+            emitted = jsonl.loads(req_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise InputError(req_path, getattr(exc, "lineno", None),
+                             f"unreadable request: {exc}") from None
+        if not isinstance(emitted, dict) or emitted.get("request_digest") != digest:
             raise RecordingStale(f"{req_path}: the request changed since it was emitted; "
                                  f"emit again with --emit")
-        raw = reply_path.read_text(encoding="utf-8")
         try:
-            sample: Any = json.loads(raw)
+            raw = reply_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(reply_path, None, f"unreadable reply: {exc}") from None
+        try:
+            sample: Any = jsonl.loads(raw)
         except ValueError:
             sample = raw  # a reply that is not JSON is raw text, parsed like any other reply
         return reply_from_sample(sample, source=HOST_SOURCE, digest=digest)
