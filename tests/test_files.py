@@ -87,3 +87,20 @@ def test_root_reached_through_a_link_the_user_chose_is_fine(places, tmp_path):
     (tmp_path / "alias").symlink_to(root)
     files.create_new(tmp_path / "alias" / "a.txt", "1", tmp_path / "alias")
     assert (root / "a.txt").read_text() == "1" and os.path.islink(tmp_path / "alias")
+
+
+
+def test_append_to_a_hard_link_of_an_outside_file_is_refused(places):
+    root, outside = places
+    (outside / "events.jsonl").write_text("theirs\n")
+    os.link(outside / "events.jsonl", root / "events.jsonl")
+    with pytest.raises(InputError, match="hard link"):
+        files.open_append(root / "events.jsonl", root)
+    assert (outside / "events.jsonl").read_text() == "theirs\n"
+
+
+def test_append_to_a_planted_pipe_is_refused_without_blocking(places):
+    root, _ = places
+    os.mkfifo(root / "events.jsonl")
+    with pytest.raises(InputError, match="pipe"):
+        files.open_append(root / "events.jsonl", root)

@@ -43,6 +43,15 @@ SECRETS = [
     pytest.param('{"client_secret": "zq8-plain-secret"}', "zq8-plain-secret", id="json-member"),
     pytest.param("mytool --api-key abcdefgh12345 --verbose", "abcdefgh12345", id="flag"),
     pytest.param("mytool --password=CorrectHorse9", "CorrectHorse9", id="flag-equals"),
+    pytest.param("stripe sk_live_51HabcdEFGHijklMNOPqr", "sk_live_51HabcdEFGHijklMNOPqr", id="stripe"),
+    pytest.param("glpat-abcdefghij1234567890", "glpat-abcdefghij1234567890", id="gitlab"),
+    pytest.param("hf_abcdefghijklmnopqrstuvwxyz123456", "hf_abcdefghijklmnopqrstuvwxyz123456",
+                 id="huggingface"),
+    pytest.param("-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGX\n-----END PGP PRIVATE KEY BLOCK-----",
+                 "lQOYBGX", id="pgp-block"),
+    pytest.param("X-Api-Key: 9f8e7d6c5b4a3f2e1d", "9f8e7d6c5b4a3f2e1d", id="header"),
+    pytest.param("redis://:S3cretRedisPw@cache:6379/0", "S3cretRedisPw", id="url-password-no-user"),
+    pytest.param("Server=db;User Id=app;Password=Adm1nPass!;", "Adm1nPass!", id="ado-connection"),
 ]
 
 # Ordinary text the kit keeps: none of it may change.
@@ -60,6 +69,7 @@ ORDINARY = [
     pytest.param("http://127.0.0.1:4040/mcp and https://docs.malloydata.dev/documentation/", id="plain-urls"),
     pytest.param("The password requirement and the api key rotation are documented.", id="prose"),
     pytest.param("Bearer of bad news", id="bearer-word"),
+    pytest.param("authentication: required; token: none given", id="header-like-prose"),
     pytest.param('{"verdict": "match", "confidence": 9, "why": "figures agree"}', id="verdict-json"),
 ]
 

@@ -10,7 +10,8 @@ the kit's into a write somewhere else. Every writer under a run goes through thi
 - a new file is created exclusively (O_CREAT | O_EXCL, which never follows a link either);
 - a file that is rewritten (run.json, summary.json, RESULTS.md, a page) is written to a fresh
   temporary file beside it and renamed over it (a rename replaces a link, never writes through it);
-- an append (events.jsonl) opens the file with O_NOFOLLOW.
+- an append (events.jsonl) opens the file with O_NOFOLLOW, and refuses one with another hard
+  link (a second name of a file that may live elsewhere) or that is not a plain file.
 
 The root itself is taken as given: a run folder reached through a link the user chose is fine.
 """
@@ -58,11 +59,8 @@ def folder(directory: Path, root: Path | None = None, *, create: bool = True) ->
     try:
         for name in _parts(directory, root):
             walked = walked / name
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=fd)
             try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                child = _open_dir(name, fd, create)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise InputError(walked, None, LINK_MESSAGE) from None
@@ -74,11 +72,24 @@ def folder(directory: Path, root: Path | None = None, *, create: bool = True) ->
         os.close(fd)
 
 
-def _write_all(fd: int, payload: bytes) -> None:
+def _open_dir(name: str, dir_fd: int, create: bool) -> int:
+    """Open the folder `name` inside `dir_fd` without following a link, making it when missing."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+    with contextlib.suppress(FileExistsError):  # another writer may make it at the same moment
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _write_all(fd: int, payload: bytes, sync: bool = True) -> None:
     view = memoryview(payload)
     while view:
         view = view[os.write(fd, view):]
-    os.fsync(fd)
+    if sync:
+        os.fsync(fd)
 
 
 def _bytes(data: bytes | str) -> bytes:
@@ -94,11 +105,12 @@ def numbered(name: str, n: int) -> str:
 
 
 def create_new(path: Path, data: bytes | str, root: Path | None = None, *,
-               number: bool = False) -> Path | None:
+               number: bool = False, sync: bool = True) -> Path | None:
     """Create `path` with `data`, never overwriting and never through a link.
 
     An existing `path` gives None, or with `number`, the next free `x.2.ext`, `x.3.ext`, ...
     (the path written is returned). A link in `path`'s place is refused, not taken as "exists".
+    `sync` flushes the file to disk before returning (evidence a later step relies on).
     """
     path = Path(path)
     payload = _bytes(data)
@@ -116,7 +128,7 @@ def create_new(path: Path, data: bytes | str, root: Path | None = None, *,
                 n += 1
                 continue
             try:
-                _write_all(fd, payload)
+                _write_all(fd, payload, sync)
             finally:
                 os.close(fd)
             return path.parent / name
@@ -166,12 +178,21 @@ def open_append(path: Path, root: Path) -> int:
     path = Path(path)
     with folder(path.parent, root, create=False) as dir_fd:
         try:
-            return os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                           | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+            fd = os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC | os.O_NONBLOCK, 0o644, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise InputError(path, None, LINK_MESSAGE) from None
             raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        # A hard link is a second name for a file that may live outside the run (a FIFO or a
+        # device is no ledger either): appending to it would write there.
+        os.close(fd)
+        raise InputError(path, None, "is not a plain file of its own (a hard link, a pipe or a "
+                                     "device): the kit never appends to one")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def is_real_dir(path: Path) -> bool:

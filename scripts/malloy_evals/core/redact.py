@@ -44,9 +44,17 @@ _SHAPES: list[re.Pattern[str]] = [
     re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),                   # Slack
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),                    # AWS access key ids
     re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),                          # Google API keys
+    re.compile(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),       # Stripe secret keys
+    re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"),                       # GitLab
+    re.compile(r"\bnpm_[A-Za-z0-9]{30,}"),                           # npm
+    re.compile(r"\bpypi-[A-Za-z0-9_-]{40,}"),                        # PyPI
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),                            # Hugging Face
+    re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),     # SendGrid
+    re.compile(r"\bdop_v1_[a-f0-9]{40,}"),                           # DigitalOcean
+    re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/]+"),  # Slack webhooks
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
-    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
-               re.DOTALL),
+    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?-----END [A-Z0-9 ]*PRIVATE KEY"
+               r"[A-Z ]*-----", re.DOTALL),
     re.compile(r"(?i)\b(?:bearer|basic)\s+([A-Za-z0-9._~+/=-]{8,})"),
     # The password of a URL's user part: scheme://user:PASSWORD@host
     re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^/\s:@'\"<>]*:([^@/\s'\"<>]+)@"),
@@ -65,6 +73,10 @@ _NAMED: list[re.Pattern[str]] = [
     # Credentials files and CLIs: `aws_secret_access_key = VALUE`, `aws_session_token VALUE`.
     re.compile(r"(?i)\baws_(?:secret_access_key|session_token|secret_key)[\"']?\s*[=:]?\s*[\"']?"
                r"([A-Za-z0-9/+=._-]{8,})"),
+    # Headers: `X-Api-Key: VALUE`, `X-Auth-Token: VALUE` (a value with letters and digits, as
+    # tokens have; `authentication: required` is prose).
+    re.compile(r"(?i)\b[\w-]*(?:api[_-]?key|token|secret|auth)[\w-]*\s*:\s*"
+               r"(?=[A-Za-z0-9._~+/=-]*\d)(?=[A-Za-z0-9._~+/=-]*[A-Za-z])([A-Za-z0-9._~+/=-]{8,})"),
     # Flags: --api-key VALUE, --password=VALUE, --token VALUE.
     re.compile(r"(?i)(?<![\w-])--?(?:[a-z0-9]+-)*(?:api-?key|key|token|secret|password|passwd)"
                r"(?:=|\s+)(?!-)([^\s\"'&;,]+)"),

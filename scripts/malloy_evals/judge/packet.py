@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -89,11 +90,15 @@ def normalise(text: str) -> str:
                    if unicodedata.category(ch) != "Cf" and ch not in _FILLERS)
 
 
+@functools.lru_cache(maxsize=4096)
 def _fold(ch: str) -> str:
     mapped = _CONFUSABLES.get(ch)
     if mapped is not None:
         return mapped
-    low = ch.lower()
+    if unicodedata.category(ch) == "Mn":
+        return "\x01"  # a combining mark: no letter, so the guards read past it
+    base = unicodedata.normalize("NFD", ch)[0]  # an accented letter folds to its base letter
+    low = (base if base.isascii() and base.isalpha() else ch).lower()
     return low if len(low) == 1 else ch
 
 
@@ -111,8 +116,8 @@ def skeleton(text: str) -> str:
 _HEADINGS = ("question", "case", "golden", "canonical query", "rubric", "must state",
              "must not use", "answer", "queries the answerer ran", "final query", "prediction",
              "model sources")
-_HEADING_LINE = re.compile(r"(?m)^([\s>#*_/|\-+.:;,()\[\]`'\"0-9]*)(" + "|".join(
-    h.replace(" ", r"\W*") for h in _HEADINGS) + r")\b")
+_HEADING_LINE = re.compile(r"(?m)^([\s>#*_/|\-+.:;,()\[\]`'\"0-9\x01]*)(" + "|".join(
+    r"\W*".join("\x01*".join(word) for word in h.split()) for h in _HEADINGS) + r")(?![\w\x01])")
 ANSWERER_MARK = "(answerer text)"
 # Text that could end the packet or a fence early: PACKET START / END, and any tag that opens or
 # closes an answer fence, spaced or punctuated however.

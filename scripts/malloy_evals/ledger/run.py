@@ -382,7 +382,9 @@ class Run:
         None when it did. Never through a link: a link in its place is an InputError."""
         if not isinstance(data, (bytes, str)):
             data = json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
-        return files.create_new(Path(folder) / name, data, self.dir)
+        # Not flushed to disk: the score event that points at it is, and a judge folder is
+        # evidence to read, never state the kit resumes from.
+        return files.create_new(Path(folder) / name, data, self.dir, sync=False)
 
     def new_artifact_dir(self, qid: str, sample: int | None, name: str) -> Path:
         """Create a fresh artifact folder: `judge/`, or `judge.2/` when that exists, and so on."""
