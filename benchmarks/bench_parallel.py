@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from malloy_evals.ledger.events import read_ledger  # noqa: E402
-from malloy_evals.ledger.run import Run  # noqa: E402
+from malloy_evals.ledger.events import read_ledger
+from malloy_evals.ledger.run import Run
 
 SET = ROOT / "evals" / "bookshop"
 BASELINE = SET / "runs" / "baseline"

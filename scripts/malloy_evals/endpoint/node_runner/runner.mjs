@@ -25,7 +25,7 @@ import { API, Result, SingleConnectionRuntime, modelDefToModelInfo } from '@mall
 import { DuckDBConnection } from '@malloydata/db-duckdb';
 
 const DEFAULT_ROW_LIMIT = 1000; // the Publisher's PUBLISHER_DEFAULT_QUERY_ROW_LIMIT
-const DEFAULT_BYTE_CAP = 64 * 1024 * 1024; // JSON characters of rows one query may materialise
+const DEFAULT_BYTE_CAP = 16 * 1024 * 1024; // JSON characters of rows one query may materialise
 const DEFAULT_MEMORY_LIMIT = '1GB'; // DuckDB's own working memory, per runner
 const SEARCH_DEFAULT_LIMIT = 10;
 // Kinds the Publisher indexes for lexical retrieval; joins are kept for the typed form only.
