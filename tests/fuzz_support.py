@@ -87,3 +87,25 @@ def reads_or_refuses(read: Callable[[], Any], path: Path, *also: Path) -> Any:
         if isinstance(exc, InputError):
             assert any(p.name in message for p in (path, *also)), f"a refusal names the file: {message!r}"
         return None
+
+
+SAMPLE_TRANSCRIPTS = sorted((Path(__file__).resolve().parents[1] / "evals" / "bookshop"
+                             / "transcripts").rglob("*.jsonl"))
+
+
+def mutated_transcript(data: st.DataObject, folder: Path) -> Path:
+    """A sample transcript with one to three lines mutated, written to `folder`/t.jsonl."""
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
+    path = folder / "t.jsonl"
+    path.write_text(data.draw(mutated_lines(read_lines(source))))
+    return path
+
+
+def mutated_report(data: st.DataObject, folder: Path) -> Path:
+    """A small check_coverage report, mutated or with damaged bytes, written to `folder`."""
+    report = {"cases_detail": [{"qid": "q1", "verdict": "MODELLED"}, {"qid": "q2", "verdict": None}],
+              "decided": 1, "coverage": 1.0}
+    path = folder / "coverage.json"
+    raw = json.dumps(data.draw(mutated(report))).encode()
+    path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    return path

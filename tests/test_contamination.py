@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz_support import FUZZ, mutated_lines, read_lines, reads_or_refuses
+from fuzz_support import FUZZ, mutated_transcript, reads_or_refuses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from malloy_evals.checks.contamination.refs import is_under, make_needle, to_ref
@@ -875,14 +875,11 @@ def test_cli_refuses_a_transcript_line_whose_type_is_an_object_with_exit_3(tmp_p
 
 
 BOOKSHOP = Path(__file__).resolve().parents[1] / "evals" / "bookshop"
-SAMPLE_TRANSCRIPTS = sorted((BOOKSHOP / "transcripts").rglob("*.jsonl"))
 
 
 @FUZZ
 @given(data=st.data())
 def test_mutated_transcript_is_checked_or_refused_in_one_line(tmp_path_factory, data):
-    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
-    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
-    path.write_text(data.draw(mutated_lines(read_lines(source))))
+    path = mutated_transcript(data, tmp_path_factory.mktemp("fuzz"))
     result = reads_or_refuses(lambda: check_contamination(log=path, set_dir=BOOKSHOP), path)
     assert result is None or result.contaminated in (True, False, "unknown")

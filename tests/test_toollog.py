@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz_support import FUZZ, damaged_bytes, mutated, mutated_lines, read_lines, reads_or_refuses
+from fuzz_support import (
+    FUZZ,
+    SAMPLE_TRANSCRIPTS,
+    damaged_bytes,
+    mutated,
+    mutated_transcript,
+    reads_or_refuses,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from malloy_evals.checks.toollog import ToolUse, read_tool_uses
@@ -208,7 +215,6 @@ def test_non_utf8_file_is_an_input_error(tmp_path):
 
 
 SAMPLES = Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "transcripts"
-TRANSCRIPTS = sorted(SAMPLES.rglob("*.jsonl"))
 HOST_LOG = SAMPLES / "leaky" / "bk_member_count.hostlog.json"
 
 
@@ -222,16 +228,14 @@ def test_transcript_line_whose_type_is_not_a_string_is_refused_naming_the_line(t
 @FUZZ
 @given(data=st.data())
 def test_mutated_transcript_is_read_or_refused_in_one_line(tmp_path_factory, data):
-    source = data.draw(st.sampled_from(TRANSCRIPTS))
-    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
-    path.write_text(data.draw(mutated_lines(read_lines(source))))
+    path = mutated_transcript(data, tmp_path_factory.mktemp("fuzz"))
     reads_or_refuses(lambda: read_tool_uses(path), path)
 
 
 @FUZZ
 @given(data=st.data())
 def test_damaged_transcript_bytes_are_read_or_refused_in_one_line(tmp_path_factory, data):
-    source = data.draw(st.sampled_from(TRANSCRIPTS))
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
     path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
     path.write_bytes(data.draw(damaged_bytes(source.read_bytes())))
     reads_or_refuses(lambda: read_tool_uses(path), path)
