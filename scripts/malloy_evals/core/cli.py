@@ -124,6 +124,14 @@ def existing_dir(value: str) -> Path:
     return path
 
 
+def existing_file(value: str) -> Path:
+    """argparse type: a file that must exist (a missing one is a usage error)."""
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value}: not a file")
+    return path
+
+
 def count(value: str) -> int:
     """argparse type: a whole number, 0 or more, refused in words (not as the function's name)."""
     try:
