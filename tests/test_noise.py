@@ -68,8 +68,8 @@ def test_runs_of_different_arms_are_refused_and_nothing_is_written(tmp_path):
     out = tmp_path / "band.json"
     result = measure_noise([r1, r2], s, out)
     assert result.refused and result.exit_code == 3 and result.band is None
-    assert result.differences == ["answererModel differs between the runs (another-answerer, "
-                                  "answerer-x): an A/A band needs runs of the same arm"]
+    assert result.differences == [("answererModel differs between the runs (another-answerer, "
+                                   "answerer-x): an A/A band needs runs of the same arm")]
     assert not out.exists()
 
 
