@@ -180,8 +180,8 @@ def verdict_line(*, delta_points: float | None, delta_ci: Sequence[float] | None
             if low <= 0 <= high:
                 why.append("the 95% CI includes 0")
             if beyond is False:
-                why.append(f"{n_flips} flip{'s' if n_flips != 1 else ''} are no more than two runs "
-                           f"of the same arm showed ({band_max})")
+                why.append(f"two runs of the same arm already differ by {band_max} "
+                           f"flip{'s' if band_max != 1 else ''}")
             line += f"; not enough: {' and '.join(why)}"
     if targets:
         done = sum(1 for v in targets.values() if v == FIXED)
