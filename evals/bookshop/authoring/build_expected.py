@@ -146,7 +146,7 @@ comparisons = {
 }
 
 doc = {
- "about": "The verdict each recorded attempt is meant to get, and the judge reply a hand-authored recording should hold for the attempts that reach the judge (judge_reply follows reference/schemas/judge_verdict.schema.json). Judge recording keys: <runId>.<qid>.<sample> with sample written _ (e.g. baseline.bk_total_revenue._). Checked at 13:11 UTC by scoring scratch copies of both runs with scripts/demo.py (score_run.py --judge replay --local over the hand-authored recordings made from these replies by author_recordings.py): every verdict, judge verdict and confidence below came out as written.",
+ "about": "The verdict each recorded attempt is meant to get, and the judge reply a hand-authored recording should hold for the attempts that reach the judge (judge_reply follows reference/schemas/judge_verdict.schema.json). Judge recording keys: <runId>.<qid>.<sample> with sample written _ (e.g. baseline.bk_total_revenue._). Checked by scoring scratch copies of the runs with scripts/demo.py (score_run.py --judge replay --local over the hand-authored recordings made from these replies by author_recordings.py; the candidate run with --model evals/bookshop/model-candidate): every verdict, judge verdict and confidence below came out as written, and so did the comparisons at the end.",
  "runs": {
   "baseline": {"runId": "baseline", "phase": "baseline", "status": "complete", "attempts": base,
     "summary": {"attempts": 18, "match": 9, "no_match": 5, "near_match": 1, "needs_human": 1, "null": {"not_submitted": 1, "golden_provisional": 1},
