@@ -232,6 +232,9 @@ def test_allowed_differences_are_in_the_headline_of_every_output(tmp_path):
     c = compare_runs([base], [cand], s, only_common_cases=True, out_dir=out)
     assert c.comparable and c.dropped == {"b": "b: goldenRevision 1 vs 2"}
     assert [r.qid for r in c.rows] == ["a"]
+    targeted = compare_runs([base], [cand], s, only_common_cases=True, targets=["b"])
+    assert targeted.targets == {"b": "not fixed"}
+    assert "target b: not compared (b: goldenRevision 1 vs 2)" in targeted.headline
     said = "compared despite (allowed by --only-common-cases): b: goldenRevision 1 vs 2"
     assert said in c.headline
     assert said in (out / "COMPARE.md").read_text()

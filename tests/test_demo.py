@@ -257,8 +257,11 @@ def test_demo_comparison_every_flip_the_delta_and_the_band_decision(needs_node, 
     assert doc["base_pass_rate"] == round(9 / 14, 6)
     assert doc["candidate_pass_rate"] == round(10 / 14, 6)
     assert doc["delta_points"] == round(100 / 14, 4)
-    low, high = doc["delta_ci"]
-    assert low < 0 < high
+    # The per-case differences are +1 (twice), -1 (once) and 0 (11 times). Enumerating the
+    # bootstrap of their mean over 14 draws (multinomial 2/14, 1/14, 11/14): P(mean <= -3/14) =
+    # 0.0178 and P(mean <= -2/14) = 0.0659, so the 2.5th percentile is -2/14; P(mean <= 3/14) =
+    # 0.929 and P(mean <= 4/14) = 0.978, so the 97.5th is 4/14.
+    assert doc["delta_ci"] == [round(-100 * 2 / 14, 4), round(100 * 4 / 14, 4)]
     # 2 fixed, 1 broken: 2 * (C(3,0) + C(3,1)) / 2^3 = 1, capped at 1.
     assert doc["mcnemar_p"] == 1.0
     assert doc["band"]["max_flips"] == 3 and doc["beyond_band"] is False  # 3 flips, not > 3

@@ -285,7 +285,9 @@ def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | 
             headline.append(f"the band was measured over {band.cases} cases, this comparison "
                             f"over {len(decided)}: flip counts grow with the number of cases")
     for q in targets:
-        if q not in base.cases or q not in candidate.cases:
+        if q in pairing.dropped:
+            headline.append(f"target {q}: not compared ({pairing.dropped[q]})")
+        elif q not in base.cases or q not in candidate.cases:
             arm = base.label if q not in base.cases else candidate.label
             headline.append(f"target {q}: not attempted in {arm}")
         elif q in fixed:
