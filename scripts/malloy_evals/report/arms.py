@@ -220,8 +220,10 @@ def _golden_status(eval_set: EvalSet | None, qid: str) -> str | None:
     return eval_set.cases[qid].golden_status
 
 
-def arm_from_events(label: str, runs: Sequence[tuple[Mapping[str, Any], str, Sequence[Mapping[str, Any]]]],
-                    eval_set: EvalSet | None = None) -> Arm:
+RunEvents = tuple[Mapping[str, Any], str, Sequence[Mapping[str, Any]]]  # run.json, folder, live events
+
+
+def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | None = None) -> Arm:
     """An arm from its runs' run.json, folder and live events (voided events already removed).
 
     Every event carrying a qid is an attempt's event, keyed by (run, qid, sample); a key with no
