@@ -226,7 +226,10 @@ def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | 
     """Compare two arms already read: refuse (naming every difference) or compute the flip
     table, the paired statistics over cases decided in both arms, the band decision, the
     targets and the verdict line."""
-    extra = band_differences(band, set_name, {**base.pins}) if band is not None else []
+    # The band must describe both arms: held against every judge pin either arm's scores carry.
+    pins = {k: list(dict.fromkeys([*base.pins.get(k, []), *candidate.pins.get(k, [])]))
+            for k in {*base.pins, *candidate.pins}}
+    extra = band_differences(band, set_name, pins) if band is not None else []
     pairing = pair_arms(base, candidate, set_name, only_common_cases=only_common_cases,
                         allow_different_judge=allow_different_judge, extra=extra)
     differences = [d.text for d in pairing.differences]
