@@ -24,6 +24,7 @@ Examples:
   .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl
   .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies replies.jsonl --samples 3 --out /tmp/rec --json
   .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies run-replies.jsonl --run evals/bookshop/runs/baseline --local
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.candidate.jsonl --run evals/bookshop/runs/candidate --local --model evals/bookshop/model-candidate
 """
 
 import sys
@@ -49,12 +50,14 @@ def main(argv=None) -> int:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--mcp-url", help="with --run: re-execute through this endpoint")
     where.add_argument("--local", action="store_true", help="with --run: the kit's own endpoint")
+    cli.add_model_argument(p)
     cli.add_json_flag(p)
     args = p.parse_args(argv)
+    cli.check_model_argument(p, args)
     report = author_judge_recordings(
         load_set(args.set), Path(args.replies), out_dir=Path(args.out) if args.out else None,
         samples=args.samples, repeat=args.repeat, run_dir=Path(args.run) if args.run else None,
-        mcp_url=args.mcp_url, local=args.local)
+        mcp_url=args.mcp_url, local=args.local, model_dir=args.model)
     cli.emit(report, as_json=args.json, render=render_author)
     return report.exit_code
 

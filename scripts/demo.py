@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The kit end to end on the sample set, offline: what `make demo` runs.
 
-Copies the two recorded runs of evals/bookshop (baseline, leaky) into a scratch folder outside the
-checkout, measures coverage by replaying the recorded coverage reader, then scores each run with
-score_run.py against the kit's local endpoint over the sample model (--local: real Malloy
-re-execution) and the recorded judge (--judge replay), prints both summaries, and then says who
-owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). The checkout is
-left as it was; the scratch folder is printed so RESULTS.md, summary.json and the ledgers can be
-read afterwards.
+Copies the recorded runs of evals/bookshop (baseline, leaky, baseline-2, candidate) into a scratch
+folder outside the checkout, measures coverage by replaying the recorded coverage reader, then
+scores each run with score_run.py against the kit's local endpoint over the sample model (--local:
+real Malloy re-execution; the candidate with --model evals/bookshop/model-candidate, the package
+its answerer was served) and the recorded judge (--judge replay), prints the summaries, and says
+who owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). Last, did the
+model change help? measure_noise.py measures the A/A band from the two baseline sessions into the
+scratch folder, and compare_runs.py compares the candidate with the baseline against that band.
+The checkout is left as it was; the scratch folder is printed so RESULTS.md, summary.json,
+COMPARE.md and the ledgers can be read afterwards.
 
 Examples:
   .venv/bin/python scripts/demo.py
@@ -26,7 +29,12 @@ from pathlib import Path
 
 KIT = Path(__file__).resolve().parents[1]
 SET_DIR = KIT / "evals" / "bookshop"
-RUNS = ("baseline", "leaky")
+RUNS = ("baseline", "leaky", "baseline-2", "candidate")
+# Runs answered against another package than model/ (score_run.py --model), and the runs whose
+# failures have recorded diagnoses.
+MODEL_OF_RUN = {"candidate": SET_DIR / "model-candidate"}
+DIAGNOSED = ("baseline", "leaky")
+TARGETS = "bk_refunded_amount"  # what the candidate's model change was meant to fix
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
 DIAGNOSE = KIT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
 
@@ -136,12 +144,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'=' * 30} {name} {'=' * 30}", flush=True)
         argv_score = [sys.executable, str(SCRIPTS / "score_run.py"), "--run", str(runs_dir / name),
                       "--set", rel(SET_DIR), "--judge", "replay", "--local"]
-        if coverage is not None:
+        if name in MODEL_OF_RUN:
+            # The coverage report read model/, not this package: the authored coverage stands in.
+            argv_score += ["--model", rel(MODEL_OF_RUN[name])]
+        elif coverage is not None:
             argv_score += ["--coverage", str(coverage)]
         codes[name] = run_step(f"score_run {name}", argv_score)
         if codes[name] != 0 and not args.keep_going:
             break
-        if codes[name] == 0 and (SET_DIR / "recordings" / "diagnose").is_dir():
+        if (codes[name] == 0 and name in DIAGNOSED
+                and (SET_DIR / "recordings" / "diagnose").is_dir()):
             # A score says an answer was wrong; the diagnosis says why and who owns the fix.
             code = run_step(f"diagnose {name}", [sys.executable, str(DIAGNOSE),
                                                  "--run", str(runs_dir / name),
@@ -151,13 +163,35 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.keep_going:
                     break
 
-    print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run)")
+    if all(codes.get(r) == 0 for r in ("baseline", "baseline-2", "candidate")):
+        codes["compare"] = compare_leg(scratch, runs_dir)
+
+    print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run; "
+          "noise-band.json; compare/COMPARE.md)")
     clean, line = checkout_verdict(before, before_set)
     print(line if clean else f"demo: {line}", file=sys.stdout if clean else sys.stderr)
     if not clean:
         return 1
     print(f"demo finished in {time.monotonic() - started:.0f}s")
-    return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) else 3
+    return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) + 1 else 3
+
+
+def compare_leg(scratch: Path, runs_dir: Path) -> int:
+    """Did the model change help? The A/A band from the two baseline sessions, then the candidate
+    against the baseline with that band and the target the change was meant to fix."""
+    print(f"\n{'=' * 30} did the change help? {'=' * 30}", flush=True)
+    band = scratch / "noise-band.json"
+    code = run_step("measure_noise", [sys.executable, str(SCRIPTS / "measure_noise.py"),
+                                      "--runs", str(runs_dir / "baseline"),
+                                      str(runs_dir / "baseline-2"), "--set", rel(SET_DIR),
+                                      "--out", str(band)])
+    if code != 0:
+        return code
+    return run_step("compare_runs", [sys.executable, str(SCRIPTS / "compare_runs.py"),
+                                     "--base", str(runs_dir / "baseline"),
+                                     "--candidate", str(runs_dir / "candidate"),
+                                     "--set", rel(SET_DIR), "--band", str(band),
+                                     "--targets", TARGETS, "--out", str(scratch / "compare")])
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Build the bookshop set's recorded runs from its hand-written transcripts, as a user would.
 
-For each run folder under evals/bookshop/transcripts/ (baseline, leaky) this calls
-`new_run.py --set evals/bookshop --out evals/bookshop/runs/<run> --answerer-model <m> --run-id <run>`
-and then `record_attempt.py` once per transcript (`<qid>.jsonl`), or per host log
-(`<qid>.hostlog.json` with its `<qid>.answer.md`). Nothing is scored here: score_run.py does that.
+For each run folder under evals/bookshop/transcripts/ (baseline, leaky, baseline-2, candidate)
+this calls `new_run.py --set evals/bookshop --out evals/bookshop/runs/<run> --answerer-model <m>
+--run-id <run> --phase <phase>` (`loop` for the candidate arm, `baseline` otherwise) and then
+`record_attempt.py` once per transcript (`<qid>.jsonl`), or per host log (`<qid>.hostlog.json`
+with its `<qid>.answer.md`). Nothing is scored here: score_run.py does that (the candidate with
+`--local --model evals/bookshop/model-candidate`, the package its answerer was served).
 
 Transcripts may say `@KIT_ROOT@` where the answerer's working directory was this checkout (the
 leaky run's recursive grep); it is replaced by the checkout's real path in a temporary copy
@@ -29,6 +31,7 @@ SET = KIT / "evals" / "bookshop"
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
 PLACEHOLDER = "@KIT_ROOT@"
 ANSWERER = "claude-sonnet-4-5"
+PHASE_OF_RUN = {"candidate": "loop"}  # a run made while improving the model; others: baseline
 
 
 def _run(args: list[str]) -> None:
@@ -61,7 +64,7 @@ def build_run(name: str, out_root: Path, force: bool) -> Path:
         shutil.rmtree(out)
     py = sys.executable
     _run([py, SCRIPTS / "new_run.py", "--set", SET, "--out", out, "--answerer-model", ANSWERER,
-          "--run-id", name])
+          "--run-id", name, "--phase", PHASE_OF_RUN.get(name, "baseline")])
     with tempfile.TemporaryDirectory(prefix=f"bookshop-{name}-") as tmpdir:
         tmp = Path(tmpdir)
         for transcript in sorted(source.glob("*.jsonl")):

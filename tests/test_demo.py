@@ -85,8 +85,11 @@ def demo_output(tmp_path_factory) -> dict:
     proc = subprocess.run([sys.executable, str(DEMO), "--scratch", str(scratch), "--keep-going"],
                           cwd=KIT, check=False, capture_output=True, text=True, timeout=600)
     out = {"proc": proc, "scratch": scratch}
-    for name in ("baseline", "leaky"):
+    for name in ("baseline", "leaky", "baseline-2", "candidate"):
         path = scratch / "runs" / name / "summary.json"
+        out[name] = json.loads(path.read_text()) if path.is_file() else None
+    for name, path in (("band", scratch / "noise-band.json"),
+                       ("compare", scratch / "compare" / "compare.json")):
         out[name] = json.loads(path.read_text()) if path.is_file() else None
     return out
 
@@ -195,3 +198,81 @@ def test_demo_leaky_diagnoses_only_the_clean_pass_that_retrieval_missed(needs_no
     issues = _live_issues(demo_output["scratch"] / "runs" / "leaky")
     assert [(i["qids"], i["primary_code"], i["owner"]) for i in issues] == [
         (["bk_revenue_2024"], "NEVER-ASKED", "agent-skill")]
+
+
+# ------------------------------------------------------------------ did the change help?
+# evals/bookshop/runs/EXPECTED.* states each new attempt's intended verdict: baseline-2 is a second
+# session of the baseline arm (A/A) in which three answers came out differently; candidate is the
+# same answerer served model-candidate/ (the refunds rule written into the model).
+
+BASELINE_2_VERDICTS = {**BASELINE_VERDICTS,
+                       ("bk_channel_mix", None): ("match", None),
+                       ("bk_gross_bookings", None): ("match", None),
+                       ("bk_revenue_by_region", None): ("no_match", None)}
+CANDIDATE_VERDICTS = {**BASELINE_VERDICTS,
+                      ("bk_refunded_amount", None): ("match", None),
+                      ("bk_channel_mix", None): ("match", None),
+                      ("bk_cancellation_rate", None): ("no_match", None),
+                      ("bk_shipped_march_2025", None): ("match", None),
+                      ("bk_stock_on_hand", None): ("match", None)}
+
+
+def test_second_baseline_session_scores_as_intended(needs_node, demo_output):
+    doc = demo_output["baseline-2"]
+    assert _verdicts(doc) == BASELINE_2_VERDICTS
+    assert doc["headline"] == "pass rate 71.4% (10/14; 95% CI 45.4-88.3%)"
+    vetoes = [(v["qid"], v["hits"]) for v in doc["vetoes"]]
+    assert ("bk_revenue_by_region", ["orders.ship_region"]) in vetoes
+
+
+def test_candidate_scores_as_intended_against_its_own_model(needs_node, demo_output):
+    from malloy_evals.endpoint.package import package_sha
+
+    doc = demo_output["candidate"]
+    assert _verdicts(doc) == CANDIDATE_VERDICTS
+    assert doc["headline"] == "pass rate 75.0% (12/16; 95% CI 50.5-89.8%)"
+    info = json.loads((demo_output["scratch"] / "runs" / "candidate" / "run.json").read_text())
+    # --model pins the package the candidate was served, not the set's model/.
+    assert info["modelSha"] == package_sha(KIT / "evals" / "bookshop" / "model-candidate")
+    assert info["modelSha"] != package_sha(KIT / "evals" / "bookshop" / "model")
+
+
+def test_demo_measures_the_aa_band_from_the_two_baseline_sessions(needs_node, demo_output):
+    band = demo_output["band"]
+    assert [(p["runs"], p["flipped"]) for p in band["pairs"]] == [
+        (["baseline", "baseline-2"], ["bk_channel_mix", "bk_gross_bookings", "bk_revenue_by_region"])]
+    assert band["band"] == {"max_flips": 3, "mean_flips": 3.0}
+    assert band["cases"] == 14  # the 14 cases decided (match or no_match) in both sessions
+
+
+def test_demo_comparison_every_flip_the_delta_and_the_band_decision(needs_node, demo_output):
+    doc = demo_output["compare"]
+    assert doc["comparable"] is True and doc["differences"] == []
+    assert (doc["fixed"], doc["broken"]) == (["bk_channel_mix", "bk_refunded_amount"],
+                                            ["bk_cancellation_rate"])
+    assert [(m["qid"], m["base"], m["candidate"]) for m in doc["moved"]] == [
+        ("bk_shipped_march_2025", "neither", "pass"), ("bk_stock_on_hand", "null", "pass")]
+    # Over the 14 cases decided in both: base 9 pass, candidate 9 - 1 + 2 = 10.
+    assert doc["cases_compared"] == 14
+    assert doc["base_pass_rate"] == round(9 / 14, 6)
+    assert doc["candidate_pass_rate"] == round(10 / 14, 6)
+    assert doc["delta_points"] == round(100 / 14, 4)
+    # The per-case differences are +1 (twice), -1 (once) and 0 (11 times). Enumerating the
+    # bootstrap of their mean over 14 draws (multinomial 2/14, 1/14, 11/14): P(mean <= -3/14) =
+    # 0.0178 and P(mean <= -2/14) = 0.0659, so the 2.5th percentile is -2/14; P(mean <= 3/14) =
+    # 0.929 and P(mean <= 4/14) = 0.978, so the 97.5th is 4/14.
+    assert doc["delta_ci"] == [round(-100 * 2 / 14, 4), round(100 * 4 / 14, 4)]
+    # 2 fixed, 1 broken: 2 * (C(3,0) + C(3,1)) / 2^3 = 1, capped at 1.
+    assert doc["mcnemar_p"] == 1.0
+    assert doc["band"]["max_flips"] == 3 and doc["beyond_band"] is False  # 3 flips, not > 3
+    assert doc["targets"] == {"bk_refunded_amount": "fixed"}
+    assert doc["non_target_broken"] == ["bk_cancellation_rate"] and doc["regression"] is False
+    assert doc["verdict"].startswith("no detectable difference: +7.1 points (95% CI ")
+    assert "targets 1/1 fixed" in doc["verdict"]
+
+
+def test_demo_prints_the_verdict_and_writes_compare_md(needs_node, demo_output):
+    doc = demo_output["compare"]
+    assert doc["verdict"] in demo_output["proc"].stdout
+    md = (demo_output["scratch"] / "compare" / "COMPARE.md").read_text()
+    assert f"**{doc['verdict']}**" in md

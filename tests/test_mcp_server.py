@@ -392,3 +392,46 @@ def test_serving_on_a_port_already_held_exits_3_before_saying_serving(http_serve
     assert proc.returncode == 3
     assert "serving" not in proc.stderr and "Traceback" not in proc.stderr
     assert f"127.0.0.1:{port} cannot be served" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    pytest.param([], "give --package ENV/PKG=DIR or --set SET", id="nothing_to_serve"),
+    pytest.param(["--package", f"samples/mini={MINI_MODEL}", "--model", str(MINI_MODEL)],
+                 "give --set SET with it", id="model_without_set"),
+])
+def test_serve_local_flag_mistakes_exit_2(args, message):
+    proc = subprocess.run([sys.executable, str(SERVE), *args], check=False, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_serve_local_set_with_model_serves_the_candidate_package(tmp_path):
+    import shutil
+
+    _guard()
+    copy = tmp_path / "mini"
+    shutil.copytree(MINI, copy)
+    cand = copy / "model-candidate"
+    shutil.copytree(copy / "model", cand)
+    (cand / "shop.malloy").write_text((cand / "shop.malloy").read_text() + "\n// candidate\n")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(SERVE), "--set", str(copy), "--model", str(cand),
+                             "--http", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "did not start"
+                time.sleep(0.1)
+        body = PublisherRest(f"http://127.0.0.1:{port}").package("samples", "mini")
+        assert body["sourceContentSha"] == package_sha(cand) != package_sha(copy / "model")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

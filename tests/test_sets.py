@@ -277,3 +277,23 @@ def test_arbitrary_json_gives_a_report_or_input_error(tmp_path_factory, config, 
         assert report.errors == []
         for c in es.cases.values():
             golden_value(c, d) if c.golden and "path" not in c.golden else None
+
+
+def test_model_dir_stands_in_for_model_and_keeps_cases(tmp_path):
+    d = write_set(tmp_path, [case("a")])
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "demo.malloy").write_text("// candidate\n")
+    es = load_set(d, cand)
+    assert es.model_dir == cand.resolve() and es.model_file == cand.resolve() / "demo.malloy"
+    assert list(es.cases) == ["a"] and es.dataset_sha == load_set(d).dataset_sha
+    assert es.package_spec == f"samples/demo={cand.resolve()}"
+    assert load_set(d).model_dir == d / "model"
+
+
+def test_model_dir_without_the_target_model_file_is_an_input_error(tmp_path):
+    d = write_set(tmp_path, [case("a")])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="has no demo.malloy"):
+        load_set(d, empty)

@@ -49,10 +49,13 @@ class AuthorReport:
 
 def author_judge_recordings(eval_set: Any, replies: Path, *, out_dir: Path | None = None,
                             samples: int = 3, repeat: int = 1, run_dir: Path | None = None,
-                            mcp_url: str | None = None, local: bool = False) -> AuthorReport:
+                            mcp_url: str | None = None, local: bool = False,
+                            model_dir: Path | None = None) -> AuthorReport:
     """Write hand-authored judge recordings for every key of `replies` by running the real code
     paths (calibration, regressions, and optionally a run's attempts in a scratch copy) with the
-    hand provider under --record, so each recording carries the digest a replay will compute."""
+    hand provider under --record, so each recording carries the digest a replay will compute.
+    With `model_dir`, the run's attempts are re-executed against and judged with that package
+    folder (the model the run was answered against) instead of the set's model/."""
     import shutil
     import tempfile
 
@@ -74,6 +77,8 @@ def author_judge_recordings(eval_set: Any, replies: Path, *, out_dir: Path | Non
             copy = Path(scratch) / "run"
             shutil.copytree(run_dir, copy)
             run = Run.open(copy)
+            if model_dir is not None:
+                eval_set = eval_set.with_model(model_dir)
             with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
                 for attempt in run.attempts():
                     qid, sample = attempt["qid"], attempt.get("sample")

@@ -2,7 +2,8 @@
 
 The kit never trusts the rows an answerer reports: it takes the attempt's final query from the
 ledger, runs it itself against the served model (a real Publisher by `--mcp-url`, or the kit's
-own endpoint over the set's `model/` package with `--local`), and writes what came back to the
+own endpoint over the set's `model/` package with `--local`, or over another package folder
+with `--local --model DIR`), and writes what came back to the
 attempt's artifacts: `prediction.csv` (the rows) and `envelope.json` (the raw payload). A query
 the server refuses is a result, recorded as `reexecute_error.json`, never an exception; only an
 unreachable server raises (could not measure).
@@ -79,6 +80,9 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
     es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
     if bool(mcp_url) == bool(local):
         raise UsageError("give exactly one of --mcp-url URL or --local")
+    if mcp_url and es.served_model is not None:
+        raise UsageError("--model serves a local package folder: use it with --local, not "
+                         "--mcp-url (the server at the URL decides which model it serves)")
     env, pkg, model = es.environment, es.target_package, es.target_model_path
     model_sha = revision = None
     if mcp_url:
@@ -90,8 +94,8 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
             raise InputError(es.model_dir, None, "the set has no model/ package to serve locally")
         script = paths.skill_script("serve_local")
         assert script is not None, "skills/eval-answer/scripts/serve_local.py is part of the kit"
-        command = [sys.executable, str(script), "--package",
-                   f"{env}/{pkg}={es.model_dir.resolve()}", "--timeout", str(timeout)]
+        command = [sys.executable, str(script), "--package", es.package_spec,
+                   "--timeout", str(timeout)]
         client = connect(command=command, timeout=timeout)
         label = "local"
         model_sha = package_sha(es.model_dir)
@@ -255,11 +259,13 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
 
 
 def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None,
-              mcp_url: str | None = None, local: bool = False) -> ReexecuteResult:
-    """The script's whole job: open the run and set, connect, re-run one attempt, disconnect."""
+              mcp_url: str | None = None, local: bool = False,
+              model_dir: str | Path | None = None) -> ReexecuteResult:
+    """The script's whole job: open the run and set, connect, re-run one attempt, disconnect.
+    `model_dir` (--model) serves that package folder instead of the set's model/."""
 
     run = Run.open(run_dir)
-    es = load_set(set_dir)
+    es = load_set(set_dir, model_dir)
     check_qid(qid)
     if run.attempt(qid, sample) is None:
         raise InputError(run.events_path, None,

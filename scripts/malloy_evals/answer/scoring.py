@@ -152,12 +152,15 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
 
 def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,
                      provider: Any, mcp_url: str | None = None, local: bool = False,
-                     judge_retries: int = 1, append: bool = True) -> ScoreResult:
+                     judge_retries: int = 1, append: bool = True,
+                     model_dir: str | Path | None = None) -> ScoreResult:
     """score_attempt.py / judge.py: open the run and set, connect when re-execution needs it,
-    score (or only judge) one attempt. A host ingest reuses the prediction its emit judged."""
+    score (or only judge) one attempt. A host ingest reuses the prediction its emit judged.
+    `model_dir` (--model): the package the attempt was answered against, served by --local and
+    shown to the judge, instead of the set's model/."""
 
     run = Run.open(run_dir)
-    eval_set = load_set(set_dir)
+    eval_set = load_set(set_dir, model_dir)
     check_qid(qid)
     ingest = getattr(provider, "mode", None) == "ingest"
     if not append or ingest or not (mcp_url or local):

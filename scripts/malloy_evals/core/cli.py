@@ -124,6 +124,14 @@ def existing_dir(value: str) -> Path:
     return path
 
 
+def existing_file(value: str) -> Path:
+    """argparse type: a file that must exist (a missing one is a usage error)."""
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value}: not a file")
+    return path
+
+
 def count(value: str) -> int:
     """argparse type: a whole number, 0 or more, refused in words (not as the function's name)."""
     try:
@@ -149,3 +157,19 @@ def add_attempt_arguments(p: argparse.ArgumentParser) -> None:
 def split_qids(value: str) -> list[str]:
     """argparse type for `--only q1,q2`."""
     return [q.strip() for q in value.split(",") if q.strip()]
+
+
+def add_model_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """--model DIR: another package folder standing in for the set's model/ (a candidate model),
+    the same meaning in every script that serves the model or shows it to the judge."""
+    p.add_argument("--model", type=existing_dir, metavar="DIR", default=None,
+                   help=help or "use this Malloy package folder instead of the set's model/: "
+                                "served by --local, shown to the judge, pinned as the run's "
+                                "modelSha (e.g. evals/bookshop/model-candidate)")
+
+
+def check_model_argument(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse --model beside --mcp-url (exit 2): a remote server decides which model it serves."""
+    if getattr(args, "model", None) is not None and getattr(args, "mcp_url", None):
+        p.error("--model names a local package folder for --local; with --mcp-url the server "
+                "decides which model it serves")

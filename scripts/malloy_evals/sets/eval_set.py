@@ -14,7 +14,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +133,9 @@ class EvalSet:
     cases: dict[str, Case]
     warnings: list[str]
     dataset_sha: str  # sha256 over set.json's bytes then cases.jsonl's bytes
+    # Another package folder standing in for `model/` (`--model DIR`): a candidate model is
+    # served, judged against and pinned from here, while cases and goldens stay the set's.
+    served_model: Path | None = None
 
     def case(self, qid: str) -> Case:
         """The case `qid`; InputError naming cases.jsonl when there is none."""
@@ -171,8 +174,24 @@ class EvalSet:
 
     @property
     def model_dir(self) -> Path:
-        """The Malloy package under test (`<set>/model/`)."""
-        return self.dir / "model"
+        """The Malloy package under test: `<set>/model/`, or the folder `--model DIR` named."""
+        return self.served_model if self.served_model is not None else self.dir / "model"
+
+    @property
+    def package_spec(self) -> str:
+        """`ENV/PKG=DIR`: how serve_local.py takes this set's package under test."""
+        return f"{self.environment}/{self.target_package}={self.model_dir.resolve()}"
+
+    def with_model(self, directory: str | Path) -> EvalSet:
+        """This set with `directory` serving as its model package (a candidate model beside
+        `model/`); InputError when the folder lacks the set's targetModelPath."""
+        folder = Path(directory)
+        if not folder.is_dir():
+            raise InputError(folder, None, "not a folder (--model takes a Malloy package folder)")
+        if not (folder / self.target_model_path).is_file():
+            raise InputError(folder, None, f"has no {self.target_model_path} (the set's "
+                                           "targetModelPath): not a package of this set's model")
+        return replace(self, served_model=folder.resolve())
 
     @property
     def model_file(self) -> Path:
@@ -460,15 +479,17 @@ def golden_value(case: Case, set_dir: str | Path) -> Any:
     return None
 
 
-def load_set(set_dir: str | Path) -> EvalSet:
-    """Load a set folder; raises InputError naming file and line on its first error."""
+def load_set(set_dir: str | Path, model_dir: str | Path | None = None) -> EvalSet:
+    """Load a set folder; raises InputError naming file and line on its first error. With
+    `model_dir`, that package folder stands in for the set's `model/` (see `with_model`)."""
     d = Path(set_dir)
     scan = _scan(d)
     if scan.errors:
         first = scan.errors[0]
         raise InputError(d / first.file, first.line, first.message)
     assert scan.config is not None
-    return EvalSet(d, scan.config, scan.cases, [str(w) for w in scan.warnings], scan.dataset_sha)
+    es = EvalSet(d, scan.config, scan.cases, [str(w) for w in scan.warnings], scan.dataset_sha)
+    return es if model_dir is None else es.with_model(model_dir)
 
 
 def _check_fixtures(set_dir: Path, scan: _Scan) -> None:

@@ -284,13 +284,16 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
               mcp_url: str | None = None, local: bool = False,
               coverage: str | Path | None = None, parallel: int = 4,
               only: Sequence[str] | None = None, rescore: bool = False,
-              progress: Callable[[str], None] = cli.progress) -> RunScoreResult:
-    """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files."""
+              progress: Callable[[str], None] = cli.progress,
+              model_dir: str | Path | None = None) -> RunScoreResult:
+    """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files.
+    `model_dir` (--model): the package folder the run was answered against, served by --local,
+    shown to the judge and pinned as the run's modelSha, instead of the set's model/."""
 
     if bool(mcp_url) == bool(local):
         raise UsageError("give exactly one of --mcp-url URL or --local")
     run = Run.open(run_dir)
-    eval_set = load_set(set_dir)
+    eval_set = load_set(set_dir, model_dir)
     if coverage is not None:
         load_coverage_report(coverage)  # fail on an unreadable report before any work
     doctrine = judge_mod.load_doctrine()

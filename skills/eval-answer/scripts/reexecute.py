@@ -8,6 +8,7 @@ Exit 3 when the server cannot be reached or the attempt has no final query.
 Examples:
   .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --local --json
   .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --sample 2 --mcp-url http://127.0.0.1:4040/mcp
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/c1 --set evals/bookshop --qid q01 --local --model evals/bookshop/model-candidate
 """
 import sys
 from pathlib import Path
@@ -25,10 +26,12 @@ def main(argv=None) -> int:
     where.add_argument("--mcp-url", help="a Publisher (or compatible) MCP endpoint, e.g. http://127.0.0.1:4040/mcp")
     where.add_argument("--local", action="store_true",
                        help="start the kit's endpoint over the set's model/ package, stop it after")
+    cli.add_model_argument(p)
     cli.add_json_flag(p)
     args = p.parse_args(argv)
+    cli.check_model_argument(p, args)
     result = reexecute(args.run, args.set_dir, args.qid, args.sample,
-                       mcp_url=args.mcp_url, local=args.local)
+                       mcp_url=args.mcp_url, local=args.local, model_dir=args.model)
     cli.emit(result, as_json=args.json, render=render_text)
     return result.exit_code
 

@@ -32,16 +32,18 @@ def main(argv=None) -> int:
     where.add_argument("--mcp-url", help="re-execute through this MCP endpoint")
     where.add_argument("--local", action="store_true",
                        help="re-execute through the kit's endpoint over the set's model/")
+    cli.add_model_argument(p)
     add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
+    cli.check_model_argument(p, args)
     run_dir = Path(args.run)
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)
     result = score_attempt_at(run_dir, args.set_dir, args.qid, args.sample, provider=provider,
                               mcp_url=args.mcp_url, local=args.local,
-                              judge_retries=args.judge_retries)
+                              judge_retries=args.judge_retries, model_dir=args.model)
     doc = result.to_json()
     if result.status != "scored":
         doc |= {"status": result.status, "message": result.message}

@@ -8,10 +8,15 @@ per attempt, for a fresh host subagent each); `--judge host --ingest` then score
 reply.json is there and leaves the rest for a later --ingest. Exit 0 when the results were written
 (an INCOMPLETE run included), 3 when nothing could be judged or an input could not be read.
 
-Examples (the first on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
+`--local --model DIR` serves (and shows the judge) another package folder than the set's model/,
+and pins its sha: how a candidate model is scored against the same cases.
+
+Examples (the first on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline; the
+last on cp -r evals/bookshop/runs/candidate /tmp/candidate):
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge replay --local --only q03,q07 --rescore --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/candidate --set evals/bookshop --judge replay --local --model evals/bookshop/model-candidate
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ def main(argv=None) -> int:
     where.add_argument("--mcp-url", help="the Publisher's MCP endpoint to re-execute against")
     where.add_argument("--local", action="store_true",
                        help="start the kit's endpoint over the set's model/ package")
+    cli.add_model_argument(p)
     p.add_argument("--coverage", type=Path, help="a check_coverage report (measured coverage)")
     p.add_argument("--parallel", type=int, default=4, help="attempts scored at once (default 4)")
     p.add_argument("--only", type=cli.split_qids, help="score only these qids (q1,q2)")
@@ -42,12 +48,14 @@ def main(argv=None) -> int:
                    help="void and re-score attempts even when their pins are current")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
+    cli.check_model_argument(p, args)
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
     judge = provider_from_args(args, "judge", role="judge", set_dir=args.set, host_dir=args.run)
     result = score_run(args.run, args.set, judge=judge, judge_spec=args.judge,
                        mcp_url=args.mcp_url, local=args.local, coverage=args.coverage,
-                       parallel=args.parallel, only=args.only, rescore=args.rescore)
+                       parallel=args.parallel, only=args.only, rescore=args.rescore,
+                       model_dir=args.model)
     cli.emit(result, as_json=args.json, render=render_text)
     return result.exit_code
 

@@ -3,13 +3,16 @@
 
 Stdio by default (for a host's MCP config); --http PORT serves stateless streamable HTTP at
 http://127.0.0.1:PORT/mcp plus the Publisher's REST routes under /api/v0. DuckDB may read each
-package folder and its sibling data/ folder; --allow adds more. With --http, --json prints one
+package folder and its sibling data/ folder; --allow adds more. `--set S` serves that set's
+package under test (environment and package from set.json, the folder model/, or the folder
+`--model DIR` names, e.g. a candidate model beside it). With --http, --json prints one
 JSON document ({mcp_url, rest_base, packages}) before serving; over stdio, stdout is the protocol.
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model
   .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040
   .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/mini=tests/fixtures/mini_pkg/model --allow evals/bookshop/data --http 4041 --json
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --set evals/bookshop --model evals/bookshop/model-candidate --http 4042
 """
 import sys
 from pathlib import Path
@@ -20,12 +23,17 @@ from malloy_evals.core import cli
 from malloy_evals.core.errors import EXIT_OK, UnmeasuredError
 from malloy_evals.endpoint.mcp_server import check_port_free, parse_package_arg, serve
 from malloy_evals.endpoint.runner import runtime_missing_reason
+from malloy_evals.sets.eval_set import load_set
 
 
 def main(argv=None) -> int:
     p = cli.parser(__doc__)
-    p.add_argument("--package", action="append", required=True, metavar="ENV/PKG=DIR",
+    p.add_argument("--package", action="append", default=[], metavar="ENV/PKG=DIR",
                    help="a package to serve (repeatable), e.g. samples/bookshop=evals/bookshop/model")
+    p.add_argument("--set", type=cli.existing_dir, metavar="SET",
+                   help="also serve this set's package under test (set.json names it)")
+    cli.add_model_argument(p, help="with --set: serve this package folder instead of the "
+                                   "set's model/ (e.g. evals/bookshop/model-candidate)")
     p.add_argument("--allow", action="append", default=[], metavar="DIR",
                    help="another folder DuckDB may read (repeatable)")
     p.add_argument("--http", type=int, metavar="PORT",
@@ -35,11 +43,18 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.json and args.http is None:
         p.error("--json needs --http: over stdio, stdout carries the MCP protocol")
+    if not args.package and args.set is None:
+        p.error("give --package ENV/PKG=DIR or --set SET")
+    if args.model is not None and args.set is None:
+        p.error("--model stands in for a set's model/: give --set SET with it")
     reason = runtime_missing_reason()
     if reason:
         raise UnmeasuredError(reason)
     extra = [Path(a) for a in args.allow]
-    packages = [parse_package_arg(v, extra, args.timeout) for v in args.package]
+    specs = list(args.package)
+    if args.set is not None:
+        specs.append(load_set(args.set, args.model).package_spec)
+    packages = [parse_package_arg(v, extra, args.timeout) for v in specs]
     if args.http is not None:
         check_port_free(args.http)
         names = [f"{s.environment}/{s.name}" for s in packages]

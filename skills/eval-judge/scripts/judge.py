@@ -27,6 +27,9 @@ from malloy_evals.judge.providers.select import add_provider_arguments, provider
 def main(argv=None) -> int:
     p = cli.parser(__doc__)
     cli.add_attempt_arguments(p)
+    cli.add_model_argument(p, help="the package folder the attempt was answered against, "
+                                   "shown to the judge instead of the set's model/ "
+                                   "(e.g. evals/bookshop/model-candidate)")
     add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
@@ -35,7 +38,8 @@ def main(argv=None) -> int:
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)
     result = score_attempt_at(run_dir, args.set_dir, args.qid, args.sample, provider=provider,
-                              judge_retries=args.judge_retries, append=False)
+                              judge_retries=args.judge_retries, append=False,
+                              model_dir=args.model)
     doc = result.event if result.event is not None else result.to_json() | {
         "status": result.status, "message": result.message}
     cli.emit(doc, as_json=args.json, render=lambda _d: render_score(result))
