@@ -81,10 +81,10 @@ def test_bad_golden_kind_raises_naming_file_line_and_field(tmp_path):
 
 def test_unknown_fields_are_warnings_and_the_set_loads(tmp_path):
     d = write_set(tmp_path, [case(state="selected", golden={"kind": "scalar", "value": {"n": 1},
-                                                             "alternates": []})],
+                                                             "receipts": []})],
                   config={**SET_JSON, "notes": {"sizing": "x"}})
     es = load_set(d)
-    assert es.warnings == ["set.json: notes: unknown field", "cases.jsonl:1: golden.alternates: unknown field",
+    assert es.warnings == ["set.json: notes: unknown field", "cases.jsonl:1: golden.receipts: unknown field",
                            "cases.jsonl:1: state: unknown field"]
 
 
@@ -124,6 +124,42 @@ def test_unknown_entity_kind_is_an_error(tmp_path):
 def test_scalar_value_must_be_an_object(tmp_path):
     report = check_set(write_set(tmp_path, [case(golden={"kind": "scalar", "value": [3]})]))
     assert report.errors == ["cases.jsonl:1: golden.value: [3] is not of type 'object'"]
+
+
+def test_unanswerable_golden_with_null_value_and_null_query_loads_clean(tmp_path):
+    # As the public loop writes them: `"value": null` and `"canonicalQuery": null`.
+    golden = {"status": "provisional", "kind": "unanswerable", "value": None,
+              "canonicalQuery": None, "rubric": "PREFERRED: declines, naming the missing data."}
+    d = write_set(tmp_path, [case(golden=golden)])
+    report = check_set(d)
+    assert (report.errors, report.warnings) == ([], [])
+    es = load_set(d)
+    assert golden_value(es.case("q1"), d) is None
+    assert es.case("q1").canonical_query is None
+
+
+def test_null_value_on_a_scalar_golden_is_still_an_error(tmp_path):
+    report = check_set(write_set(tmp_path, [case(golden={"kind": "scalar", "value": None})]))
+    assert report.errors == ["cases.jsonl:1: golden.value: None is not of type 'object'"]
+
+
+def test_public_golden_fields_are_schema_fields_the_case_reads(tmp_path):
+    golden = {"kind": "rows", "status": "provisional", "ordered": True, "clarifyOk": True,
+              "value": [{"category": "ferns", "rank": 1}],
+              "alternates": [{"assumption": "by units", "value": None, "accept": True,
+                              "lever": "field_doc", "note": "labelled"}],
+              "verifiedBy": "authored_query", "verifiedAt": None}
+    d = write_set(tmp_path, [case(golden=golden)])
+    assert (check_set(d).errors, check_set(d).warnings) == ([], [])
+    c = load_set(d).case("q1")
+    assert (c.ordered, c.clarify_ok, c.clarify_preferred) == (True, True, False)
+    assert c.alternates[0]["assumption"] == "by units"
+
+
+def test_clarify_preferred_implies_clarify_ok(tmp_path):
+    d = write_set(tmp_path, [case(golden={"kind": "criteria", "clarifyPreferred": True})])
+    c = load_set(d).case("q1")
+    assert (c.clarify_ok, c.clarify_preferred) == (True, True)
 
 
 def test_question_sha_that_disagrees_with_the_question_is_an_error(tmp_path):

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.vocab import ENTITY_KINDS, split_entity_id
+from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
@@ -503,6 +504,9 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
     measured = load_coverage_report(coverage) if coverage is not None else None
     warnings: list[str] = []
     events_path = run_dir / "events.jsonl"
+    if public_loop.ledger_is_public(events_path):
+        # This reader streams only the keys it uses, in the kit's spelling; it does not guess.
+        raise InputError(events_path, 1, public_loop.refusal("score_retrieval.py"))
     try:
         states = collect_attempts(events_path, warnings) if events_path.exists() else {}
     except OSError as exc:

@@ -115,6 +115,27 @@ class Case:
         return g.get("canonicalQuery")
 
     @property
+    def alternates(self) -> list[dict[str, Any]]:
+        """golden.alternates: other readings, accepted (`accept: true`) or rejected traps."""
+        g = self.golden or {}
+        return [a for a in (g.get("alternates") or []) if isinstance(a, dict)]
+
+    @property
+    def clarify_ok(self) -> bool:
+        """Whether a clarifying question that names the missing detail answers this case."""
+        return bool((self.golden or {}).get("clarifyOk")) or self.clarify_preferred
+
+    @property
+    def clarify_preferred(self) -> bool:
+        """Whether a clarifying question is the preferred answer to this case."""
+        return bool((self.golden or {}).get("clarifyPreferred"))
+
+    @property
+    def ordered(self) -> bool:
+        """Whether a rows golden is ranked: its row order is part of the key."""
+        return bool((self.golden or {}).get("ordered"))
+
+    @property
     def tags(self) -> list[str]:
         return list(self.raw.get("tags") or [])
 
@@ -363,7 +384,7 @@ def _check_golden(set_dir: Path, scan: _Scan, golden: dict[str, Any], number: in
             where = f" (line {exc.line})" if exc.line else ""
             scan.problem(CASES_FILE, number, f"golden.path: {exc.message}{where}")
     kind, status = golden.get("kind"), golden.get("status") or "verified"
-    if kind in VALUE_KINDS and status == "verified" and "value" not in golden and not path:
+    if kind in VALUE_KINDS and status == "verified" and golden.get("value") is None and not path:
         scan.problem(CASES_FILE, number, f"golden: a verified {kind} golden has neither value nor "
                                          "path; the judge will see no answer key", warning=True)
 
