@@ -156,6 +156,12 @@ def test_public_golden_fields_are_schema_fields_the_case_reads(tmp_path):
     assert c.alternates[0]["assumption"] == "by units"
 
 
+def test_a_set_in_the_public_loops_format_validates_as_published_with_warnings_only():
+    report = check_set(Path(__file__).resolve().parent / "fixtures" / "public_loop" / "set")
+    assert report.errors == [] and report.exit_code == 0 and report.cases == 5
+    assert "cases.jsonl:1: golden.receipts: unknown field" in report.warnings
+
+
 def test_clarify_preferred_implies_clarify_ok(tmp_path):
     d = write_set(tmp_path, [case(golden={"kind": "criteria", "clarifyPreferred": True})])
     c = load_set(d).case("q1")

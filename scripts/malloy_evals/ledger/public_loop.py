@@ -87,6 +87,8 @@ def ledger_is_public(path: Any) -> bool:
         return False
     try:
         return first_line_is_public(read_head(fd))
+    except OSError:
+        return False  # not a readable file: the reader that opens it says so, naming it
     finally:
         os.close(fd)
 

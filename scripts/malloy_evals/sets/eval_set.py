@@ -12,7 +12,9 @@ import csv
 import hashlib
 import io
 import json
+import os
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -529,3 +531,38 @@ def check_set(set_dir: str | Path) -> SetReport:
         return SetReport(str(set_dir), False, 0, [str(exc)], [])
     return SetReport(str(set_dir), True, len(scan.cases), [str(p) for p in scan.errors],
                      [str(p) for p in scan.warnings])
+
+
+# --------------------------------------------------------------------------------------------
+# Rewriting authored JSON-lines files in place, one line at a time
+
+
+def dump_like(obj: Any, like: bytes | None = None) -> bytes:
+    """`obj` as one JSON line written the way `like` (a line of the same file) is written: compact
+    or with spaces after `:` and `,`, escaped to ASCII or not. A person's file keeps its style."""
+    text = (like or b"").decode("utf-8", "replace")
+    compact = bool(text) and '": ' not in text and '", "' not in text
+    return json.dumps(obj, ensure_ascii="\\u" in text,
+                      separators=(",", ":") if compact else (", ", ": ")).encode("utf-8")
+
+
+def rewrite_jsonl(path: str | Path, replace: dict[int, Any] | None = None,
+                  append: list[Any] | None = None) -> None:
+    """Replace the given 1-based lines of a JSON-lines file (None drops the line) and append
+    objects after the last, keeping every other byte as it was (line endings included); atomic."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    lines: list[bytes | None] = list(data.split(b"\n"))  # last item b"" after a final newline
+    style = next((line for line in lines if line and line.strip()), None)
+    for number, obj in (replace or {}).items():
+        old = lines[number - 1] or b""
+        ending = b"\r" if old.endswith(b"\r") else b""
+        lines[number - 1] = None if obj is None else dump_like(obj, old) + ending
+    out = b"\n".join(line for line in lines if line is not None)
+    for obj in append or []:
+        if out and not out.endswith(b"\n"):
+            out += b"\n"
+        out += dump_like(obj, style) + b"\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(out)
+    os.replace(tmp, path)
