@@ -600,7 +600,7 @@ class WalkResult:
                 "skipped": self.skipped, "quit": self.quit}
 
 
-def walk_queue(queue: ReviewQueue, *, read_key: Callable[[], str],
+def walk_queue(queue: ReviewQueue, *, read_key: Callable[[str], str],
                read_line: Callable[[str], str], write: Callable[[str], None],
                settle_one: Callable[..., SettleResult], by: str | None = None) -> WalkResult:
     """Walk the queue card by card: m match, n near_match, x no_match, s skip, q quit. A verdict
@@ -614,8 +614,8 @@ def walk_queue(queue: ReviewQueue, *, read_key: Callable[[], str],
     for i, item in enumerate(queue.items, 1):
         write(render_item(item, f"[{i}/{total}] ") + "\n")
         while True:
-            write("verdict? [m]atch [n]ear_match no_match[x] [s]kip [q]uit: ")
-            key = read_key().lower() or "q"  # end of input: stop, settling nothing more
+            key = read_key("verdict? [m]atch [n]ear_match no_match[x] [s]kip [q]uit: ").lower()
+            key = key or "q"  # end of input: stop, settling nothing more
             write(key + "\n")
             if key in KEYS:
                 break
@@ -644,16 +644,22 @@ def render_walk(result: WalkResult) -> str:
             f"{len(result.queue.items)} in the queue")
 
 
-def terminal_io() -> tuple[Callable[[], str], Callable[[str], str], Callable[[str], None]]:
-    """(read one key, read one line, write) on the controlling terminal; one key needs no Enter."""
+def terminal_io() -> tuple[Callable[[str], str], Callable[[str], str], Callable[[str], None]]:
+    """(read one key, read one line, write) on the controlling terminal; one key needs no Enter.
+
+    The prompt for a key is written only once the terminal is in single-key mode, and the mode
+    is set without flushing, so a key typed the moment the prompt shows is never lost.
+    """
     import termios
     import tty
 
-    def read_key() -> str:
+    def read_key(prompt: str) -> str:
         fd = sys.stdin.fileno()
         saved = termios.tcgetattr(fd)
         try:
-            tty.setcbreak(fd)
+            tty.setcbreak(fd, termios.TCSANOW)
+            sys.stdout.write(prompt)
+            sys.stdout.flush()
             return os.read(fd, 1).decode("utf-8", "replace")
         finally:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
