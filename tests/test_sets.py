@@ -10,7 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
-from malloy_evals.sets.eval_set import check_set, golden_value, load_set, question_sha
+from malloy_evals.sets.eval_set import (
+    check_set,
+    golden_value,
+    load_set,
+    question_sha,
+    rewrite_jsonl,
+)
 
 SET_JSON = {"name": "demo", "datasetVersion": 2, "targetPackage": "demo",
             "targetModelPath": "demo.malloy"}
@@ -319,3 +325,10 @@ def test_arbitrary_json_gives_a_report_or_input_error(tmp_path_factory, config, 
         assert report.errors == []
         for c in es.cases.values():
             golden_value(c, d) if c.golden and "path" not in c.golden else None
+
+
+def test_rewrite_jsonl_changes_only_the_named_lines_keeping_style_and_line_endings(tmp_path):
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b'{"a":1}\r\n{"b": 2, "c": "\\u00e9"}\r\n{"d":4}')  # CRLF, no final newline
+    rewrite_jsonl(path, replace={2: {"b": 3, "c": "é"}, 3: None}, append=[{"e": 5}])
+    assert path.read_bytes() == (b'{"a":1}\r\n{"b": 3, "c": "\\u00e9"}\r\n{"e":5}\n')

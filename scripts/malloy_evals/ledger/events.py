@@ -140,7 +140,7 @@ def parse_ledger(data: bytes, file: str = EVENTS_FILE) -> LedgerRead:
     """Parse ledger bytes: every line that is a whole JSON object becomes an event; others are problems."""
     with _gc_paused():
         read = _parse_ledger(data, file)
-    if any(public_loop.is_public_line(e) for e in read.events):
+    if any("event_id" not in e for e in read.events):  # public_loop.is_public_line, inlined: hot
         done = public_loop.normalise_events(read.events, read.line_numbers, file)
         problems = sorted(read.problems + done.problems, key=lambda p: p.line or 0)
         read = LedgerRead(done.events, problems, done.line_numbers, done.public_lines)

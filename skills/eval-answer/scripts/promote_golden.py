@@ -15,7 +15,7 @@ Examples (the sample set's provisional golden is bk_member_revenue_share; on a c
 cp -r evals/bookshop /tmp/bookshop):
   .venv/bin/python skills/eval-answer/scripts/promote_golden.py --set /tmp/bookshop --qid bk_member_revenue_share
   .venv/bin/python skills/eval-answer/scripts/promote_golden.py --set /tmp/bookshop --all --json
-  .venv/bin/python skills/eval-answer/scripts/promote_golden.py --set /tmp/bookshop --qid bk_profit_margin --attest --by "Dana Reyes"
+  .venv/bin/python skills/eval-answer/scripts/promote_golden.py --set /tmp/bookshop --qid bk_profit_margin --attest --by "Dana Reyes"   # already verified: says so
 """
 
 import sys

@@ -17,11 +17,12 @@ s skip, q quit); without a terminal (or with --json) it only lists. --unsettle Q
 settlement wrote. Exit 0; 2 on a wrong command line; 3 when the run or set cannot be read or the
 attempt cannot be settled (not scored, or null for a mechanical reason such as contamination).
 
-Examples (on a scored scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline, then
-skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local):
-  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set evals/bookshop
-  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set evals/bookshop --settle bk_units_per_order --verdict no_match --why "shipped orders only; the question counts pending too" --by "Dana Reyes"
-  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set evals/bookshop --include-disagreements --json
+Examples (on scratch copies, since settling writes the set's judge-regressions.jsonl:
+cp -r evals/bookshop /tmp/bookshop; cp -r evals/bookshop/runs/baseline /tmp/baseline; then
+skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set /tmp/bookshop --judge replay --local):
+  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set /tmp/bookshop
+  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set /tmp/bookshop --settle bk_units_per_order --verdict no_match --why "shipped orders only; the question counts pending too" --by "Dana Reyes"
+  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set /tmp/bookshop --include-disagreements --json
 """
 
 import argparse
