@@ -76,7 +76,8 @@ def promote_golden(set_dir: str | Path, qids: Sequence[str] | None = None, *, al
                    now: Callable[[], str] = _now) -> PromoteReport:
     """Promote the named cases' goldens (or, with `all_cases`, every provisional one that can be
     re-derived); rewrite their lines of cases.jsonl in place."""
-    if attest and not (by or "").strip():
+    name = (by or "").strip()
+    if attest and not name:
         raise InputError(None, None, "--attest needs --by NAME: an attestation is a person's word")
     if attest and all_cases:
         raise InputError(None, None, "--attest vouches for one case at a time; name it with --qid")
@@ -106,7 +107,7 @@ def promote_golden(set_dir: str | Path, qids: Sequence[str] | None = None, *, al
         elif kind in ATTESTED_KINDS:
             if attest:
                 results[case.qid] = Promotion(case.qid, kind, "promoted", "attested",
-                                              verified_by=f"attested by {by.strip()}")  # type: ignore[union-attr]
+                                              verified_by=f"attested by {name}")
             else:
                 outcome = "skipped" if all_cases else "refused"
                 results[case.qid] = Promotion(case.qid, kind, outcome, (
@@ -138,8 +139,8 @@ def promote_golden(set_dir: str | Path, qids: Sequence[str] | None = None, *, al
                     "does not re-derive from the truth package: " + "; ".join(check.problems)))
             else:
                 who = f"re-derived from truth package {truth} by promote_golden.py"
-                if (by or "").strip():
-                    who += f" ({by.strip()})"  # type: ignore[union-attr]
+                if name:
+                    who += f" ({name})"
                 results[case.qid] = Promotion(case.qid, case.golden_kind, "promoted",
                                               "re-derived", verified_by=who)
 
