@@ -147,3 +147,12 @@ def test_import_then_promote_then_verify_is_the_path_to_a_scorable_set(imported,
     attested = promote_golden(out, ["nur_frost_losses"], attest=True, by="Dana Reyes")
     assert attested.promoted == ["nur_frost_losses"]
     assert load_set(out).case("nur_frost_losses").golden_status == "verified"
+
+
+def test_a_missing_truth_package_is_reported_with_the_tables_its_queries_read(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(PUBLIC_SET, src, ignore=shutil.ignore_patterns("truth"))
+    report = importer.import_set(src, tmp_path / "out")
+    [truth] = [m for m in report.missing if m.startswith("truth/")]
+    assert "read ../data/sales.csv relative to it" in truth and "truth/truth.malloy" in truth
+    assert report.exit_code == 0  # missing folders are for scoring, not for validating the set

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 import tomllib
 from collections import Counter
@@ -37,6 +38,7 @@ GOLDEN_FIELDS_ON_CASE = ("clarifyOk", "clarifyPreferred", "alternates")
 # How a public golden may say its rows are ranked (the kit's `ordered`).
 RANKED_FLAGS = ("ranked", "ordered")
 RANK_COLUMNS = ("rank", "position")
+_TABLE = re.compile(r"""duckdb\.table\(\s*['"]([^'"]+)['"]""")
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,7 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
     replace: dict[int, Any] = {}
     statuses: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
+    tables_read: set[str] = set()  # files the canonical queries name with duckdb.table(...)
     n_cases = 0
     for number, raw in enumerate((dst / CASES_FILE).read_bytes().split(b"\n"), start=1):
         if not raw.strip():
@@ -243,6 +246,8 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
         if new != case:
             replace[number] = new
         golden = new.get("golden") if isinstance(new.get("golden"), dict) else {}
+        if isinstance(golden.get("canonicalQuery"), str):
+            tables_read.update(_TABLE.findall(golden["canonicalQuery"]))
         statuses[str(golden.get("status") or "verified (no status)")] += 1
         kinds[str(golden.get("kind"))] += 1
         kept[CASES_FILE].update(_unknown_fields("case", new))
@@ -250,9 +255,14 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
         rewrite_jsonl(dst / CASES_FILE, replace=replace)  # other lines keep their bytes
 
     missing = []
-    for folder, what in (("model", "the Malloy package under test"),
-                         ("truth", ("the truth package, where canonical queries run "
-                                    "(promote_golden.py and verify_goldens.py need it)")),
+    truth_model = str(kit_config.get("truthModelPath") or kit_config.get("targetModelPath"))
+    tables = sorted(tables_read)
+    truth_need = ("the truth package, where canonical queries run (promote_golden.py and "
+                  "verify_goldens.py need it)")
+    if tables:
+        truth_need += (f"; its canonical queries read {', '.join(tables)} relative to it, so "
+                       f"truth/{truth_model} (it may be empty) with those files beside it will do")
+    for folder, what in (("model", "the Malloy package under test"), ("truth", truth_need),
                          ("data", "the tables the models read")):
         if not (dst / folder).is_dir():
             missing.append(f"{folder}/: {what}")
