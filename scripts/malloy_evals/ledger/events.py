@@ -29,7 +29,7 @@ EVENTS_FILE = "events.jsonl"
 ARTIFACTS_DIR = "artifacts"
 SCHEMA_VERSION = 1
 NULL_SAMPLE_SEGMENT = "_"
-# At most one live per attempt key (SPEC 3 rule 5; a person's verdict is held to the same rule).
+# At most one live per attempt key (reference/ledger-schema.md); a person's verdict is held to it too.
 UNIQUE_KINDS = ("score", "retrieval_score", "human_verdict")
 # run.json keys that are the run's identity: update_info may not change them.
 IDENTITY_KEYS = ("runId", "phase", "schemaVersion", "started")
