@@ -75,6 +75,16 @@ def test_contaminated_and_unscored_are_excluded_with_their_reason():
     assert r["n1"] == "verdict not selected: near_match"
 
 
+def test_a_verdict_a_person_settled_is_the_one_selection_reads():
+    settled = [{"kind": "human_verdict", "qid": "n1", "sample": None, "verdict": "no_match",
+                "why": "list price", "settled_by": "Dana"},
+               {"kind": "human_verdict", "qid": "f1", "sample": None, "verdict": "match",
+                "why": "rows agree", "settled_by": "Dana"}]
+    s = diagnose_selection.select_cases(EVENTS + settled, SPLITS, retrieval_misses=MISSES)
+    assert [b.qid for b in s.failed] == ["f2", "f3", "n1"]
+    assert "f1" in [b.qid for b in s.passed]
+
+
 def test_contamination_outranks_the_split():
     events = [attempt("x", contaminated=True), score("x", "no_match")]
     s = diagnose_selection.select_cases(events, {"x": "holdout"})

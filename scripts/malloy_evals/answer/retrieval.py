@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.vocab import ENTITY_KINDS, split_entity_id
+from malloy_evals.ledger import public_loop
+from malloy_evals.ledger.events import effective_verdict
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
@@ -206,6 +208,23 @@ def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str |
         where_to_fix=where, owner=owner, component=component, why=why)
 
 
+def reattribute(row: Mapping[str, Any], verdict: str | None) -> RetrievalRow:
+    """A stored retrieval row decided again for another verdict (a person settled the attempt):
+    what retrieval delivered does not change, only whether and where the failure is attributed."""
+    missing = list(row.get("missing") or [])
+    missing_kinds = {split_entity_id(e.strip())[0] for m in missing for e in m.split(" | ")}
+    failed = verdict == "no_match"
+    where, component, owner, why = attribute(
+        failed=failed, verdict=verdict, coverage=row.get("coverage"),
+        coverage_source=row.get("coverage_source") or "none", groups=int(row.get("groups") or 0),
+        recall=row.get("recall"), missing=missing, missing_kinds=missing_kinds,
+        asked=set(row.get("asked_kinds") or []))
+    values = {f: row.get(f) for f in _ROW_FIELDS}
+    values.update(verdict=verdict, failed=failed, where_to_fix=where, component=component,
+                  owner=owner, why=why)
+    return RetrievalRow(**values)
+
+
 def attribute(*, failed: bool, verdict: str | None, coverage: str | None, coverage_source: str,
               groups: int, recall: float | None, missing: list[str], missing_kinds: set[str],
               asked: set[str]) -> tuple[str | None, str | None, str | None, str]:
@@ -323,8 +342,16 @@ class AttemptState:
     """What the stream keeps per attempt key: memory per attempt, never per event."""
     has_attempt: bool = False
     delivered: Delivered = field(default_factory=Delivered)
-    verdict: str | None = None
+    score: dict[str, Any] | None = None   # the latest live score
+    human: dict[str, Any] | None = None   # the latest live human_verdict (a person settled it)
+    attempt_id: str | None = None         # the live attempt's event id
     live_retrieval_ids: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str | None:
+        """The attempt's effective verdict: the judge's, or a person's who settled it."""
+        attempt = {"event_id": self.attempt_id} if self.attempt_id else None
+        return effective_verdict(self.score, self.human, attempt).verdict
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -403,14 +430,15 @@ def collect_attempts(events_path: Path, warnings: list[str]) -> dict[Key, Attemp
     for number, line in _lines(events_path):
         if '"get_context"' in line:
             event = _parse_call(events_path, number, line, warnings)
-        elif '"attempt"' in line or '"score"' in line or '"retrieval_score"' in line:
+        elif ('"attempt"' in line or '"score"' in line or '"retrieval_score"' in line
+              or '"human_verdict"' in line):
             event = _parse(events_path, number, line, warnings)
         else:
             continue
         if event is None or event.get("event_id") in voided:
             continue
         kind = event.get("kind")
-        if kind not in ("attempt", "tool_call", "score", "retrieval_score"):
+        if kind not in ("attempt", "tool_call", "score", "retrieval_score", "human_verdict"):
             continue
         if kind == "tool_call" and event.get("tool") != "get_context":
             continue  # execute_query never delivers entities (SPEC 5.3)
@@ -420,10 +448,13 @@ def collect_attempts(events_path: Path, warnings: list[str]) -> dict[Key, Attemp
             state = states[key] = AttemptState()
         if kind == "attempt":
             state.has_attempt = True
+            state.attempt_id = event.get("event_id")
         elif kind == "tool_call":
             state.delivered.add_call(event)
         elif kind == "score":
-            state.verdict = event.get("verdict")  # the latest live score wins
+            state.score = event  # the latest live score wins
+        elif kind == "human_verdict":
+            state.human = event
         elif isinstance(event.get("event_id"), str):
             state.live_retrieval_ids.append(event["event_id"])
     if number and _ends_without_newline(events_path):
@@ -503,6 +534,9 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
     measured = load_coverage_report(coverage) if coverage is not None else None
     warnings: list[str] = []
     events_path = run_dir / "events.jsonl"
+    if public_loop.ledger_is_public(events_path):
+        # This reader streams only the keys it uses, in the kit's spelling; it does not guess.
+        raise InputError(events_path, 1, public_loop.refusal("score_retrieval.py"))
     try:
         states = collect_attempts(events_path, warnings) if events_path.exists() else {}
     except OSError as exc:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from malloy_evals.core.errors import UsageError
+from malloy_evals.ledger.events import effective_verdict
 
 ROLE = "diagnose"
 # What this script writes into an issue's `diagnosed_by`; a re-run voids live issues carrying it,
@@ -123,8 +124,12 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
     misses = retrieval_misses or {}
     attempts: dict[AttemptKey, dict[str, Any]] = {}
     scores: dict[AttemptKey, dict[str, Any]] = {}
+    humans: dict[AttemptKey, dict[str, Any]] = {}  # a person's settled verdicts
     for e in events:
         kind = e.get("kind")
+        if kind == "human_verdict":
+            humans[(e.get("qid"), e.get("sample"))] = dict(e)
+            continue
         if kind not in ("attempt", "score"):
             continue
         key = (e.get("qid"), e.get("sample"))
@@ -137,7 +142,8 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
     for key, attempt in attempts.items():
         qid, sample = key
         score = scores.get(key)
-        verdict = score.get("verdict") if score else None
+        # The judge's verdict, or the person's who settled it (the one rule, ledger.events).
+        verdict = effective_verdict(score, humans.get(key), attempt or None).verdict
         if qid not in cases:
             excluded.append(Bucketed(qid, sample, verdict, R_NOT_IN_SET))
         elif (_is_contaminated(attempt.get("contaminated"))

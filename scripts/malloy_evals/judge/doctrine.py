@@ -26,7 +26,7 @@ GOLD_STATUSES = ("verified", "verified_benign", "suspect", "verified_wrong")
 
 
 # Bump when render_packet's layout changes: it is hashed into judge_prompt_sha with the template.
-PACKET_LAYOUT = "packet-layout-3"
+PACKET_LAYOUT = "packet-layout-4"
 
 JUDGE_PROMPT_TEMPLATE = """\
 Judge the answer in the packet below by the doctrine in your instructions.

@@ -1,7 +1,9 @@
-"""Ledger events: ids, attempt keys, the tolerant reader and the live view.
+"""Ledger events: ids, attempt keys, the tolerant reader, the live view and the effective verdict.
 
 A reader survives a torn last line (a crash mid-write): it reports `events.jsonl:N: torn line` and
-returns the whole events before it. The live view applies every `void`.
+returns the whole events before it. The live view applies every `void`. Lines written by the
+public eval loop are read as kit events (`public_loop`). `effective_verdict` is the one rule for
+what an attempt's verdict is once a person may have settled it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import fcntl
 import gc
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,13 +22,15 @@ from typing import Any
 from malloy_evals.core import vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import LineProblem
+from malloy_evals.ledger import public_loop
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
 ARTIFACTS_DIR = "artifacts"
 SCHEMA_VERSION = 1
 NULL_SAMPLE_SEGMENT = "_"
-UNIQUE_KINDS = ("score", "retrieval_score")  # at most one live per attempt key (SPEC 3 rule 5)
+# At most one live per attempt key (reference/ledger-schema.md); a person's verdict is held to it too.
+UNIQUE_KINDS = ("score", "retrieval_score", "human_verdict")
 # run.json keys that are the run's identity: update_info may not change them.
 IDENTITY_KEYS = ("runId", "phase", "schemaVersion", "started")
 
@@ -107,6 +111,7 @@ class LedgerRead:
     events: list[dict[str, Any]]
     problems: list[LineProblem]
     line_numbers: list[int] = field(default_factory=list)  # 1-based line of each event
+    public_lines: list[int] = field(default_factory=list)  # lines written by the public loop
 
     @property
     def torn(self) -> bool:
@@ -134,7 +139,12 @@ def _gc_paused() -> Iterator[None]:
 def parse_ledger(data: bytes, file: str = EVENTS_FILE) -> LedgerRead:
     """Parse ledger bytes: every line that is a whole JSON object becomes an event; others are problems."""
     with _gc_paused():
-        return _parse_ledger(data, file)
+        read = _parse_ledger(data, file)
+    if any("event_id" not in e for e in read.events):  # public_loop.is_public_line, inlined: hot
+        done = public_loop.normalise_events(read.events, read.line_numbers, file)
+        problems = sorted(read.problems + done.problems, key=lambda p: p.line or 0)
+        read = LedgerRead(done.events, problems, done.line_numbers, done.public_lines)
+    return read
 
 
 def _parse_ledger(data: bytes, file: str) -> LedgerRead:
@@ -189,7 +199,12 @@ def read_ledger(path: str | Path) -> LedgerRead:
     except OSError as exc:
         # Present but unreadable (a folder, no permission): could not measure, never a traceback.
         raise InputError(path, None, f"cannot be read: {exc.strerror or exc}") from None
-    return parse_ledger(data, path.name)
+    read = parse_ledger(data, path.name)
+    for problem in read.problems:
+        # A public-loop line the kit cannot place on an attempt: stop rather than guess.
+        if problem.message.startswith(public_loop.PROBLEM_PREFIX):
+            raise InputError(path, problem.line, problem.message)
+    return read
 
 
 def live_view(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -212,3 +227,64 @@ def latest_issue_status(events: Iterable[dict[str, Any]]) -> dict[str, str]:
     """issue_id -> its latest status, from live events (SPEC 3: the latest per issue wins)."""
     return {e["issue_id"]: e["status"] for e in events
             if e.get("kind") == "issue_status" and "issue_id" in e and "status" in e}
+
+
+# --------------------------------------------------------------------------------------------
+# The effective verdict: the judge's, unless a person settled it
+
+# Null reasons a person's verdict never replaces: the attempt is void or was never judged for a
+# reason no reading of the answer changes (contamination, truncation, nothing submitted, a golden
+# the set does not defend, an environment failure). A person settles judgements, not these.
+MECHANICAL_NULL_REASONS = ("contaminated", "answerer_truncated", "not_submitted",
+                           "environment_failure", "golden_missing", "golden_provisional",
+                           "golden_invalid", "golden_ambiguous", "golden_verified_wrong")
+
+
+@dataclass(frozen=True)
+class EffectiveVerdict:
+    """An attempt's verdict as every summary counts it."""
+
+    verdict: str | None          # match / near_match / no_match / needs_human, or None
+    reason: str | None           # the score's reason (a null reason when the verdict is None)
+    gold_status: str | None      # the person's view of the golden when settled, else the judge's
+    settled_by: str | None = None  # who settled it, when a live human_verdict decided it
+    judge_verdict: str | None = None  # the score's own verdict, whoever decided
+
+
+def _reason_head(reason: Any) -> str:
+    return str(reason or "").split(":", 1)[0].strip()
+
+
+def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, Any] | None,
+                          attempt: Mapping[str, Any] | None = None) -> bool:
+    """Whether a live human_verdict stands in place of this score.
+
+    It needs a live score that was not nulled for a mechanical reason, and it covers only the
+    attempt the person judged: a re-recorded attempt (another live attempt event) is new work.
+    """
+    if human is None or score is None:
+        return False
+    if score.get("verdict") is None and _reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
+        return False
+    judged = human.get("attempt_event_id")
+    if judged and attempt is not None and attempt.get("event_id") != judged:
+        return False
+    return human.get("verdict") is not None
+
+
+def effective_verdict(score: Mapping[str, Any] | None, human: Mapping[str, Any] | None = None,
+                      attempt: Mapping[str, Any] | None = None) -> EffectiveVerdict:
+    """THE rule for an attempt's verdict: its live score's, overridden by a live human_verdict.
+
+    `score`, `human` and `attempt` are the attempt's live events (None when it has none). Every
+    summary, comparison and report decides an attempt's verdict through this function.
+    """
+    if score is None:
+        return EffectiveVerdict(None, None, None)
+    judge = score.get("verdict")
+    if human_verdict_applies(score, human, attempt):
+        assert human is not None
+        gold = human.get("gold_status") or score.get("gold_status")
+        return EffectiveVerdict(human["verdict"], None, gold, str(human.get("settled_by") or "?"),
+                                judge)
+    return EffectiveVerdict(judge, score.get("reason"), score.get("gold_status"), None, judge)

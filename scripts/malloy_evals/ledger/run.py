@@ -20,6 +20,7 @@ from typing import Any
 from malloy_evals import __version__
 from malloy_evals.core import schemas, vocab
 from malloy_evals.core.errors import InputError
+from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     ARTIFACTS_DIR,
     EVENTS_FILE,
@@ -269,6 +270,9 @@ class Run:
         supplied = {e["event_id"] for e, src in zip(batch, events, strict=True) if src.get("event_id")}
         needs_index = bool(supplied) or any(e["kind"] in ("void", *UNIQUE_KINDS) for e in batch)
         with self._locked() as fd:
+            if os.fstat(fd).st_size and public_loop.first_line_is_public(public_loop.read_head(fd)):
+                # Its lines have no ids a void could name, and a mixed file is nobody's format.
+                raise LedgerError(self.events_path, 1, public_loop.refusal("appending to it"))
             index = None
             if needs_index:
                 index = self._index if self._index is not None else _Index()

@@ -19,6 +19,7 @@ from malloy_evals.answer import retrieval
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.paths import KIT_ROOT
+from malloy_evals.ledger.events import effective_verdict
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
@@ -106,7 +107,9 @@ class CaseRow:
     n_get_context: int
     n_execute: int
     entities_delivered: int       # distinct entity ids returned by this attempt's get_context calls
-    why: str | None
+    why: str | None               # the judge's why, or the person's when they settled it
+    settled_by: str | None = None     # the person whose live human_verdict decided the verdict
+    judge_verdict: str | None = None  # the judge's verdict a person's settled one replaced
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,9 @@ class RunSummary:
     cost: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     cases: list[CaseRow] = field(default_factory=list)
+    settled_by_person: int = 0    # verdicts a live human_verdict decided (review.py)
+    overruled_by_person: int = 0  # ... of which the person's verdict differs from the judge's
+    golden_drift: list[str] = field(default_factory=list)  # qids scored with --allow-drift
 
     @property
     def exit_code(self) -> int:
@@ -224,6 +230,7 @@ class _Attempt:
     attempt: dict[str, Any] | None = None
     score: dict[str, Any] | None = None
     retrieval: dict[str, Any] | None = None
+    human: dict[str, Any] | None = None   # the live human_verdict, when a person settled it
     calls: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -232,7 +239,7 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
     groups: dict[AttemptKey, _Attempt] = {}
     for e in events:
         kind = e.get("kind")
-        if kind not in ("attempt", "score", "retrieval_score", "tool_call"):
+        if kind not in ("attempt", "score", "retrieval_score", "tool_call", "human_verdict"):
             continue
         g = groups.setdefault(_key(e), _Attempt())
         if kind == "attempt":
@@ -241,6 +248,8 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
             g.score = dict(e)
         elif kind == "retrieval_score":
             g.retrieval = dict(e)
+        elif kind == "human_verdict":
+            g.human = dict(e)
         else:
             g.calls.append(dict(e))
     return {k: g for k, g in groups.items() if g.attempt is not None}
@@ -336,6 +345,7 @@ def summarize_events(
     rows: list[CaseRow] = []
     retrieval_rows: list[dict[str, Any]] = []
     excluded_vw = 0
+    settled: list[AttemptKey] = []
 
     host_logged: list[AttemptKey] = []
     for key in keys:
@@ -348,9 +358,11 @@ def summarize_events(
         score = g.score
         set_status = _set_status(eval_set, qid)
 
-        verdict = score.get("verdict") if score else None
-        reason = score.get("reason") if score else None
-        gold_status = score.get("gold_status") if score else None
+        # The judge's verdict, or a person's where a live human_verdict settled it: one rule.
+        effective = effective_verdict(score, g.human, g.attempt)
+        verdict, reason, gold_status = effective.verdict, effective.reason, effective.gold_status
+        if effective.settled_by is not None:
+            settled.append(key)
 
         is_truncated = bool(att.get("truncated")) or reason == "answerer_truncated"
         contam_value = att.get("contaminated")
@@ -410,7 +422,10 @@ def summarize_events(
             retrieval_verdict=r.get("verdict"),
             answerer_cost_usd=att.get("cost_usd"), judge_cost_usd=(score or {}).get("judge_cost_usd"),
             num_turns=att.get("num_turns"), n_get_context=n_ctx, n_execute=n_exec,
-            entities_delivered=n_entities, why=(score or {}).get("why"),
+            entities_delivered=n_entities,
+            why=(g.human or {}).get("why") if effective.settled_by else (score or {}).get("why"),
+            settled_by=effective.settled_by,
+            judge_verdict=effective.judge_verdict if effective.settled_by else None,
         ))
 
     verdict_counts = {
@@ -441,6 +456,12 @@ def summarize_events(
     else:
         headline = rate.text
         shown_rate = rate
+    drift = [str(q) for q in (info.get("goldenDrift") or [])]
+    if drift:
+        # Scored with --allow-drift: the figures rest on goldens the truth package no longer
+        # gives, and the headline must not read as if they did.
+        headline += (f"; GOLDEN DRIFT in {len(drift)} case(s) ({', '.join(drift)}): scored "
+                     "against goldens that no longer re-derive")
 
     retrieval_figures = _retrieval_figures(retrieval_rows)
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
@@ -457,6 +478,9 @@ def summarize_events(
         excluded_verified_wrong=excluded_vw, doubted_goldens=doubted, vetoes=vetoes,
         incomplete=incomplete, cascade=cascade_result, retrieval=retrieval_figures,
         coverage=_coverage_figures(coverage_report), cost=cost, warnings=warnings, cases=rows,
+        settled_by_person=len(settled),
+        overruled_by_person=sum(1 for r in rows if r.settled_by and r.judge_verdict != r.verdict),
+        golden_drift=drift,
     )
 
 

@@ -45,6 +45,9 @@ def render_markdown(s: RunSummary) -> str:
     out.append(f"Out of the denominator: {', '.join(neither)}"
                + (f"; {s.excluded_verified_wrong} with a verified_wrong golden"
                   if s.excluded_verified_wrong else "") + ".")
+    if s.settled_by_person:
+        out.append(f"{s.settled_by_person} verdict(s) settled by a person (review.py), counted in "
+                   f"place of the judge's; {s.overruled_by_person} of them overrule it.")
     if s.null_reasons:
         out.append("Null verdicts by reason: "
                    + ", ".join(f"{k} {n}" for k, n in s.null_reasons.items()) + ".")
@@ -68,6 +71,13 @@ def render_markdown(s: RunSummary) -> str:
                 "instead of `--transcript`), then re-score them:"), "",
                 "```bash", *inc.commands, "```"]
 
+    if s.golden_drift:
+        out += ["", "## Golden drift", "",
+                ("Scored with `--allow-drift`: these goldens no longer follow from their "
+                 "canonical queries on the truth package (`verify_goldens.py` says how), so "
+                 "their verdicts rest on a key nobody defends today:"), "",
+                *[f"- {q}" for q in s.golden_drift]]
+
     if s.doubted_goldens:
         out += ["", "## Doubted goldens", "",
                 ("Not model failures: the key itself is in doubt. verified_wrong is out of "
@@ -87,7 +97,8 @@ def render_markdown(s: RunSummary) -> str:
     if waiting:
         out += ["", "## Needs a human", "",
                 ("The judge was unsure (confidence 5 or lower) or contradicted itself; a person "
-                "settles these, and a settled one belongs in judge-regressions.jsonl."), ""]
+                 "settles these with `skills/eval-judge/scripts/review.py`, which records the "
+                 "verdict and adds the prediction to judge-regressions.jsonl."), ""]
         for r in waiting:
             out.append(f"- {attempt_label(r.qid, r.sample)} (confidence {r.confidence})")
 
@@ -160,6 +171,8 @@ def render_markdown(s: RunSummary) -> str:
                          else "contaminated")
         if row.must_not_use_hits:
             notes.append("veto: " + ", ".join(row.must_not_use_hits))
+        if row.settled_by:
+            notes.append(f"settled by {row.settled_by} (judge said {row.judge_verdict or 'null'})")
         recall = "" if row.recall is None else f"{row.recall:.2f}"
         out.append(f"| {attempt_label(row.qid, row.sample)} | {_cell(verdict)} | "
                    f"{_cell(row.confidence)} | {_cell(row.coverage)} | {recall} | "

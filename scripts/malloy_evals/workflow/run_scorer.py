@@ -25,15 +25,26 @@ from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.retrieval import score_retrieval
 from malloy_evals.core import cli
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError, UsageError
+from malloy_evals.core.errors import (
+    EXIT_FINDING,
+    EXIT_OK,
+    EXIT_UNMEASURED,
+    InputError,
+    KitError,
+    UsageError,
+)
 from malloy_evals.endpoint.package import package_sha
+from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
+from malloy_evals.judge.decision import golden_gate
 from malloy_evals.judge.providers.select import provider_stats
+from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import latest_by_key
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import RunSummary, attempt_label, load_coverage_report, summarize
 from malloy_evals.report.markdown import render_markdown, summary_json, write_results
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import VALUE_KINDS, load_set
+from malloy_evals.sets.goldens import GoldenCheck, verify_goldens
 
 PIN_KEYS = ("golden_revision", "judge_version", "rubric_sha", "judge_prompt_sha")
 # Null reasons that say the scoring itself did not finish; a resumed run tries them again.
@@ -280,22 +291,82 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
         summary_json=str(js), pins=run_pins, provider_stats=provider_stats)
 
 
+@dataclass(frozen=True)
+class DriftRefusal:
+    """score_run refused: goldens it would score no longer re-derive from the truth package."""
+
+    run_dir: str
+    drifted: list[GoldenCheck]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FINDING  # drift is what the check before scoring exists to find
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "refused": "golden drift",
+                "drifted": [{"qid": c.qid, "problems": c.problems} for c in self.drifted],
+                "exit_code": self.exit_code}
+
+
+def render_refusal(r: DriftRefusal) -> str:
+    lines = [(f"refused to score {r.run_dir}: {len(r.drifted)} golden(s) it would score no "
+              "longer re-derive from the truth package:")]
+    lines += [f"  {c.qid}: {'; '.join(c.problems)}" for c in r.drifted]
+    lines.append("Repair the goldens (verify_goldens.py --set SET shows the same), or score anyway "
+                 "with --allow-drift: the summary's headline then names them.")
+    return "\n".join(lines)
+
+
+def check_drift(eval_set: Any, qids: Sequence[str],
+                progress: Callable[[str], None] = cli.progress) -> list[GoldenCheck] | None:
+    """The goldens of `qids` that would be judged (value goldens not gated), re-derived from the
+    set's truth package: the drifted ones, or None when no check could run (no truth package, no
+    Node runtime); a check that errors is reported and does not refuse."""
+    judged = [q for q in qids if q in eval_set.cases and eval_set.cases[q].golden_kind in VALUE_KINDS
+              and golden_gate(eval_set.cases[q]) is None]
+    if not judged or not Path(eval_set.truth_dir).is_dir():
+        return None
+    why = runtime_missing_reason()
+    if why:
+        progress(f"goldens not checked against the truth package before scoring: {why}")
+        return None
+    report = verify_goldens(eval_set.dir, sorted(set(judged)))
+    if report.unmeasured:
+        progress(f"goldens not checked against the truth package: {report.unmeasured}")
+        return None
+    for c in report.checks:
+        if c.status == "error":
+            progress(f"golden of {c.qid} could not be re-derived: {'; '.join(c.problems)}")
+    return [c for c in report.checks if c.status == "drift"]
+
+
 def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spec: str | None = None,
               mcp_url: str | None = None, local: bool = False,
               coverage: str | Path | None = None, parallel: int = 4,
               only: Sequence[str] | None = None, rescore: bool = False,
+              allow_drift: bool = False,
               progress: Callable[[str], None] = cli.progress,
-              model_dir: str | Path | None = None) -> RunScoreResult:
+              model_dir: str | Path | None = None) -> RunScoreResult | DriftRefusal:
     """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files.
+
+    Before anything is scored, the goldens it would judge are re-derived from the truth package
+    (when the set has one and Node is present): any drift refuses the whole run, naming every
+    drifted case, unless `allow_drift`, which scores anyway and pins them as `goldenDrift`.
     `model_dir` (--model): the package folder the run was answered against, served by --local,
     shown to the judge and pinned as the run's modelSha, instead of the set's model/."""
 
     if bool(mcp_url) == bool(local):
         raise UsageError("give exactly one of --mcp-url URL or --local")
     run = Run.open(run_dir)
+    if public_loop.ledger_is_public(run.events_path):
+        raise InputError(run.events_path, 1, public_loop.refusal("score_run.py"))
     eval_set = load_set(set_dir, model_dir)
     if coverage is not None:
         load_coverage_report(coverage)  # fail on an unreadable report before any work
+    qids = [str(a.get("qid")) for a in select_attempts(run.attempts(), only, Path(run.dir))]
+    drifted = check_drift(eval_set, qids, progress)
+    if drifted and not allow_drift:
+        return DriftRefusal(str(run_dir), drifted)
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
     endpoint_flag = "--local" if local else f"--mcp-url {mcp_url}"
@@ -316,7 +387,8 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                   "environment": endpoint.environment, "package": endpoint.package,
                   "modelPath": endpoint.model_path}
 
-    pins = {"judgeModel": _judge_model(run, judge),
+    drift_pin = None if drifted is None else sorted(c.qid for c in drifted)
+    pins = {"judgeModel": _judge_model(run, judge), "goldenDrift": drift_pin,
             "judgeVersion": judge_pins.get("judge_version"),
             "rubricSha": judge_pins.get("rubric_sha"),
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),

@@ -5,8 +5,11 @@ Attempts are scored in parallel with a progress line each on stderr. Resumable: 
 live score carries the current golden revision and judge pins is skipped; a stale one is voided
 and re-scored. With `--judge host --emit` it writes every unscored attempt's judge request (one
 per attempt, for a fresh host subagent each); `--judge host --ingest` then scores the attempts whose
-reply.json is there and leaves the rest for a later --ingest. Exit 0 when the results were written
-(an INCOMPLETE run included), 3 when nothing could be judged or an input could not be read.
+reply.json is there and leaves the rest for a later --ingest. Before scoring, the goldens it would
+judge are re-derived from the set's truth package (when it has one and Node is present): any
+drift refuses the whole run with exit 1, naming every drifted case, unless --allow-drift (then
+the summary's headline names them). Exit 0 when the results were written (an INCOMPLETE run
+included), 1 on golden drift, 3 when nothing could be judged or an input could not be read.
 
 `--local --model DIR` serves (and shows the judge) another package folder than the set's model/,
 and pins its sha: how a candidate model is scored against the same cases.
@@ -28,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals.core import cli
 from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
-from malloy_evals.workflow.run_scorer import render_text, score_run
+from malloy_evals.workflow.run_scorer import DriftRefusal, render_refusal, render_text, score_run
 
 
 def main(argv=None) -> int:
@@ -46,6 +49,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", type=cli.split_qids, help="score only these qids (q1,q2)")
     p.add_argument("--rescore", action="store_true",
                    help="void and re-score attempts even when their pins are current")
+    p.add_argument("--allow-drift", action="store_true",
+                   help="score even when goldens no longer re-derive from the truth package "
+                        "(the summary's headline names them)")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
     cli.check_model_argument(p, args)
@@ -55,7 +61,10 @@ def main(argv=None) -> int:
     result = score_run(args.run, args.set, judge=judge, judge_spec=args.judge,
                        mcp_url=args.mcp_url, local=args.local, coverage=args.coverage,
                        parallel=args.parallel, only=args.only, rescore=args.rescore,
-                       model_dir=args.model)
+                       allow_drift=args.allow_drift, model_dir=args.model)
+    if isinstance(result, DriftRefusal):
+        cli.emit(result, as_json=args.json, render=render_refusal)
+        return result.exit_code
     cli.emit(result, as_json=args.json, render=render_text)
     return result.exit_code
 
