@@ -5,9 +5,10 @@ Copies the two recorded runs of evals/bookshop (baseline, leaky) into a scratch 
 checkout, measures coverage by replaying the recorded coverage reader, then scores each run with
 score_run.py against the kit's local endpoint over the sample model (--local: real Malloy
 re-execution) and the recorded judge (--judge replay), prints both summaries, and then says who
-owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). The checkout is
-left as it was; the scratch folder is printed so RESULTS.md, summary.json and the ledgers can be
-read afterwards.
+owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose), after which
+report.py rewrites each run's page (report.html) with the diagnosis in it. The checkout is left
+as it was; the scratch folder and the pages are printed so RESULTS.md, summary.json, report.html
+and the ledgers can be read afterwards.
 
 Examples:
   .venv/bin/python scripts/demo.py
@@ -29,6 +30,7 @@ SET_DIR = KIT / "evals" / "bookshop"
 RUNS = ("baseline", "leaky")
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
 DIAGNOSE = KIT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
+PAGE = "report.html"
 
 
 def rel(path: Path) -> str:
@@ -150,8 +152,23 @@ def main(argv: list[str] | None = None) -> int:
                 codes[name] = code
                 if not args.keep_going:
                     break
+        if codes[name] == 0:
+            # score_run wrote the page before the diagnosis existed; write it again with it.
+            argv_page = [sys.executable, str(SCRIPTS / "report.py"), "--run", str(runs_dir / name),
+                         "--set", rel(SET_DIR)]
+            if coverage is not None:
+                argv_page += ["--coverage", str(coverage)]
+            code = run_step(f"report {name}", argv_page)
+            if code != 0:
+                codes[name] = code
+                if not args.keep_going:
+                    break
 
-    print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run)")
+    print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json, report.html and events.jsonl "
+          "per run)")
+    pages = [runs_dir / name / PAGE for name in RUNS if (runs_dir / name / PAGE).is_file()]
+    for written in pages:
+        print(f"page: {written}")
     clean, line = checkout_verdict(before, before_set)
     print(line if clean else f"demo: {line}", file=sys.stdout if clean else sys.stderr)
     if not clean:

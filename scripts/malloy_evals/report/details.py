@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.answer.transcripts import redact_json, redact_secrets
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
 from malloy_evals.ledger.events import latest_issue_status
-from malloy_evals.report.html import redacted
 from malloy_evals.sets.eval_set import golden_value
 
 # What one attempt's section may hold. Real answers and queries sit far below these; a page for a
@@ -27,8 +27,27 @@ ROWS_SHOWN = 10            # re-executed and golden rows, each
 ANSWER_CHARS = 6000        # the answer text
 QUERY_CHARS = 3000         # each query, the final one included
 TEXT_CHARS = 2000          # a judge's why, an error, a rubric
-CALLS_SHOWN = 30           # tool calls listed (the first 20 and the last 10)
 ENTITIES_SHOWN = 12        # entity ids listed per get_context call
+
+
+def redacted(value: Any) -> Any:
+    """A JSON value (an event, a golden, rows) with secrets blanked as the ledger blanks them
+    (`[REDACTED]`). Escaping is not done here: the page's builder escapes every string."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    # One pass over the value's JSON text instead of one per string: the redaction reads the
+    # environment's secret values on every call, and a page holds tens of thousands of strings.
+    # A clean text means clean strings (JSON escapes only quotes, backslashes and control
+    # characters, none of which an API key holds); a redacted one is re-read, or, if the
+    # redaction broke the JSON, redacted string by string.
+    text = json.dumps(value, ensure_ascii=False)
+    clean = redact_secrets(text)
+    if clean == text:
+        return value
+    try:
+        return json.loads(clean)
+    except ValueError:
+        return redact_json(value)
 
 
 @dataclass(frozen=True)
@@ -40,10 +59,10 @@ class Text:
 
 
 def text_of(value: Any, limit: int) -> Text | None:
-    """`value` redacted and capped; None when there is no value (shown as `null` or left out)."""
+    """`value` (already redacted) capped; None when there is no value (shown as `null`)."""
     if value is None:
         return None
-    full = redacted(value)
+    full = value if isinstance(value, str) else str(value)
     if len(full) <= limit:
         return Text(full)
     return Text(full[:limit], len(full) - limit)
@@ -187,7 +206,7 @@ def _float(value: Any) -> float | None:
 
 
 def _str(value: Any) -> str | None:
-    return None if value is None else redacted(value)
+    return None if value is None else str(value)
 
 
 def _json_text(value: Any, limit: int) -> Text | None:
@@ -197,13 +216,15 @@ def _json_text(value: Any, limit: int) -> Text | None:
 
 
 def _artifact(run: Any, relative: Any) -> tuple[str | None, Path | None]:
-    """(the path as recorded, its absolute path) when it stays inside the run folder."""
+    """(the path as recorded, its absolute path) when it names something inside the run folder
+    that exists; (None, None) otherwise, so the page never links to nothing or outside the run."""
     if not isinstance(relative, str) or not relative:
         return None, None
     try:
-        return relative, run.resolve(relative)
+        path = run.resolve(relative)
     except (InputError, ValueError):
-        return None, None  # a path that leaves the run folder is neither read nor linked
+        return None, None
+    return (relative, path) if path.exists() else (None, None)
 
 
 def _prediction(run: Any, qid: str, sample: Any, score: Mapping[str, Any] | None
@@ -215,6 +236,7 @@ def _prediction(run: Any, qid: str, sample: Any, score: Mapping[str, Any] | None
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             return None, Text(f"{recorded}: cannot be read ({exc})")
+        text = redact_secrets(text)
         if path.suffix == ".csv":
             rows = read_csv_rows(text)
             total = _envelope_count(path.parent) or len(rows)
@@ -231,9 +253,9 @@ def _prediction(run: Any, qid: str, sample: Any, score: Mapping[str, Any] | None
         return None, None
     if view is None:
         return None, None
-    rows = list(view.rows or [])
-    table = Rows(rows[:ROWS_SHOWN], view.row_count or len(rows), view.path) if rows else None
-    return table, text_of(view.error, TEXT_CHARS)
+    rows = redacted(list(view.rows or [])[:ROWS_SHOWN])
+    table = Rows(rows, view.row_count or len(rows), view.path) if rows else None
+    return table, text_of(redacted(view.error), TEXT_CHARS)
 
 
 def _envelope_count(folder: Path) -> int | None:
@@ -250,6 +272,7 @@ def golden_of(case: Any, set_dir: Path | None) -> Golden | None:
     g = getattr(case, "golden", None)
     if not isinstance(g, Mapping):
         return None
+    g = redacted(dict(g))
     kind = g.get("kind")
     rows: Rows | None = None
     value: Text | None = None
@@ -259,10 +282,11 @@ def golden_of(case: Any, set_dir: Path | None) -> Golden | None:
     except InputError as exc:
         raw, error = None, str(exc)
     if kind == "rows" and isinstance(raw, list):
+        raw = redacted(raw[:ROWS_SHOWN]) + raw[ROWS_SHOWN:]
         rows = Rows([r for r in raw[:ROWS_SHOWN] if isinstance(r, dict)], len(raw),
                     g.get("path") if isinstance(g.get("path"), str) else None)
     elif raw is not None:
-        value = _json_text(raw, TEXT_CHARS)
+        value = _json_text(redacted(raw), TEXT_CHARS)
     return Golden(
         kind=_str(kind), status=case.golden_status, revision=case.golden_revision, value=value,
         rows=rows, canonical_query=text_of(g.get("canonicalQuery"), QUERY_CHARS),
@@ -279,7 +303,7 @@ def _judged(score: Mapping[str, Any] | None, run: Any) -> Judged | None:
         verdict=_str(score.get("verdict")), reason=_str(score.get("reason")),
         why=text_of(score.get("why"), TEXT_CHARS), confidence=_int(score.get("confidence")),
         judge_verdict=_str(score.get("judge_verdict")),
-        column_pairing={redacted(k): (None if v is None else redacted(v))
+        column_pairing={str(k): (None if v is None else str(v))
                         for k, v in pairing.items()} if isinstance(pairing, dict) else None,
         gold_status=_str(score.get("gold_status")),
         gold_note=text_of(score.get("gold_note"), TEXT_CHARS),
@@ -305,17 +329,15 @@ def _call(event: Mapping[str, Any], position: int) -> ToolCall:
     return ToolCall(
         index=_int(event.get("call_index")) if _int(event.get("call_index")) is not None
         else position,
-        tool=redacted(event.get("tool")), targets=_strings(event.get("targets")),
+        tool=str(event.get("tool")), targets=_strings(event.get("targets")),
         returned=_strings(ids[:ENTITIES_SHOWN]),
         returned_total=(total if total is not None else len(ids)) if is_context else None,
         query=text_of(event.get("query"), QUERY_CHARS), error=text_of(event.get("error"), TEXT_CHARS))
 
 
 def _calls(events: Sequence[Mapping[str, Any]]) -> tuple[list[ToolCall], int]:
-    """The calls in order; a long list keeps its first 20 and last 10 (the count is stated)."""
+    """Every call in call order (the page chooses how many to list), and how many there are."""
     ordered = sorted(events, key=lambda e: _int(e.get("call_index")) or 0)
-    if len(ordered) > CALLS_SHOWN:
-        ordered = ordered[:20] + ordered[-(CALLS_SHOWN - 20):]
     return [_call(e, i) for i, e in enumerate(ordered)], len(events)
 
 
@@ -327,8 +349,9 @@ def issues_of(events: Iterable[Mapping[str, Any]]) -> list[Issue]:
     for e in events:
         if e.get("kind") != "issue" or not isinstance(e.get("issue_id"), str):
             continue
+        e = redacted(dict(e))
         out.append(Issue(
-            issue_id=redacted(e["issue_id"]), qids=_strings(e.get("qids")),
+            issue_id=e["issue_id"], qids=_strings(e.get("qids")),
             primary_code=_str(e.get("primary_code")),
             contributing_codes=_strings(e.get("contributing_codes")),
             component=_str(e.get("component")), owner=_str(e.get("owner")),
@@ -359,19 +382,24 @@ def attempt_details(run: Any, eval_set: Any, events: Iterable[Mapping[str, Any]]
             issue_ids.setdefault(q, []).append(issue.issue_id)
     set_dir = getattr(eval_set, "dir", None)
     out = []
+    goldens: dict[str, Golden | None] = {}  # a case's golden is read once, whatever its samples
     for qid, sample in keys:
-        slot = by_key.get((qid, sample), {"calls": []})
+        # One redaction pass per attempt: its attempt, calls, score and retrieval row together.
+        slot = redacted(by_key.get((qid, sample), {"calls": []}))
         att = slot.get("attempt") or {}
         score = slot.get("score")
         case = _case(eval_set, qid)
+        if qid not in goldens:
+            goldens[qid] = golden_of(case, set_dir) if case is not None else None
         prediction, prediction_error = _prediction(run, qid, sample, score)
         calls, total = _calls(slot["calls"])
         transcript, _ = _artifact(run, att.get("transcript_path"))
         out.append(AttemptDetail(
             qid=qid, sample=sample,
-            question=text_of(case.question, TEXT_CHARS * 2) if case is not None else None,
-            tags=_strings(case.tags) if case is not None else [],
-            golden=golden_of(case, set_dir) if case is not None else None,
+            question=text_of(redacted(case.question), TEXT_CHARS * 2) if case is not None
+            else None,
+            tags=_strings(redacted(case.tags)) if case is not None else [],
+            golden=goldens[qid],
             answer=text_of(att.get("answer_text"), ANSWER_CHARS),
             final_query=text_of(att.get("final_query"), QUERY_CHARS),
             final_query_source=_str(att.get("final_query_source")),

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from malloy_evals.answer.transcripts import redact_secrets
-
 # Attributes whose value is a URL: only relative references are allowed there.
 _URL_ATTRIBUTES = frozenset({"href", "src", "action", "formaction", "xlink:href", "poster", "srcset"})
 # A scheme (`javascript:`, `https:`, `file:`), a protocol-relative `//host`, a root-relative `/x` or
@@ -52,12 +50,6 @@ def esc(value: Any) -> Html:
     if isinstance(value, Html):
         return value
     return Html(html.escape("" if value is None else str(value), quote=True))
-
-
-def redacted(value: Any) -> str:
-    """A value from a transcript, an answer, a judge or a model, with secrets blanked as the
-    ledger blanks them (`[REDACTED]`). Escaping is separate: `el` does it for every string."""
-    return redact_secrets("" if value is None else str(value))
 
 
 def is_relative_url(url: str) -> bool:
@@ -210,11 +202,11 @@ def rows_table(rows: Sequence[Mapping[str, Any]], total: int | None, *, caption:
     if not rows:
         return el("p", head, class_="rows-note")
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    return table([redacted(c) for c in columns], cells, caption=head, class_="data")
+    return table(columns, cells, caption=head, class_="data")
 
 
 def _cell(value: Any) -> str:
-    text, cut = clip(redacted(shown(value)), 300)
+    text, cut = clip(shown(value), 300)
     return text + (f"… ({cut} more characters)" if cut else "")
 
 
@@ -242,7 +234,8 @@ table{border-collapse:collapse;font-size:.9rem}
 caption{text-align:left;color:var(--muted);padding:.2rem 0;caption-side:top}
 th,td{border:1px solid var(--line);padding:.25rem .45rem;text-align:left;vertical-align:top}
 th{background:var(--soft)}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num,th.num,table.cases td:nth-child(3),table.cases td:nth-child(5),
+table.cases td:nth-child(6){text-align:right;font-variant-numeric:tabular-nums}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;background:var(--soft);padding:.5rem;
 border-radius:.3rem;margin:.3rem 0;font-size:.85rem;max-width:100%}
 code{overflow-wrap:anywhere}
@@ -268,7 +261,8 @@ details[open].attempt>summary{border-bottom:1px solid var(--line);margin-bottom:
 th button{all:unset;cursor:pointer;font-weight:700}
 th button::after{content:" \\2195";color:var(--muted)}
 tr.hidden{display:none}
-ul.calls{padding-left:1.2rem}ul.calls>li{margin:.3rem 0}
+ol.calls{padding-left:1.6rem}ol.calls>li{margin:.3rem 0}
+.facts{margin:.3rem 0}.facts i{color:var(--muted);font-style:normal}
 .err{color:var(--bad)}
 @media (max-width:50rem){.pair{grid-template-columns:1fr}}
 @media (max-width:40rem){body{padding:.5rem;font-size:14px}dl{grid-template-columns:1fr}
@@ -280,11 +274,11 @@ a{color:inherit;text-decoration:none}}
 
 # Sorting and filtering on top of a page that is complete without it: every control is made here,
 # so a reader without JavaScript sees no dead buttons.
-SCRIPT = """
+SCRIPT = r"""
 (function(){
 "use strict";
 function val(td){var s=td.getAttribute("data-sort");if(s===null)s=td.textContent.trim();
-var n=parseFloat(s);return (s!==""&&!isNaN(n)&&/^-?[0-9.]+(e-?[0-9]+)?$/i.test(s))?n:s.toLowerCase();}
+var t=s.replace(/^\$/,"");return /^-?[0-9.]+(e-?[0-9]+)?$/i.test(t)?parseFloat(t):s.toLowerCase();}
 function sortable(t){var ths=t.tHead.rows[0].cells;for(var i=0;i<ths.length;i++){(function(i){
 var b=document.createElement("button");b.type="button";b.textContent=ths[i].textContent;
 ths[i].textContent="";ths[i].appendChild(b);b.addEventListener("click",function(){

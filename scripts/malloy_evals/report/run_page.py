@@ -19,6 +19,12 @@ from typing import Any
 from malloy_evals.core.errors import InputError
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import details as d
+from malloy_evals.report.attempt_section import (
+    attempt_sections,
+    inline,
+    verdict_text,
+    verdict_word,
+)
 from malloy_evals.report.charts import Bar, bar_chart
 from malloy_evals.report.figures import (
     CaseRow,
@@ -40,7 +46,6 @@ from malloy_evals.report.html import (
     link,
     page,
     pct,
-    rows_table,
     shown,
     table,
     td,
@@ -49,6 +54,9 @@ from malloy_evals.report.html import (
 from malloy_evals.sets.eval_set import SET_FILE, load_set
 
 PAGE_FILE = "report.html"
+# A page over this many bytes draws its largest attempt sections shorter (attempt_section.LEVELS):
+# the aim is under 2 MB for a 500-attempt run, with room to spare.
+PAGE_BUDGET = 1_900_000
 SIDE_FILES = ("RESULTS.md", "summary.json", "events.jsonl")
 VERDICTS = ("match", "no_match", "near_match", "needs_human", "null")
 SCORE_RUN = ".venv/bin/python skills/eval-answer/scripts/score_run.py"
@@ -86,20 +94,6 @@ class RunPage:
 # Pieces
 
 
-def _verdict_word(row: CaseRow) -> str:
-    if row.verdict:
-        return row.verdict
-    return "null" if row.scored else "unscored"
-
-
-def _verdict_text(row: CaseRow) -> str:
-    if row.verdict:
-        return row.verdict
-    if row.scored:
-        return f"null ({row.reason})" if row.reason else "null"
-    return "unscored"
-
-
 def _notes(row: CaseRow) -> list[str]:
     notes = []
     if row.excluded:
@@ -121,25 +115,6 @@ def _cost(row: CaseRow) -> float | None:
 def _owners(qid: str, issues: Sequence[d.Issue]) -> str:
     owners = sorted({i.owner for i in issues if qid in i.qids and i.owner})
     return ", ".join(owners)
-
-
-def _pre(text: d.Text | None, *, none: str = "null", class_: str | None = None) -> Html:
-    if text is None:
-        return el("p", none, class_="note")
-    more = f"… ({text.cut} more characters cut here)" if text.cut else None
-    return join(el("pre", text.text, class_=class_), el("p", more, class_="note") if more else None)
-
-
-def _inline(text: d.Text | None, *, none: str = "null") -> Html:
-    if text is None:
-        return esc(none)
-    return join(text.text, f"… ({text.cut} more characters)" if text.cut else None)
-
-
-def _listing(items: Sequence[str], none: str = "none") -> Html:
-    if not items:
-        return esc(none)
-    return el("ul", [el("li", el("code", i)) for i in items])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,7 +323,7 @@ def _diagnosis(issues: Sequence[d.Issue], qids: set[str]) -> Html:
             code += " (+ " + ", ".join(i.contributing_codes) + ")"
         rows.append([td(el("code", i.issue_id), id="issue-" + i.issue_id), code,
                      td(shown(i.owner), data_owner=i.owner or ""), shown(i.component), cases,
-                     shown(i.status), _inline(i.diagnosis)])
+                     shown(i.status), inline(i.diagnosis)])
     parts.append(table(["issue", "cause code", "owner", "component", "cases", "status",
                         "diagnosis"], rows, caption=f"{len(issues)} issue(s), each a cluster of "
                                                     "failures on one shared cause",
@@ -362,183 +337,46 @@ def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
         "where to fix", "notes")]))
     rows = []
     for r in s.cases:
-        word = _verdict_word(r)
         cost = _cost(r)
+        # Lean rows (a run may have hundreds): the sorting script reads the cells' own text.
         rows.append(el(
             "tr",
             td(link(attempt_label(r.qid, r.sample), "#" + anchor_id(r.qid, r.sample))),
-            td(_verdict_text(r), class_=f"v-{word}", data_sort=word),
-            td(shown(r.confidence, none=""), class_="num", data_sort=shown(r.confidence, none="")),
-            td(_owners(r.qid, issues)),
-            td("" if r.recall is None else f"{r.recall:.2f}", class_="num",
-               data_sort="" if r.recall is None else f"{r.recall:.4f}"),
-            td("" if cost is None else usd(cost), class_="num",
-               data_sort="" if cost is None else f"{cost:.6f}"),
+            td(verdict_text(r), class_=f"v-{verdict_word(r)}"),
+            td(shown(r.confidence, none="")), td(_owners(r.qid, issues)),
+            td("" if r.recall is None else f"{r.recall:.2f}"),
+            td("" if cost is None else usd(cost)),
             td(shown(r.coverage, none="")), td(shown(r.where_to_fix, none="")),
-            td("; ".join(_notes(r))),
-            data_verdict=word, data_qid=r.qid))
+            td("; ".join(_notes(r))), data_verdict=verdict_word(r)))
     return el("section", el("h2", "Cases"),
               el("div", el("table", el("caption", f"{len(s.cases)} attempt(s); sort by a column, "
                                                   "open an attempt for its evidence"),
-                           head, el("tbody", rows), id="cases-table", data_sortable=True,
-                           data_filterable=True), class_="scroll"), id="cases")
-
-
-# ---------------------------------------------------------------------------------------------
-# One attempt
-
-
-def _golden_block(g: d.Golden | None) -> Html:
-    if g is None:
-        return el("p", "No golden (or no set to read it from).", class_="note")
-    parts: list[Any] = [definition_list([
-        ("kind", shown(g.kind)), ("status", shown(g.status)),
-        ("revision", shown(g.revision)),
-    ])]
-    if g.error:
-        parts.append(el("p", g.error, class_="err"))
-    if g.rows is not None:
-        parts.append(rows_table(g.rows.rows, g.rows.total, caption="golden rows"))
-    elif g.value is not None:
-        parts.append(join(el("h5", "value"), _pre(g.value)))
-    if g.canonical_query is not None:
-        parts.append(join(el("h5", "canonical query (on the truth package)"),
-                          _pre(g.canonical_query)))
-    parts.append(join(el("h5", "rubric"), _pre(g.rubric, none="no rubric")))
-    if g.must_state:
-        parts.append(join(el("h5", "must state"), _listing(g.must_state)))
-    if g.must_not_use:
-        parts.append(join(el("h5", "must not use"), _listing(g.must_not_use)))
-    return join(*parts)
-
-
-def _judge_block(j: d.Judged | None) -> Html:
-    if j is None:
-        return el("p", "Not scored yet.", class_="note")
-    items: list[tuple[Any, Any]] = [
-        ("verdict", el("span", shown(j.verdict), class_=f"v-{j.verdict or 'null'}")),
-        ("null reason", j.reason), ("confidence", shown(j.confidence)),
-        ("the judge's own verdict", j.judge_verdict), ("gold status", shown(j.gold_status)),
-        ("gold note", _inline(j.gold_note) if j.gold_note else None),
-        ("judge model", shown(j.judge_model)),
-        ("must-not-use hits", ", ".join(j.must_not_use_hits) or "none"),
-        ("leaf suspicions", ", ".join(j.leaf_hits) if j.leaf_hits else None),
-        ("request and reply", link(j.judge_path, href_to(j.judge_path)) if j.judge_path else None),
-    ]
-    parts: list[Any] = [definition_list(items), el("h5", "why"), _pre(j.why)]
-    if j.column_pairing:
-        parts.append(table(["answer column", "golden column"],
-                           [[k, shown(v, none="(unpaired)")] for k, v in j.column_pairing.items()],
-                           caption="column pairing"))
-    return join(*parts)
-
-
-def _calls_block(a: d.AttemptDetail) -> Html:
-    if not a.calls:
-        return el("p", "No get_context or execute_query call recorded.", class_="note")
-    items = []
-    for c in a.calls:
-        if c.tool == "get_context":
-            came = (f"{c.returned_total} entit{'y' if c.returned_total == 1 else 'ies'} came back"
-                    if c.returned_total is not None else "nothing recorded of what came back")
-            more = (f" (first {len(c.returned)} listed)" if c.returned_total is not None
-                    and len(c.returned) < c.returned_total else "")
-            items.append(el("li", el("strong", f"#{c.index} get_context"), " asked ",
-                            join(*[join(el("code", t), " ") for t in c.targets]) if c.targets
-                            else "nothing", "; ", came, more,
-                            ": " if c.returned else None,
-                            join(*[join(el("code", e), " ") for e in c.returned]),
-                            el("p", "error: ", _inline(c.error), class_="err") if c.error else None))
-        else:
-            items.append(el("li", el("strong", f"#{c.index} {c.tool}"), _pre(c.query, none="no query"),
-                            el("p", "error: ", _inline(c.error), class_="err") if c.error
-                            else None))
-    note = (el("p", f"{a.calls_total} calls; the first 20 and the last {len(a.calls) - 20} "
-                    "are listed.", class_="note") if a.calls_total > len(a.calls) else None)
-    return join(note, el("ol", items, class_="calls"))
-
-
-def _attempt(a: d.AttemptDetail, row: CaseRow | None, first_of_case: bool) -> Html:
-    label = attempt_label(a.qid, a.sample)
-    verdict = _verdict_text(row) if row is not None else "unscored"
-    confidence = (f", confidence {row.confidence}" if row is not None
-                  and row.confidence is not None else "")
-    answer_side = join(
-        el("h4", "Answer"),
-        definition_list([("submitted", shown(a.submitted)),
-                         ("final query chosen", shown(a.final_query_source)),
-                         ("truncated", "yes" if a.truncated else "no"),
-                         ("run error", a.run_error), ("turns", shown(a.num_turns, none="unknown")),
-                         ("seconds", shown(a.wall_seconds, none="unknown")),
-                         ("transcript", link(a.transcript_path, href_to(a.transcript_path))
-                          if a.transcript_path else None)]),
-        _pre(a.answer, none="no answer text", class_="answer"),
-        el("h5", "final query"), _pre(a.final_query, none="no final query", class_="query"),
-        el("h4", "Re-executed rows"),
-        rows_table(a.prediction.rows, a.prediction.total, caption="rows the kit re-executed",
-                   more_href=href_to(a.prediction.path) if a.prediction.path else None)
-        if a.prediction is not None else el("p", "No re-executed rows.", class_="note"),
-        el("p", "re-execution error: ", _inline(a.prediction_error), class_="err")
-        if a.prediction_error else None)
-    retrieval = join(
-        el("h4", "Retrieval"),
-        definition_list([("recall", shown(a.retrieved.recall)),
-                         ("precision", shown(a.retrieved.precision)),
-                         ("coverage", shown(a.retrieved.coverage)),
-                         ("missing", ", ".join(a.retrieved.missing) or "none"),
-                         ("where to fix", shown(a.retrieved.where_to_fix)),
-                         ("why", _inline(a.retrieved.why) if a.retrieved.why else None)])
-        if a.retrieved else el("p", "No retrieval row.", class_="note"))
-    contamination = join(
-        el("h4", "Contamination"),
-        el("p", ("contaminated: " + shown(a.contaminated)) if a.contaminated is not None
-           else "not checked", class_="err" if _is_contaminated(a.contaminated) else None),
-        _listing(a.contamination_reasons) if a.contamination_reasons else None)
-    # Golden and answer side by side (stacked on a narrow screen): the comparison the judge made.
-    body: list[Any] = [
-        el("h4", "Question"),
-        el("p", _inline(a.question, none="(not in the set given)"), class_="question"),
-        el("div", el("div", el("h4", "Golden and rubric"), _golden_block(a.golden)),
-           el("div", answer_side), class_="pair"),
-        el("h4", "Judge"), _judge_block(a.judged),
-        el("div", el("div", retrieval), el("div", contamination), class_="pair"),
-        el("h4", f"Tool calls ({a.calls_total})"), _calls_block(a),
-    ]
-    if a.issues:
-        body.append(el("p", "Diagnosed in: ", join(*[join(link(i, "#issue-" + i), " ")
-                                                     for i in a.issues])))
-    word = _verdict_word(row) if row is not None else "unscored"
-    return el("details", el("summary", el("h3", label, " · ", el("span", verdict,
-                                                                  class_=f"v-{word}"),
-                                          confidence)),
-              # The comparison page links to a case, not an attempt: its first attempt holds the
-              # case's anchor, inside the section so that following the link opens it.
-              el("div", body, class_="attempt-body",
-                 id=case_anchor(a.qid) if first_of_case else None),
-              id=anchor_id(a.qid, a.sample),
-              class_="attempt", data_verdict=word)
-
-
-# ---------------------------------------------------------------------------------------------
+                           head, el("tbody", rows), id="cases-table", class_="cases",
+                           data_sortable=True, data_filterable=True), class_="scroll"),
+              id="cases")
 
 
 def render_run_page(s: RunSummary, attempts: Sequence[d.AttemptDetail],
                     issues: Sequence[d.Issue], ctx: PageContext) -> str:
-    """The whole page for one run: every figure from `s`, every attempt's evidence from `attempts`."""
-    rows = {(r.qid, r.sample): r for r in s.cases}
-    body = join(
-        _header(s, ctx),
-        el("main", _verdicts(s), _cascade(s), _retrieval(s), _cost_section(s),
-           _diagnosis(issues, {r.qid for r in s.cases}), _case_table(s, issues),
-           el("section", el("h2", "Attempts"),
-              el("p", "Each attempt's evidence: open one (or follow a link from the table).",
-                 class_="note"),
-              [_attempt(a, rows.get((a.qid, a.sample)), first_of_case=(i == 0 or
-                                                                      attempts[i - 1].qid != a.qid))
-               for i, a in enumerate(attempts)], id="attempts")),
-    )
+    """The whole page for one run: every figure from `s`, every attempt's evidence from `attempts`.
+    Attempt sections are drawn shorter, largest first, while the page would pass PAGE_BUDGET."""
+    header = _header(s, ctx)
+    figures = join(_verdicts(s), _cascade(s), _retrieval(s), _cost_section(s),
+                   _diagnosis(issues, {r.qid for r in s.cases}), _case_table(s, issues))
     title = f"{s.run_id or 'run'}: {s.headline}"
-    return page(title, body, description=f"malloy-evals run {s.run_id}: {s.headline}")
+
+    def whole(attempts_part: Html) -> str:
+        return page(title, join(header, el("main", figures, attempts_part)),
+                    description=f"malloy-evals run {s.run_id}: {s.headline}")
+
+    fixed = len(whole(Html("")).encode("utf-8"))
+    sections, shortened = attempt_sections(
+        attempts, {(r.qid, r.sample): r for r in s.cases}, PAGE_BUDGET - fixed)
+    note = ("Each attempt's evidence: open one (or follow a link from the table)."
+            + (f" {shortened} of {len(attempts)} are drawn shorter to keep this page small."
+               if shortened else ""))
+    return whole(el("section", el("h2", "Attempts"), el("p", note, class_="note"), sections,
+                    id="attempts"))
 
 
 def render_text(result: RunPage) -> str:

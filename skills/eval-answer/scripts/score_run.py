@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Score every attempt of a run, then retrieval, then write RESULTS.md and summary.json (SPEC 5.5).
+"""Score every attempt of a run, then retrieval, then write RESULTS.md, summary.json and report.html.
 
 Attempts are scored in parallel with a progress line each on stderr. Resumable: an attempt whose
 live score carries the current golden revision and judge pins is skipped; a stale one is voided
@@ -49,6 +49,8 @@ def main(argv=None) -> int:
                        mcp_url=args.mcp_url, local=args.local, coverage=args.coverage,
                        parallel=args.parallel, only=args.only, rescore=args.rescore)
     cli.emit(result, as_json=args.json, render=render_text)
+    if args.json and result.report_html:
+        cli.progress(f"report: {result.report_html}")  # stdout holds the one JSON document
     return result.exit_code
 
 
