@@ -7,6 +7,8 @@ validated on append) over the sample set's cases.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import random
 from pathlib import Path
@@ -41,8 +43,12 @@ def hostile_run(root: Path, set_dir: Path = SAMPLE_SET) -> Run:
     names, rows and issue all carry `HOSTILE`."""
     run = Run.create(root / "hostile", set_dir, "test-answerer", run_id="hostile-1")
     qid = "bk_total_revenue"
-    prediction = run.write_artifact(qid, None, "prediction.csv",
-                                    f'"{HOSTILE}",revenue\n"{HOSTILE}",90963.84\n')
+    # A file whose name reads as a script URL: the ledger names it as the transcript and the
+    # judge's folder, so the page links it, as a relative path and nothing else.
+    (run.dir / "javascript:alert(1)").write_text("a file, not a script\n")
+    rows = io.StringIO()
+    csv.writer(rows).writerows([[HOSTILE, "revenue"], [HOSTILE, 90963.84]])
+    prediction = run.write_artifact(qid, None, "prediction.csv", rows.getvalue())
     run.append([
         _attempt(qid, None, answer_text=HOSTILE, final_query=f"run: orders -> {{}} // {HOSTILE}",
                  transcript_path="javascript:alert(1)",
@@ -70,9 +76,10 @@ def hostile_run(root: Path, set_dir: Path = SAMPLE_SET) -> Run:
 # ---------------------------------------------------------------------------------------------
 # A realistic run of many attempts
 
-_WORDS = ("revenue orders shipped pending customers region genre month total average price "
-          "list unit quantity discount cancelled returned member channel the of and by for "
-          "with from over in 2024 2025 which is was").split()
+_WORDS = ["revenue", "orders", "shipped", "pending", "customers", "region", "genre", "month",
+          "total", "average", "price", "list", "unit", "quantity", "discount", "cancelled",
+          "returned", "member", "channel", "the", "of", "and", "by", "for", "with", "from",
+          "over", "in", "2024", "2025", "which", "is", "was"]
 _ENTITIES = ["measure:order_items:revenue", "measure:order_items:gross_revenue",
              "dimension:orders:order_date", "dimension:orders:status",
              "dimension:orders:ship_date", "dimension:customers:region",
@@ -104,9 +111,9 @@ def generated_run(root: Path, attempts: int = 500, *, seed: int = 0,
                  f"'pending'\n  group_by: {rng.choice(['genre', 'region', 'month'])}\n"
                  "  aggregate: revenue\n  order_by: revenue desc\n  limit: 10\n}")
         n_rows = rng.randint(1, 60)
-        csv = "label,revenue\n" + "".join(f"row {r},{rng.uniform(10, 9999):.2f}\n"
-                                          for r in range(n_rows))
-        prediction = run.write_artifact(qid, sample, "prediction.csv", csv)
+        rows = "label,revenue\n" + "".join(f"row {r},{rng.uniform(10, 9999):.2f}\n"
+                                           for r in range(n_rows))
+        prediction = run.write_artifact(qid, sample, "prediction.csv", rows)
         run.write_artifact(qid, sample, "envelope.json", {"row_count": n_rows})
         verdict = rng.choice(_VERDICTS)
         batch.append(_attempt(qid, sample, answer_text=_prose(rng, rng.randint(80, 250)),

@@ -69,7 +69,8 @@ def verdict_text(row: CaseRow | None) -> str:
         return "unscored"
     if row.verdict:
         return row.verdict
-    return f"null ({row.reason})" if row.reason else "null"
+    # A null reason can quote an error message (`environment_failure: ...`), so it is redacted.
+    return f"null ({d.redacted(row.reason)})" if row.reason else "null"
 
 
 def _within(text: d.Text | None, limit: int) -> d.Text | None:

@@ -285,8 +285,8 @@ ths[i].textContent="";ths[i].appendChild(b);b.addEventListener("click",function(
 var asc=ths[i].getAttribute("aria-sort")!=="ascending";for(var j=0;j<ths.length;j++)
 ths[j].removeAttribute("aria-sort");ths[i].setAttribute("aria-sort",asc?"ascending":"descending");
 var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows);rows.sort(function(a,b){
-var x=val(a.cells[i]),y=val(b.cells[i]);if(typeof x!==typeof y){x=String(x);y=String(y);}
-return (x<y?-1:x>y?1:0)*(asc?1:-1);});rows.forEach(function(r){body.appendChild(r);});});})(i);}}
+var x=val(a.cells[i]),y=val(b.cells[i]);if(x===""||y==="")return (x==="")-(y==="");
+if(typeof x!==typeof y){x=String(x);y=String(y);}return (x<y?-1:x>y?1:0)*(asc?1:-1);});rows.forEach(function(r){body.appendChild(r);});});})(i);}}
 function filterable(t){var box=document.createElement("div");box.className="controls";
 var q=document.createElement("input");q.type="search";q.placeholder="filter cases";
 q.setAttribute("aria-label","filter cases by any text");var sel=document.createElement("select");

@@ -26,6 +26,7 @@ from malloy_evals.report.attempt_section import (
     verdict_word,
 )
 from malloy_evals.report.charts import Bar, bar_chart
+from malloy_evals.report.details import redacted
 from malloy_evals.report.figures import (
     CaseRow,
     RunSummary,
@@ -118,7 +119,8 @@ def _owners(qid: str, issues: Sequence[d.Issue]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Header and summary sections
+# Header and summary sections. The figures are the summary's; the few texts it carries from the
+# ledger (vetoed fields, null reasons, gold notes) are redacted like every other ledger text.
 
 
 def _header(s: RunSummary, ctx: PageContext) -> Html:
@@ -216,11 +218,11 @@ def _verdicts(s: RunSummary) -> Html:
                     class_="note"))
     if s.null_reasons:
         parts.append(el("p", "Null verdicts by reason: " + ", ".join(
-            f"{k} {n}" for k, n in s.null_reasons.items()) + "."))
+            f"{redacted(k)} {n}" for k, n in s.null_reasons.items()) + "."))
     if s.vetoes:
         parts.append(el("h3", "Must-not-use vetoes"))
         parts.append(el("ul", [el("li", link(x["label"], "#" + anchor_id(x["qid"], x["sample"])),
-                                  ": ", ", ".join(x["hits"]),
+                                  ": ", redacted(", ".join(x["hits"])),
                                   f" (the judge said {x['judge_verdict']})"
                                   if x.get("judge_verdict") else None) for x in s.vetoes]))
     if s.doubted_goldens:
@@ -228,7 +230,8 @@ def _verdicts(s: RunSummary) -> Html:
         parts.append(el("ul", [el("li", link(x["label"], "#" + anchor_id(x["qid"], x["sample"])),
                                   f": {x['gold_status']} (declared by {x['declared_by']}; "
                                   f"{'excluded' if x['excluded'] else 'still counted'})",
-                                  f": {x['gold_note']}" if x.get("gold_note") else None)
+                                  f": {redacted(x['gold_note'])}" if x.get("gold_note")
+                                  else None)
                                for x in s.doubted_goldens]))
     waiting = [r for r in s.cases if r.verdict == "needs_human" and r.excluded is None]
     if waiting:
@@ -347,7 +350,7 @@ def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
             td("" if r.recall is None else f"{r.recall:.2f}"),
             td("" if cost is None else usd(cost)),
             td(shown(r.coverage, none="")), td(shown(r.where_to_fix, none="")),
-            td("; ".join(_notes(r))), data_verdict=verdict_word(r)))
+            td(redacted("; ".join(_notes(r)))), data_verdict=verdict_word(r)))
     return el("section", el("h2", "Cases"),
               el("div", el("table", el("caption", f"{len(s.cases)} attempt(s); sort by a column, "
                                                   "open an attempt for its evidence"),
