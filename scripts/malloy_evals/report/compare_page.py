@@ -229,7 +229,8 @@ def _flips(doc: Mapping[str, Any], fixed: list[str], broken: list[str], moved: l
                "moved into or out of neither/null (not flips), the rest unchanged")
     return el("section", el("h2", "Flip table"),
               el("div", el("table", el("caption", caption), head, el("tbody", body),
-                           id="flip-table", data_sortable=True, data_filterable=True),
+                           id="flip-table", data_sortable=True, data_filterable=True,
+                           data_filter_word="change"),
                  class_="scroll"), id="flips")
 
 

@@ -260,7 +260,8 @@ details[open].attempt>summary{border-bottom:1px solid var(--line);margin-bottom:
 .controls input,.controls select{font:inherit;padding:.15rem .3rem}
 th button{all:unset;cursor:pointer;font-weight:700}
 th button::after{content:" \\2195";color:var(--muted)}
-tr.hidden{display:none}
+tr.hidden{display:none}.c-fixed{color:var(--ok);font-weight:600}
+.c-broken{color:var(--bad);font-weight:600}.c-moved{color:var(--mid)}
 ol.calls{padding-left:1.6rem}ol.calls>li{margin:.3rem 0}
 .facts{margin:.3rem 0}.facts i{color:var(--muted);font-style:normal}
 .err{color:var(--bad)}
@@ -290,8 +291,8 @@ if(typeof x!==typeof y){x=String(x);y=String(y);}return (x<y?-1:x>y?1:0)*(asc?1:
 function filterable(t){var box=document.createElement("div");box.className="controls";
 var q=document.createElement("input");q.type="search";q.placeholder="filter cases";
 q.setAttribute("aria-label","filter cases by any text");var sel=document.createElement("select");
-sel.setAttribute("aria-label","show one verdict");var seen={},o=document.createElement("option");
-o.value="";o.textContent="every verdict";sel.appendChild(o);
+var word=t.getAttribute("data-filter-word")||"verdict";sel.setAttribute("aria-label","show one "+word);
+var seen={},o=document.createElement("option");o.value="";o.textContent="every "+word;sel.appendChild(o);
 var rows=Array.prototype.slice.call(t.tBodies[0].rows);rows.forEach(function(r){
 var v=r.getAttribute("data-verdict");if(v&&!seen[v]){seen[v]=1;var op=document.createElement("option");
 op.value=v;op.textContent=v;sel.appendChild(op);}});var out=document.createElement("output");
