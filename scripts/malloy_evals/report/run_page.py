@@ -30,7 +30,6 @@ from malloy_evals.report.details import redacted
 from malloy_evals.report.figures import (
     CaseRow,
     RunSummary,
-    _is_contaminated,
     attempt_label,
     from_kit_root,
     summarize,
@@ -52,6 +51,7 @@ from malloy_evals.report.html import (
     td,
     usd,
 )
+from malloy_evals.report.markdown import case_notes
 from malloy_evals.sets.eval_set import SET_FILE, load_set
 
 PAGE_FILE = "report.html"
@@ -93,19 +93,6 @@ class RunPage:
 
 # ---------------------------------------------------------------------------------------------
 # Pieces
-
-
-def _notes(row: CaseRow) -> list[str]:
-    notes = []
-    if row.excluded:
-        notes.append("excluded: golden verified_wrong")
-    if row.truncated:
-        notes.append("truncated")
-    if _is_contaminated(row.contaminated):
-        notes.append("contaminated (unknown)" if row.contaminated == "unknown" else "contaminated")
-    if row.must_not_use_hits:
-        notes.append("veto: " + ", ".join(row.must_not_use_hits))
-    return notes
 
 
 def _cost(row: CaseRow) -> float | None:
@@ -350,7 +337,7 @@ def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
             td("" if r.recall is None else f"{r.recall:.2f}"),
             td("" if cost is None else usd(cost)),
             td(shown(r.coverage, none="")), td(shown(r.where_to_fix, none="")),
-            td(redacted("; ".join(_notes(r)))), data_verdict=verdict_word(r)))
+            td(redacted("; ".join(case_notes(r)))), data_verdict=verdict_word(r)))
     return el("section", el("h2", "Cases"),
               el("div", el("table", el("caption", f"{len(s.cases)} attempt(s); sort by a column, "
                                                   "open an attempt for its evidence"),
