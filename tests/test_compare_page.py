@@ -5,9 +5,9 @@ ordered fixed, broken, moved, unchanged, each case linking into each arm's run p
 from __future__ import annotations
 
 import copy
-from html import escape
 import runpy
 import shutil
+from html import escape
 from pathlib import Path
 
 import pytest
