@@ -10,10 +10,12 @@ after anything else changed the ledger (diagnose.py adds its clusters). --compar
 arguments of compare_runs.py and writes compare.html into --out. Exit 0 when the page was
 written, 2 for a wrong command line, 3 when the run cannot be read.
 
-Examples (the first two on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
+Examples (the first two on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline; the
+third needs two scored runs of the set, and says the comparison is not available until
+compare_runs.py is installed):
   .venv/bin/python skills/eval-answer/scripts/report.py --run /tmp/baseline --set evals/bookshop
   .venv/bin/python skills/eval-answer/scripts/report.py --run /tmp/baseline --set evals/bookshop --json
-  .venv/bin/python skills/eval-answer/scripts/report.py --compare --base runs/a --candidate runs/b --set evals/bookshop --out /tmp/cmp   (two scored runs)
+  .venv/bin/python skills/eval-answer/scripts/report.py --compare --base runs/a --candidate runs/b --set evals/bookshop --out /tmp/cmp
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def main(argv=None) -> int:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--run", type=cli.existing_dir, help="the run folder: writes RUN/report.html")
     what.add_argument("--compare", action="store_true",
-                      help="compare two arms and write compare.html into --out")
+                      help="compare two arms and write compare.html into --out (needs "
+                           "compare_runs.py's library: until it is installed, says so, exit 3)")
     p.add_argument("--set", type=cli.existing_dir, dest="set_dir", metavar="SET",
                    help="the set folder (for questions, goldens and rubrics); with --run, "
                         "found by itself when the run sits in SET/runs/")
