@@ -321,14 +321,15 @@ def _retrieved(row: Mapping[str, Any] | None) -> Retrieved | None:
 
 
 def _call(event: Mapping[str, Any], position: int) -> ToolCall:
-    summary = event.get("ranked_summary")
-    summary = summary if isinstance(summary, dict) else {}
-    ids = summary.get("entity_ids") if isinstance(summary.get("entity_ids"), list) else []
+    raw = event.get("ranked_summary")
+    summary: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    found = summary.get("entity_ids")
+    ids: list[Any] = found if isinstance(found, list) else []
     total = _int(summary.get("result_count"))
     is_context = event.get("tool") == "get_context"
+    index = _int(event.get("call_index"))
     return ToolCall(
-        index=_int(event.get("call_index")) if _int(event.get("call_index")) is not None
-        else position,
+        index=index if index is not None else position,
         tool=str(event.get("tool")), targets=_strings(event.get("targets")),
         returned=_strings(ids[:ENTITIES_SHOWN]),
         returned_total=(total if total is not None else len(ids)) if is_context else None,
@@ -343,10 +344,10 @@ def _calls(events: Sequence[Mapping[str, Any]]) -> tuple[list[ToolCall], int]:
 
 def issues_of(events: Iterable[Mapping[str, Any]]) -> list[Issue]:
     """The live issue events (diagnosis clusters) with their latest status, in ledger order."""
-    events = list(events)
-    status = latest_issue_status(events)
+    live = [dict(e) for e in events]
+    status = latest_issue_status(live)
     out = []
-    for e in events:
+    for e in live:
         if e.get("kind") != "issue" or not isinstance(e.get("issue_id"), str):
             continue
         e = redacted(dict(e))

@@ -21,6 +21,7 @@ compare_runs.py is installed):
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
         if args.coverage is not None and not args.coverage.is_file():
             p.error(f"--coverage {args.coverage}: not a file")
         result: Any = run_page.write_run_page(args.run, args.set_dir, coverage=args.coverage)
-        render = run_page.render_text
+        render: Callable[[Any], str] = run_page.render_text
     else:
         missing = [f"--{k}" for k in ("base", "candidate", "out") if not getattr(args, k)]
         if missing:
