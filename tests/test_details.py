@@ -111,6 +111,14 @@ def test_tool_calls_come_in_call_order_with_what_was_asked_and_returned(run, eva
     assert (calls[1].query.text, calls[1].error.text) == ("run: x", "boom")
 
 
+def test_a_call_that_ran_a_named_view_says_which(run, eval_set):
+    run.append([_attempt(), {"kind": "tool_call", "qid": "bk_total_revenue", "sample": None,
+                             "tool": "execute_query", "call_index": 0, "query": None,
+                             "source_name": "order_items", "query_name": "by_genre"}])
+    call = _one(run, eval_set).calls[0]
+    assert (call.query, call.named) == (None, "order_items -> by_genre")
+
+
 def test_an_artifact_reached_through_a_link_out_of_the_run_is_neither_read_nor_linked(
         run, eval_set, tmp_path):
     outside = tmp_path / "outside"

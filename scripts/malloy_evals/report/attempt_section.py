@@ -181,9 +181,11 @@ def _calls(a: d.AttemptDetail, caps: Caps) -> Html:
         else:
             # The final query is shown once, above; a call that ran it says so.
             same = c.query is not None and final is not None and c.query.text == final
-            items.append(el("li", el("b", c.tool), " (the final query)" if same else None,
-                            None if same else pre(c.query, caps.query, none="no query"), error,
-                            value=c.index + 1))
+            named = (join(" the named ", el("code", c.named))
+                     if c.named and c.query is None else None)
+            items.append(el("li", el("b", c.tool), " (the final query)" if same else None, named,
+                            None if same or named else pre(c.query, caps.query, none="no query"),
+                            error, value=c.index + 1))
     note = (el("p", f"{a.calls_total} calls; {len(chosen)} listed (the first and the last); the "
                     "ledger has them all.", class_="note") if a.calls_total > len(chosen) else None)
     return join(note, el("ol", items, class_="calls"))

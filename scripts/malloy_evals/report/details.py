@@ -88,6 +88,7 @@ class ToolCall:
     returned_total: int | None     # how many entities came back (the server's count when given)
     query: Text | None             # execute_query: the Malloy text
     error: Text | None
+    named: str | None = None       # execute_query of a named query or view: `orders -> by_month`
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,17 @@ def _call(event: Mapping[str, Any], position: int) -> ToolCall:
         tool=str(event.get("tool")), targets=_strings(event.get("targets")),
         returned=_strings(ids[:ENTITIES_SHOWN]),
         returned_total=(total if total is not None else len(ids)) if is_context else None,
-        query=text_of(event.get("query"), QUERY_CHARS), error=text_of(event.get("error"), TEXT_CHARS))
+        query=text_of(event.get("query"), QUERY_CHARS), error=text_of(event.get("error"), TEXT_CHARS),
+        named=_named(event))
+
+
+def _named(event: Mapping[str, Any]) -> str | None:
+    """`source -> view` or the query's name, for a call that ran a named query or view."""
+    name = event.get("query_name")
+    if not name:
+        return None
+    source = event.get("source_name")
+    return f"{source} -> {name}" if source else str(name)
 
 
 def _calls(events: Sequence[Mapping[str, Any]]) -> tuple[list[ToolCall], int]:
