@@ -6,11 +6,12 @@ folder outside the checkout, measures coverage by replaying the recorded coverag
 scores each run with score_run.py against the kit's local endpoint over the sample model (--local:
 real Malloy re-execution; the candidate with --model evals/bookshop/model-candidate, the package
 its answerer was served) and the recorded judge (--judge replay), prints the summaries, and says
-who owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). Last, did the
+who owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose), after which
+report.py rewrites each run's page (report.html) with the diagnosis in it. Last, did the
 model change help? measure_noise.py measures the A/A band from the two baseline sessions into the
 scratch folder, and compare_runs.py compares the candidate with the baseline against that band.
-The checkout is left as it was; the scratch folder is printed so RESULTS.md, summary.json,
-COMPARE.md and the ledgers can be read afterwards.
+The checkout is left as it was; the scratch folder and the pages are printed so RESULTS.md,
+summary.json, report.html, COMPARE.md and the ledgers can be read afterwards.
 
 Examples:
   .venv/bin/python scripts/demo.py
@@ -37,6 +38,7 @@ DIAGNOSED = ("baseline", "leaky")
 TARGETS = "bk_refunded_amount"  # what the candidate's model change was meant to fix
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
 DIAGNOSE = KIT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
+PAGE = "report.html"
 
 
 def rel(path: Path) -> str:
@@ -162,12 +164,26 @@ def main(argv: list[str] | None = None) -> int:
                 codes[name] = code
                 if not args.keep_going:
                     break
+        if codes[name] == 0:
+            # score_run wrote the page before the diagnosis existed; write it again with it.
+            argv_page = [sys.executable, str(SCRIPTS / "report.py"), "--run", str(runs_dir / name),
+                         "--set", rel(SET_DIR)]
+            if coverage is not None:
+                argv_page += ["--coverage", str(coverage)]
+            code = run_step(f"report {name}", argv_page)
+            if code != 0:
+                codes[name] = code
+                if not args.keep_going:
+                    break
 
     if all(codes.get(r) == 0 for r in ("baseline", "baseline-2", "candidate")):
         codes["compare"] = compare_leg(scratch, runs_dir)
 
     print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run; "
           "noise-band.json; compare/COMPARE.md)")
+    pages = [runs_dir / name / PAGE for name in RUNS if (runs_dir / name / PAGE).is_file()]
+    for written in pages:
+        print(f"page: {written}")
     clean, line = checkout_verdict(before, before_set)
     print(line if clean else f"demo: {line}", file=sys.stdout if clean else sys.stderr)
     if not clean:

@@ -38,3 +38,18 @@ def needs_node() -> None:
 @pytest.fixture
 def kit_root() -> Path:
     return KIT_ROOT
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's, driven by Playwright) for the report pages' tests; skipped
+    with the reason when it is missing, except in CI, where it must run (.ci/run installs it)."""
+    from browser_support import browser_missing_reason, launched
+
+    reason = browser_missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so the browser tests must run: {reason}")
+        pytest.skip(reason)
+    with launched() as b:
+        yield b

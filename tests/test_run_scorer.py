@@ -208,6 +208,10 @@ def test_finish_run_writes_results_and_pins_run_json(tiny):
     # retrieval ran with --append: one live retrieval_score per attempt
     rows = [e for e in live_view(run.read().events) if e["kind"] == "retrieval_score"]
     assert sorted(r["qid"] for r in rows) == ["q1", "q2"]
+    # The run's page is written last, from the very summary summary.json holds.
+    assert result.report_html == str(run.dir / "report.html")
+    assert f'id="headline" data-status="complete">{doc["headline"]}</p>' in (
+        run.dir / "report.html").read_text()
 
 
 def test_every_attempt_failing_is_could_not_measure(tiny):
@@ -262,6 +266,9 @@ def test_score_run_script_scores_resumes_and_prints_one_json_document(needs_node
                            timeout=300)
     assert first.returncode == EXIT_OK, first.stderr
     doc = json.loads(first.stdout)
+    # stdout is the one JSON document; the page's path goes to stderr (and into the document).
+    assert doc["report_html"] == str(run.dir / "report.html")
+    assert f"report: {run.dir / 'report.html'}" in first.stderr.splitlines()
     assert doc["headline"] == "pass rate 50.0% (1/2; 95% CI 9.5-90.5%)"
     assert doc["counts"]["scored"] == 2
     assert len(re.findall(r"^\[\d/2\] q\d (match|no_match) \(\d+\.\ds\)$", first.stderr,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core.cli import to_jsonable
-from malloy_evals.report.figures import RunSummary, _is_contaminated, attempt_label
+from malloy_evals.report.figures import CaseRow, RunSummary, _is_contaminated, attempt_label
 
 
 def _pct(x: float | None) -> str:
@@ -24,6 +24,23 @@ def _cell(value: Any, width: int = 80) -> str:
         return ""
     text = str(value).replace("|", "\\|").replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def case_notes(row: CaseRow) -> list[str]:
+    """What the case table's notes column says of an attempt (RESULTS.md and report.html)."""
+    notes = []
+    if row.excluded:
+        notes.append("excluded: golden verified_wrong")
+    if row.truncated:
+        notes.append("truncated")
+    if _is_contaminated(row.contaminated):
+        notes.append(f"contaminated ({row.contaminated})" if row.contaminated == "unknown"
+                     else "contaminated")
+    if row.must_not_use_hits:
+        notes.append("veto: " + ", ".join(row.must_not_use_hits))
+    if row.settled_by:
+        notes.append(f"settled by {row.settled_by} (judge said {row.judge_verdict or 'null'})")
+    return notes
 
 
 def render_markdown(s: RunSummary) -> str:
@@ -161,18 +178,7 @@ def render_markdown(s: RunSummary) -> str:
     for row in s.cases:
         verdict = row.verdict if row.verdict else (f"null ({row.reason})" if row.scored
                                                    else "unscored")
-        notes = []
-        if row.excluded:
-            notes.append("excluded: golden verified_wrong")
-        if row.truncated:
-            notes.append("truncated")
-        if _is_contaminated(row.contaminated):
-            notes.append(f"contaminated ({row.contaminated})" if row.contaminated == "unknown"
-                         else "contaminated")
-        if row.must_not_use_hits:
-            notes.append("veto: " + ", ".join(row.must_not_use_hits))
-        if row.settled_by:
-            notes.append(f"settled by {row.settled_by} (judge said {row.judge_verdict or 'null'})")
+        notes = case_notes(row)
         recall = "" if row.recall is None else f"{row.recall:.2f}"
         out.append(f"| {attempt_label(row.qid, row.sample)} | {_cell(verdict)} | "
                    f"{_cell(row.confidence)} | {_cell(row.coverage)} | {recall} | "

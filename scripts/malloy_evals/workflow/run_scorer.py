@@ -43,6 +43,7 @@ from malloy_evals.ledger.events import latest_by_key
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import RunSummary, attempt_label, load_coverage_report, summarize
 from malloy_evals.report.markdown import render_markdown, summary_json, write_results
+from malloy_evals.report.run_page import write_run_page
 from malloy_evals.sets.eval_set import VALUE_KINDS, load_set
 from malloy_evals.sets.goldens import GoldenCheck, verify_goldens
 
@@ -91,6 +92,7 @@ class RunScoreResult:
     pins: dict[str, Any]
     provider_stats: dict[str, Any] | None = None  # calls, tokens, dollars the judge spent
     dry_run: bool = False
+    report_html: str | None = None  # the run's page (report/run_page.py), written last
 
     @property
     def exit_code(self) -> int:
@@ -105,7 +107,7 @@ class RunScoreResult:
         return {"run_dir": self.run_dir, "attempts": self.attempts, "counts": self.counts,
                 "headline": self.summary.headline, "status": self.summary.status,
                 "results_md": self.results_md, "summary_json": self.summary_json,
-                "pins": self.pins, "provider_stats": self.provider_stats,
+                "report_html": self.report_html, "pins": self.pins, "provider_stats": self.provider_stats,
                 "dry_run": self.dry_run, "outcomes": self.outcomes,
                 "summary": summary_json(self.summary)}
 
@@ -285,10 +287,14 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
         derived["answererCostUsd"] = s.cost["answerer_usd"]
     run.update_info(**derived)
     run_pins.update(derived)
+    # The page renders this very summary, so it says exactly what summary.json says.
+    page = write_run_page(run_label or run.dir, set_label or eval_set.dir, summary=s, run=run,
+                          eval_set=eval_set)
     return RunScoreResult(
         run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
         outcomes=outcomes, retrieval_rows=len(result.rows), summary=s, results_md=str(md),
-        summary_json=str(js), pins=run_pins, provider_stats=provider_stats)
+        summary_json=str(js), pins=run_pins, provider_stats=provider_stats,
+        report_html=page.path)
 
 
 @dataclass(frozen=True)
@@ -438,4 +444,4 @@ def render_text(r: RunScoreResult) -> str:
         return (head + f"dry run: {stats.get('calls', 0)} judge call(s), about "
                 f"{stats.get('estimated_input_tokens', 0)} input tokens; nothing written\n")
     return (head + f"wrote {r.results_md} and {r.summary_json}\n\n"
-            + render_markdown(r.summary))
+            + render_markdown(r.summary) + f"\nreport: {r.report_html}\n")

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals.core import cli
 from malloy_evals.report.compare import compare_runs, render_text
+from malloy_evals.report.compare_page import write_comparison_pages
 from malloy_evals.report.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 
@@ -63,6 +64,9 @@ def main(argv=None) -> int:
                           only_common_cases=args.only_common_cases,
                           fail_on_regression=args.fail_on_regression)
     cli.emit(result, as_json=args.json, render=render_text)
+    if args.out is not None:
+        page = write_comparison_pages(result, args.out, args.set, args.base, args.candidate)
+        print(f"page: {page.path}", file=sys.stderr if args.json else sys.stdout)
     if not result.comparable:
         cli.progress(f"refused: {result.verdict}")
     return result.exit_code

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Score every attempt of a run, then retrieval, then write RESULTS.md and summary.json (SPEC 5.5).
+"""Score every attempt of a run, then retrieval, then write RESULTS.md, summary.json and report.html.
 
 Attempts are scored in parallel with a progress line each on stderr. Resumable: an attempt whose
 live score carries the current golden revision and judge pins is skipped; a stale one is voided
@@ -66,6 +66,8 @@ def main(argv=None) -> int:
         cli.emit(result, as_json=args.json, render=render_refusal)
         return result.exit_code
     cli.emit(result, as_json=args.json, render=render_text)
+    if args.json and result.report_html:
+        cli.progress(f"report: {result.report_html}")  # stdout holds the one JSON document
     return result.exit_code
 
 
