@@ -41,7 +41,7 @@ class AnswererSpec:
     def label(self) -> str:
         """How the harness log and the output name it."""
         if self.kind == "command":
-            return "command"
+            return "--answerer-cmd"
         return f"{self.kind}:{self.model}" if self.model else self.kind
 
 
