@@ -111,6 +111,20 @@ class ChildRun:
         return f"exit {self.exit_status}"
 
 
+# Process groups of the answerers running now, so an interrupted harness can end them all: they
+# run in sessions of their own, where a Ctrl-C at the terminal never reaches them.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running() -> None:
+    """SIGKILL every answerer process group still running (the harness is going away)."""
+    with _RUNNING_LOCK:
+        groups = list(_RUNNING)
+    for pgid in groups:
+        _kill_group(pgid, signal.SIGKILL)
+
+
 def _kill_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -149,6 +163,8 @@ def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
         stderr_path.write_text(f"{exc}\n", encoding="utf-8")
         return ChildRun(None, 0.0, False, False, 0, start_error=exc.strerror or str(exc))
     pgid = proc.pid  # a new session: the child leads its own process group
+    with _RUNNING_LOCK:
+        _RUNNING.add(pgid)
     flooded = threading.Event()
 
     def flood() -> None:
@@ -181,6 +197,8 @@ def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
             # Whatever the child left running in its group (a server it started, a stuck helper)
             # ends with it; a grandchild that made its own session is beyond reach.
             _kill_group(pgid, signal.SIGKILL)
+            with _RUNNING_LOCK:
+                _RUNNING.discard(pgid)
         proc.wait()
         for t in pumps:
             t.join(timeout=5)

@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -225,6 +226,24 @@ class _Context:
 
 
 @contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """While answerers run, SIGTERM ends the harness the way Ctrl-C does, so its cleanup runs
+    (answerers killed, the local endpoint stopped) instead of the process vanishing mid-run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
 def _run_lock(run: Run) -> Iterator[None]:
     """One harness per run at a time: two would answer the same attempts and void each other."""
     fd = os.open(run.dir / HARNESS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -341,7 +360,13 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
                       spent_before_usd=round(budget.spent, 6), parallel=options.parallel)
             progress(f"answering {len(plan.todo)} attempt(s) with {spec.label} over {url}"
                      + (f" ({len(plan.skipped)} already recorded, skipped)" if plan.skipped else ""))
-            outcomes = _run_all(ctx, plan.todo)
+            try:
+                with _sigterm_as_exit():
+                    outcomes = _run_all(ctx, plan.todo)
+            except BaseException:
+                log.write("stop", reason="interrupted", kind="interrupted",
+                          spent_usd=round(budget.spent, 6))
+                raise
             log.write("stop", reason=shared.stopped, kind=shared.stop_kind,
                       recorded=sum(1 for o in outcomes if o.outcome == "recorded"),
                       spent_usd=round(budget.spent, 6))
@@ -370,8 +395,15 @@ def _run_all(ctx: _Context, todo: list[PlannedAttempt]) -> list[AttemptOutcome]:
                for i in range(max(1, ctx.options.parallel))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): start nothing more and end the answerers now running,
+        # which sit in sessions of their own and would otherwise outlive the harness.
+        ctx.shared.stop("interrupted", "interrupted")
+        command.kill_running()
+        raise
     return [results.get((p.qid, p.sample)) or AttemptOutcome(p.qid, p.sample, "not_run", 0)
             for p in todo]
 
@@ -394,7 +426,7 @@ def _answer_one(ctx: _Context, planned: PlannedAttempt) -> AttemptOutcome:
             return outcome
         failure = outcome.failure
         count = shared.failed_once()
-        last = try_no == options.retries + 1
+        last = try_no == options.retries + 1 or shared.stop_event.is_set()
         ctx.progress(f"[!] {planned.label}: harness failure (try {try_no} of "
                      f"{options.retries + 1}): {failure}"
                      + ("" if last else "; trying again"))
@@ -508,7 +540,8 @@ def _record(ctx: _Context, planned: PlannedAttempt, try_no: int, space: isolatio
         rec = record_attempt(ctx.run.dir, ctx.eval_set.dir, planned.qid, planned.sample,
                              transcript=space.stdout)
     except InputError as exc:
-        failure = f"the transcript could not be read: {exc}"
+        where = f"stdout line {exc.line}" if exc.line else "stdout"
+        failure = f"the transcript could not be read: {where}: {exc.message}"
         ctx.log.write("try", outcome="failed", failure=failure,
                       stderr_tail=redact_secrets(stderr[-STDERR_TAIL_CHARS:]), **common)
         return AttemptOutcome(planned.qid, planned.sample, "failed", try_no, failure=failure)
