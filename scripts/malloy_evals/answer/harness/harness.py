@@ -157,7 +157,8 @@ def outcome_words(o: AttemptOutcome) -> str:
         state = "not submitted"
     if o.contaminated not in (False, None):
         state += ", contaminated"
-    turns = "turns unknown" if o.num_turns is None else f"{o.num_turns} turns"
+    turns = ("turns unknown" if o.num_turns is None
+             else f"{o.num_turns} turn{'' if o.num_turns == 1 else 's'}")
     return f"{state}, {turns}, {_money(o.cost_usd)}, {o.seconds or 0:.0f}s"
 
 
@@ -325,7 +326,7 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
     budget = Budget(options.max_cost_usd, run_spend(live, log.read()))
     base = {"run_dir": str(run.dir), "answerer": spec.label, "planned": len(plan.todo),
             "skipped": len(plan.skipped), "max_cost_usd": options.max_cost_usd,
-            "harness_log": str(log.path), "set_dir": str(set_dir)}
+            "harness_log": str(log.path), "set_dir": str(eval_set.dir.resolve())}
     if not plan.todo:
         return HarnessResult(**base, mcp_url=options.mcp_url, outcomes=[], stopped=None,
                              stop_kind=None, spent_usd=budget.spent, unknown_cost=0)
@@ -426,12 +427,14 @@ def _answer_one(ctx: _Context, planned: PlannedAttempt) -> AttemptOutcome:
             return outcome
         failure = outcome.failure
         count = shared.failed_once()
+        if count >= shared.max_failures:
+            shared.stop("failures", f"{count} harness failures in a row; the last: {failure}")
         last = try_no == options.retries + 1 or shared.stop_event.is_set()
         ctx.progress(f"[!] {planned.label}: harness failure (try {try_no} of "
                      f"{options.retries + 1}): {failure}"
-                     + ("" if last else "; trying again"))
+                     + ("; the run stops" if count >= shared.max_failures
+                        else "" if last else "; trying again"))
         if count >= shared.max_failures:
-            shared.stop("failures", f"{count} harness failures in a row; the last: {failure}")
             return AttemptOutcome(planned.qid, planned.sample, "failed", tries, failure=failure)
         if not last:
             time.sleep(RETRY_PAUSE_S * try_no)
@@ -490,12 +493,16 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
               "seconds": round(child.seconds, 3), "timed_out": child.timed_out,
               "stdout_bytes": child.stdout_bytes}
     if not verdict.is_attempt:
+        said = [line.strip() for line in stderr.splitlines() if line.strip()]
+        failure = verdict.failure or "not an attempt"
+        if said:
+            failure += f"; its stderr ends: {redact_secrets(said[-1])[:200]}"
         if cost is not None:
             ctx.shared.budget.add(cost)
-        ctx.log.write("try", outcome="failed", failure=verdict.failure, cost_usd=cost,
+        ctx.log.write("try", outcome="failed", failure=failure, cost_usd=cost,
                       stderr_tail=redact_secrets(stderr[-STDERR_TAIL_CHARS:]), **common)
         return AttemptOutcome(planned.qid, planned.sample, "failed", try_no,
-                              failure=verdict.failure, seconds=child.seconds)
+                              failure=failure, seconds=child.seconds)
     if verdict.cut_off:
         command.close_cut_off_stream(space.stdout, timeout=options.timeout,
                                      seconds=child.seconds, torn_tail=scan.torn_tail)
@@ -586,7 +593,8 @@ def render_text(result: HarnessResult) -> str:
                        "--timeout or --max-turns)")
     if contaminated:
         lines.append("  contaminated: " + ", ".join(attempt_label(o.qid, o.sample)
-                                                    for o in contaminated))
+                                                    for o in contaminated)
+                     + " (check_contamination.py says why; fix the answerer, then --redo them)")
     if failed:
         lines.append("  not recorded (harness failures, see the log): "
                      + ", ".join(f"{attempt_label(o.qid, o.sample)} ({o.failure})"
