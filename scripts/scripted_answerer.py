@@ -176,6 +176,20 @@ def _answer(session: Session, question: str, plan: dict[str, dict[str, str]]) ->
     session.finish("success", text)
 
 
+def _misbehave(mode: str, session: Session) -> int:
+    """crash: exit 1 before any result; flood: write until stopped; error: an API error result."""
+    if mode == "crash":
+        print("Traceback (most recent call last):\nRuntimeError: scripted crash",
+              file=sys.stderr, flush=True)
+        return 1
+    if mode == "flood":
+        block = {"type": "text", "text": "x" * 65536}
+        while True:
+            session.say([block])
+    session.finish("success", "API Error: 529 overloaded", is_error=True)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     doc = __doc__ or ""
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
@@ -213,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     if mode == "noise":
         print("this answerer prints prose, not stream-json", flush=True)
         return 0
+    if mode in ("crash", "flood", "error"):
+        # Misbehaviour needs no endpoint: start the session, then fail the way the mode says.
+        writer.init(cwd=os.getcwd(), tools=[], mcp_servers=[])
+        return _misbehave(mode, Session(writer, None, [], args.cost_per_turn, args.max_turns))
     try:
         client = connect(url=_mcp_url(args.mcp_config, args.server), timeout=60)
         tools = client.list_tools()
@@ -231,17 +249,6 @@ def main(argv: list[str] | None = None) -> int:
                 args.pid_file.write_text(f"{os.getpid()} {child.pid}\n", encoding="utf-8")
             while True:
                 time.sleep(60)
-        if mode == "crash":
-            print("Traceback (most recent call last):\nRuntimeError: scripted crash",
-                  file=sys.stderr, flush=True)
-            return 1
-        if mode == "flood":
-            block = {"type": "text", "text": "x" * 65536}
-            while True:
-                session.say([block])
-        if mode == "error":
-            session.finish("success", "API Error: 529 overloaded", is_error=True)
-            return 1
         if mode == "read" and read_path is not None:
             text = read_path.read_text(encoding="utf-8", errors="replace")
             session.say([{"type": "tool_use", "id": "toolu_scripted_read", "name": "Read",
