@@ -138,7 +138,8 @@ def _answer(session: Session, question: str, plan: dict[str, dict[str, str]]) ->
     """The normal session: environments, entities, one query, the answer."""
     step = plan.get(question, {})
     first = session.call("get_context", {}).payload or {}
-    env_card = next((r for r in first.get("results", []) if r.get("kind") == "environment"), {})
+    env_card: dict[str, Any] = next(
+        (r for r in first.get("results", []) if r.get("kind") == "environment"), {})
     env = env_card.get("name")
     package = (env_card.get("packages") or [None])[0]
     if session.out_of_turns():

@@ -161,28 +161,21 @@ def test_budget_stops_before_the_call_that_could_exceed_it_and_records_nothing(
     assert doc["spent_usd"] == pytest.approx(0.0055)
 
 
-def test_turn_limit_ends_the_session_truncated(needs_node, tmp_path, capsys, stand_in,
-                                               bookshop_mcp_url):
-    api = stand_in()
+@pytest.mark.parametrize("flags, behaviour, run_error", [
+    pytest.param(["--max-turns", "2"], {}, "error_max_turns", id="turn-limit"),
+    pytest.param(["--timeout", "3"], {"delay": {1: 6.0}}, "error_timeout", id="no-answer-in-time"),
+])
+def test_a_cut_off_session_is_recorded_truncated(needs_node, tmp_path, capsys, stand_in,
+                                                 bookshop_mcp_url, flags, behaviour, run_error):
+    api = stand_in(**behaviour)
     run = new_run(tmp_path, BOOKSHOP, "api3")
     code, _doc, err = answer(api_argv(run, BOOKSHOP, bookshop_mcp_url, "--only",
-                                      "bk_total_revenue", "--max-turns", "2"), capsys)
+                                      "bk_total_revenue", *flags), capsys)
     assert code == 0, err
     [attempt] = attempts(run)
-    assert attempt["truncated"] is True and attempt["run_error"] == "error_max_turns"
-    assert len(api.requests) == 2 and attempt["n_execute"] == 1
-
-
-def test_a_model_that_does_not_answer_in_time_is_recorded_truncated(
-        needs_node, tmp_path, capsys, stand_in, bookshop_mcp_url):
-    stand_in(delay={1: 6.0})
-    run = new_run(tmp_path, BOOKSHOP, "api4")
-    code, _doc, err = answer(api_argv(run, BOOKSHOP, bookshop_mcp_url, "--only",
-                                      "bk_total_revenue", "--timeout", "3"), capsys)
-    assert code == 0, err
-    [attempt] = attempts(run)
-    assert attempt["truncated"] is True and attempt["run_error"] == "error_timeout"
-    assert attempt["n_get_context"] == 1
+    assert attempt["truncated"] is True and attempt["run_error"] == run_error
+    # Two model calls were asked for; what the first one did is kept.
+    assert len(api.requests) == 2 and attempt["n_get_context"] == 1
 
 
 def test_a_refused_request_is_a_harness_failure_and_stops_the_run(

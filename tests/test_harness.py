@@ -369,7 +369,7 @@ def test_plan_selects_by_split_and_only_and_skips_what_is_recorded():
                  "cannot go with --answerer", id="two-answerers"),
     pytest.param([], "say who answers", id="no-answerer"),
     pytest.param(["--answerer", "openai:gpt"], "unknown answerer", id="unknown-answerer"),
-    pytest.param(["--answerer", "claude-code", "--samples", "0"], "not 1 or more", id="zero-samples"),
+    pytest.param(["--answerer", "claude-code", "--samples", "0"], "is less than 1", id="zero-samples"),
     pytest.param(["--answerer", "claude-code", "--prompt", "nope.md"], "not a file", id="no-prompt"),
     pytest.param(["--answerer", "anthropic:claude-unpriced-9", "--max-cost-usd", "1"],
                  "needs a priced model", id="unpriced-budget"),

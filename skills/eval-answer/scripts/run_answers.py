@@ -23,7 +23,6 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,32 +34,9 @@ from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answe
 from malloy_evals.core import cli
 from malloy_evals.core.errors import UsageError
 
-
-def _positive(value: str) -> int:
-    number = cli.count(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
-    return number
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"{value} is not more than 0")
-    return number
-
-
-def _dollars(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a dollar amount") from None
-    if not number >= 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return number
+_positive = cli.bounded(int, "a whole number", minimum=1)
+_seconds = cli.bounded(float, "a number of seconds", above=0)
+_dollars = cli.bounded(float, "a dollar amount", minimum=0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

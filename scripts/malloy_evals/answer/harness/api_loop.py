@@ -106,12 +106,14 @@ class ApiAnswerer:
     def call_cost(self, usage: dict[str, Any], model: str | None) -> float | None:
         """Dollars of one call, priced by the dated id the API reported, else by the id asked
         for; None when neither is in reference/prices.md (unknown, never 0)."""
-        counts = {"input_tokens": usage.get("input_tokens"),
-                  "output_tokens": usage.get("output_tokens"),
-                  "cache_read_tokens": usage.get("cache_read_input_tokens") or 0,
-                  "cache_write_tokens": usage.get("cache_creation_input_tokens") or 0}
-        cost = cost_usd(model, **counts) if model else None
-        return cost if cost is not None else cost_usd(self.model, **counts)
+        def priced(model_id: str) -> float | None:
+            return cost_usd(model_id, input_tokens=usage.get("input_tokens"),
+                            output_tokens=usage.get("output_tokens"),
+                            cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
+                            cache_write_tokens=usage.get("cache_creation_input_tokens") or 0)
+
+        cost = priced(model) if model else None
+        return cost if cost is not None else priced(self.model)
 
     def create_message(self, params: dict[str, Any], deadline: float) -> Any:
         """One Messages API call, retried on the transient failures; `TimeoutError` when the

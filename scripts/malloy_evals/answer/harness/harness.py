@@ -324,9 +324,9 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
                          split=options.split)
     log = HarnessLog(run.dir)
     budget = Budget(options.max_cost_usd, run_spend(live, log.read()))
-    base = {"run_dir": str(run.dir), "answerer": spec.label, "planned": len(plan.todo),
-            "skipped": len(plan.skipped), "max_cost_usd": options.max_cost_usd,
-            "harness_log": str(log.path), "set_dir": str(eval_set.dir.resolve())}
+    base: dict[str, Any] = {"run_dir": str(run.dir), "answerer": spec.label, "planned": len(plan.todo),
+                            "skipped": len(plan.skipped), "max_cost_usd": options.max_cost_usd,
+                            "harness_log": str(log.path), "set_dir": str(eval_set.dir.resolve())}
     if not plan.todo:
         return HarnessResult(**base, mcp_url=options.mcp_url, outcomes=[], stopped=None,
                              stop_kind=None, spent_usd=budget.spent, unknown_cost=0)
