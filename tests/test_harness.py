@@ -25,7 +25,13 @@ from harness_support import (
     scripted_cmd,
 )
 from malloy_evals.answer.harness.command import PLACEHOLDERS
-from malloy_evals.answer.harness.plan import Budget, plan_attempts, run_spend
+from malloy_evals.answer.harness.plan import (
+    AnswererSpec,
+    Budget,
+    parse_answerer,
+    plan_attempts,
+    run_spend,
+)
 from malloy_evals.core.errors import UsageError
 from malloy_evals.judge.providers.select import make_provider
 from malloy_evals.ledger.events import live_view
@@ -344,6 +350,15 @@ def test_samples_number_attempts_1_to_k_and_refuse_to_mix_with_null_samples(
     assert code == 2 and "numbered samples" in err
 
 
+def test_answerer_cmd_beside_claude_code_takes_its_place_and_beside_anthropic_is_refused():
+    assert parse_answerer("claude-code", "agent {question_file}") == AnswererSpec(
+        "command", template="agent {question_file}")
+    assert parse_answerer(None, "agent {question_file}").label == "--answerer-cmd"
+    with pytest.raises(UsageError, match="cannot go with --answerer anthropic:m"):
+        parse_answerer("anthropic:m", "agent {question_file}")
+    assert parse_answerer("claude-code:opus", None) == AnswererSpec("claude-code", model="opus")
+
+
 def test_plan_selects_by_split_and_only_and_skips_what_is_recorded():
     eval_set = load_set(BOOKSHOP)
     plan = plan_attempts(eval_set, {("bk_top_books", None)}, samples=1, only=None, redo=[],
@@ -391,6 +406,18 @@ def test_a_folder_without_run_json_or_an_unknown_qid_exits_3(tmp_path, capsys):
     code, _doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--only", "nope",
                               *cmd], capsys)
     assert code == 3 and "no case with qid 'nope'" in err
+
+
+def test_a_model_that_does_not_load_stops_the_run_before_any_answerer_starts(needs_node, tmp_path,
+                                                                             capsys):
+    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
+    (set_dir / "model").mkdir()
+    (set_dir / "model" / "bookshop.malloy").write_text("source: orders is duckdb.tabl(\n")
+    run = new_run(tmp_path, set_dir, "broken1")
+    code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
+                              "--answerer-cmd", scripted_cmd()], capsys)
+    assert code == 3 and "nothing to query" in err
+    assert ledger(run) == [] and "answererPromptSha" not in json.loads(run.info_path.read_text())
 
 
 def test_another_prompt_than_the_runs_is_refused(needs_node, tmp_path, capsys, bookshop_mcp_url):

@@ -49,7 +49,7 @@ from malloy_evals.core.errors import (
     UnmeasuredError,
     UsageError,
 )
-from malloy_evals.endpoint.mcp_client import connect
+from malloy_evals.endpoint.mcp_client import McpToolError, connect
 from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import EvalSet, load_set
@@ -270,18 +270,31 @@ def _endpoint(eval_set: EvalSet, options: HarnessOptions) -> Iterator[str]:
     yield options.mcp_url or ""
 
 
-def _answerer_tools(url: str) -> list[str]:
-    """The endpoint's tools an answerer may use, asked before any answerer starts (exit 3 when
-    the endpoint does not answer or offers none of them)."""
+def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
+    """The endpoint's tools an answerer may use, checked before any answerer starts (exit 3 when
+    the endpoint does not answer, offers none of them, or cannot load the set's package: a
+    broken model would otherwise be "answered" once per attempt, at the answerer's price)."""
     try:
-        with connect(url=url, timeout=30) as client:
+        with connect(url=url, timeout=60) as client:
             listed = client.list_tools()
+            tools = isolation.answerer_tools(listed)
+            if not tools:
+                raise UnmeasuredError(f"the MCP endpoint {url} offers no get_context or "
+                                      f"execute_query tool (it lists: {', '.join(listed) or 'nothing'})")
+            sources = client.get_context(environmentName=eval_set.environment,
+                                         packageName=eval_set.target_package)
+            if isinstance(sources, dict) and not (sources.get("results") or sources.get("sources")):
+                note = sources.get("note") or "no sources listed"
+                raise UnmeasuredError(f"the MCP endpoint {url} serves package "
+                                      f"{eval_set.environment}/{eval_set.target_package} with "
+                                      f"nothing to query ({note}): does its model compile?")
+    except McpToolError as exc:
+        raise UnmeasuredError(f"the MCP endpoint {url} cannot serve package "
+                              f"{eval_set.environment}/{eval_set.target_package}: {exc}") from None
+    except UnmeasuredError:
+        raise
     except KitError as exc:
         raise UnmeasuredError(f"the MCP endpoint {url} did not answer: {exc}") from None
-    tools = isolation.answerer_tools(listed)
-    if not tools:
-        raise UnmeasuredError(f"the MCP endpoint {url} offers no get_context or execute_query "
-                              f"tool (it lists: {', '.join(listed) or 'nothing'})")
     return tools
 
 
@@ -343,10 +356,10 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
                                       "use --answerer-cmd or --answerer anthropic:<model>)")
         elif spec.kind == "anthropic":
             api = api_loop.ApiAnswerer.create(spec.model or "")
-        if not pinned:
-            run.update_info(answererPromptSha=prompt_sha)
         with _endpoint(eval_set, options) as url:
-            allowed = [isolation.claude_tool_name(t) for t in _answerer_tools(url)]
+            allowed = [isolation.claude_tool_name(t) for t in _answerer_tools(url, eval_set)]
+            if not pinned:
+                run.update_info(answererPromptSha=prompt_sha)
             shared = _Shared(queue=iter(plan.todo), total=len(plan.todo), budget=budget,
                              max_failures=options.max_failures)
             ctx = _Context(run=run, eval_set=eval_set, options=options,
