@@ -401,7 +401,15 @@ def _run_all(ctx: _Context, todo: list[PlannedAttempt]) -> list[AttemptOutcome]:
             planned = ctx.shared.next()
             if planned is None:
                 return
-            outcome = _answer_one(ctx, planned)
+            try:
+                outcome = _answer_one(ctx, planned)
+            except KitError as exc:
+                # The kit could not write what the attempt produced (an artifact, the ledger):
+                # say so on this attempt and stop, rather than let the thread die unheard.
+                ctx.shared.stop("failures", f"{planned.label}: {exc}")
+                ctx.progress(f"[!] {planned.label}: {exc}; the run stops")
+                outcome = AttemptOutcome(planned.qid, planned.sample, "failed", 1,
+                                         failure=str(exc))
             with results_lock:
                 results[(planned.qid, planned.sample)] = outcome
 
