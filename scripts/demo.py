@@ -56,7 +56,8 @@ def rel(path: Path) -> str:
 def run_step(title: str, argv: list[str], *, quiet_stdout: bool = False) -> int:
     """Run one kit command from the kit's root, echoing the command line first."""
     shown = " ".join([".venv/bin/python" if a == sys.executable else rel(Path(a))
-                      if a.startswith(str(KIT)) else shlex.quote(a) for a in argv])
+                      if a.startswith(str(KIT)) and " " not in a else shlex.quote(a)
+                      for a in argv])
     print(f"\n$ {shown}", flush=True)
     proc = subprocess.run(argv, cwd=KIT, check=False, text=True,
                           stdout=subprocess.PIPE if quiet_stdout else None)
