@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--run", required=True, type=Path, help="the run folder (made by new_run.py)")
     p.add_argument("--set", required=True, type=Path, dest="set_dir", metavar="SET",
                    help="the set folder (holds set.json and cases.jsonl)")
-    p.add_argument("--answerer", metavar="SPEC",
+    p.add_argument("--answerer", metavar="ANSWERER",
                    help="claude-code, claude-code:MODEL, or anthropic:MODEL")
     p.add_argument("--answerer-cmd", metavar="TEMPLATE",
                    help="a command that answers like Claude Code (see below); enough on its own")
