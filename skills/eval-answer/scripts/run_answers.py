@@ -18,7 +18,8 @@ no `claude`, no API key).
 Examples:
   .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out /tmp/live1 --answerer-model scripted --run-id live1
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run /tmp/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
-  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/r1 --set evals/bookshop --local --answerer anthropic:claude-sonnet-4-5 --samples 3 --parallel 4 --max-cost-usd 5 (needs ANTHROPIC_API_KEY)
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run /tmp/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1
+(The last needs ANTHROPIC_API_KEY; with claude-code, --answerer claude-code needs `claude` on PATH.)
 """
 
 from __future__ import annotations
