@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from malloy_evals.answer.harness.isolation import MCP_SERVER_NAME, answerer_tools
 from malloy_evals.answer.harness.stream import StreamJson, Usage, tool_result_content
-from malloy_evals.core.errors import KitError
+from malloy_evals.core.errors import KitError, UnmeasuredError
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
@@ -90,7 +90,12 @@ class ApiAnswerer:
     def create(cls, model: str) -> ApiAnswerer:
         """The answerer with an SDK client; without ANTHROPIC_API_KEY it raises UnmeasuredError
         (exit 3) naming the variable, as every anthropic: role does."""
-        client = AnthropicProvider(model, timeout_seconds=CALL_TIMEOUT_S).client()
+        try:
+            client = AnthropicProvider(model, timeout_seconds=CALL_TIMEOUT_S).client()
+        except UnmeasuredError:
+            raise UnmeasuredError(f"anthropic:{model} as the answerer needs ANTHROPIC_API_KEY in "
+                                  "the environment; without a key, answer with --answerer "
+                                  "claude-code or --answerer-cmd") from None
         return cls(model=model, client=client, price=price_for(model))
 
     # ---- one call
