@@ -53,3 +53,19 @@ def browser():
         pytest.skip(reason)
     with launched() as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def bookshop_mcp_url():
+    """The kit's endpoint over the sample model on loopback HTTP, shared by the answerer-harness
+    tests (run_answers --mcp-url), started once per session and stopped after."""
+    reason = node_runtime_missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so runtime tests must run: {reason}")
+        pytest.skip(reason)
+    from malloy_evals.answer.harness.local import serve_model_http
+    from malloy_evals.sets.eval_set import load_set
+
+    with serve_model_http(load_set(KIT_ROOT / "evals" / "bookshop")) as url:
+        yield url

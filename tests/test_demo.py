@@ -70,6 +70,15 @@ LEAKY_CASCADE = {
                   "not retrieved": 1},
     "total": 5, "passes": 1,
 }
+# The live leg (scripts/demo.py LIVE_CASES): the scripted answerer answers two cases right, filters
+# 2024 revenue by ship_date (the case's mustNotUse vetoes it), and declines the margin question
+# naming the missing cost data.
+LIVE_VERDICTS = {
+    ("bk_total_revenue", None): ("match", None),
+    ("bk_revenue_by_genre", None): ("match", None),
+    ("bk_revenue_2024", None): ("no_match", None),
+    ("bk_profit_margin", None): ("match", None),
+}
 LEAKY_INCOMPLETE = {
     "truncated": ["bk_best_month"],
     "contaminated": ["bk_member_count", "bk_revenue_by_genre", "bk_total_revenue"],
@@ -85,7 +94,7 @@ def demo_output(tmp_path_factory) -> dict:
     proc = subprocess.run([sys.executable, str(DEMO), "--scratch", str(scratch), "--keep-going"],
                           cwd=KIT, check=False, capture_output=True, text=True, timeout=600)
     out = {"proc": proc, "scratch": scratch}
-    for name in ("baseline", "leaky", "baseline-2", "candidate"):
+    for name in ("baseline", "leaky", "baseline-2", "candidate", "live"):
         path = scratch / "runs" / name / "summary.json"
         out[name] = json.loads(path.read_text()) if path.is_file() else None
     for name, path in (("band", scratch / "noise-band.json"),
@@ -276,3 +285,15 @@ def test_demo_prints_the_verdict_and_writes_compare_md(needs_node, demo_output):
     assert doc["verdict"] in demo_output["proc"].stdout
     md = (demo_output["scratch"] / "compare" / "COMPARE.md").read_text()
     assert f"**{doc['verdict']}**" in md
+def test_live_leg_answers_records_and_scores_its_cases_as_intended(needs_node, demo_output):
+    doc = demo_output["live"]
+    assert doc["status"] == "complete" and doc["answerer_model"] == "scripted-answerer"
+    assert _verdicts(doc) == LIVE_VERDICTS
+    vetoed = {c["qid"]: c["must_not_use_hits"] for c in doc["cases"]}["bk_revenue_2024"]
+    assert vetoed == ["ship_date"]
+    # The attempts were made by the harness just now: each has its transcript and a try line.
+    run = demo_output["scratch"] / "runs" / "live"
+    tries = [json.loads(line) for line in (run / "harness.jsonl").read_text().splitlines()]
+    assert sorted(t["qid"] for t in tries if t.get("outcome") == "recorded") == sorted(
+        q for q, _ in LIVE_VERDICTS)
+    assert "the verdicts replay hand-authored judge replies" in demo_output["proc"].stdout

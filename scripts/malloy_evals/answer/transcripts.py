@@ -32,6 +32,11 @@ from malloy_evals.sets.eval_set import load_set
 
 Tool = Literal["get_context", "execute_query"]
 
+# `result.subtype` values that mean the session was cut off before it finished: Claude Code's
+# turn cap, and run_answers.py's per-attempt timeout (skills/eval-answer/reference/harness.md).
+# Either makes the attempt truncated, so the run reads INCOMPLETE rather than scoring a half answer.
+CUT_OFF_SUBTYPES = ("error_max_turns", "error_timeout")
+
 # Publisher tool names as the wire and hosts spell them, compared without case or underscores
 # after any `mcp__<server>__` prefix (SPEC 0).
 _GET_CONTEXT_NAMES = frozenset({"getcontext", "malloygetcontext"})
@@ -88,7 +93,7 @@ class Transcript:
     answer_text: str | None = None
     cwd: str | None = None
     reported_calls: int | None = None  # host logs only; a transcript never says it
-    truncated: bool = False           # result.subtype == "error_max_turns"
+    truncated: bool = False           # result.subtype in CUT_OFF_SUBTYPES
     run_error: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -207,7 +212,7 @@ def parse_transcript(path: str | Path) -> Transcript:
 def _apply_result(out: Transcript, result: dict[str, Any]) -> None:
     """The closing `result` line: truncation, the answer, usage, cost, turns and wall time."""
     subtype = result.get("subtype")
-    out.truncated = subtype == "error_max_turns"
+    out.truncated = subtype in CUT_OFF_SUBTYPES
     if result.get("is_error") or (isinstance(subtype, str) and subtype != "success"):
         out.run_error = str(subtype or "error")
     if isinstance(result.get("result"), str) and result["result"].strip():

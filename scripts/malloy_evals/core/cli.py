@@ -143,6 +143,23 @@ def count(value: str) -> int:
     return number
 
 
+def bounded(parse: Callable[[str], Any], what: str, *, minimum: float | None = None,
+            above: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: `parse` the value (int or float), refusing in words one that is not
+    `what`, below `minimum`, or not above `above` (`--timeout 0`, `--samples 0`)."""
+    def convert(value: str) -> Any:
+        try:
+            number = parse(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+        if minimum is not None and not number >= minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum:g}")
+        if above is not None and not number > above:
+            raise argparse.ArgumentTypeError(f"{value} is not more than {above:g}")
+        return number
+    return convert
+
+
 def add_attempt_arguments(p: argparse.ArgumentParser) -> None:
     """--run, --set (as `set_dir`), --qid and --sample: how every attempt-scoped script names its
     attempt, with the same meaning and checks everywhere."""

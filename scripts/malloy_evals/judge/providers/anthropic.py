@@ -227,6 +227,12 @@ def _status_text(exc: Any) -> str:
     return f"HTTP {getattr(exc, 'status_code', '?')}{detail}"
 
 
+# The same retry rule and error wording for the API answerer's tool-use loop
+# (answer/harness/api_loop.py), which calls the Messages API without this provider's request type.
+RETRY_STATUS = frozenset(_RETRY_STATUS)
+status_text = _status_text
+
+
 def _rejects_output_config(exc: Any) -> bool:
     text = _status_text(exc).lower() + " " + str(exc).lower()
     return "output_config" in text or "output_format" in text or "structured output" in text
