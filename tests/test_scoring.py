@@ -162,6 +162,62 @@ def test_host_emit_then_reply_then_ingest_appends_one_score(world):
     assert event["judge_model"] == "host" and event["judge_artifact"] == "artifacts/q_rev/_/judge"
 
 
+def _script(name, run, es, *args):
+    return subprocess.run([sys.executable, str(paths.skill_script(name)), "--run", str(run.dir),
+                           "--set", str(es.dir), "--qid", "q_rev", *args],
+                          check=False, capture_output=True, text=True, timeout=120)
+
+
+def test_host_ingest_before_any_emit_exits_3_and_appends_nothing(tmp_path):
+    # Issue 16 item 6: --ingest before --emit appended a null environment_failure score and
+    # exited 0; afterwards both --emit and --ingest refused because a live score existed.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "final_query": GOOD_SQL,
+                                        "answer_text": "Revenue is $1,234.50."}])
+    es = load_set(set_dir)
+    out = _script("score_attempt", run, es, "--judge", "host", "--ingest", "--json")
+    assert out.returncode == 3, out.stderr
+    assert "--emit first" in out.stderr and "Traceback" not in out.stderr
+    assert scores(run) == []
+
+
+def test_host_ingest_before_emit_with_a_prediction_on_disk_still_says_emit_first(world):
+    run, es = world
+    out = _script("score_attempt", run, es, "--judge", "host", "--ingest")
+    assert out.returncode == 3 and "--emit first" in out.stderr
+    assert scores(run) == []
+
+
+def test_host_ingest_with_the_reply_not_written_yet_exits_3_naming_the_reply_path(world):
+    run, es = world
+    emit = make_provider("host", role="judge", set_dir=None, host_mode="emit", host_dir=run.dir)
+    assert score(run, es, provider=emit).exit_code == 0
+    out = _script("score_attempt", run, es, "--judge", "host", "--ingest")
+    assert out.returncode == 3
+    assert str(run.artifact_dir("q_rev", None) / "judge" / "reply.json") in out.stderr
+    assert scores(run) == []
+
+
+def test_judge_script_before_reexecute_exits_3_naming_the_missing_step(tmp_path):
+    # Issue 16 item 6: judge.py run before reexecute.py printed a null environment_failure
+    # verdict and exited 0, although its help says 3.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "final_query": GOOD_SQL,
+                                        "answer_text": "Revenue is $1,234.50."}])
+    es = load_set(set_dir)
+    rec = _recorded_replies(run, tmp_path)
+    out = _script("judge", run, es, "--judge", f"hand:{rec}", "--json")
+    assert out.returncode == 3, out.stdout
+    assert "reexecute.py" in out.stderr and out.stdout == ""
+
+
+def _recorded_replies(run, tmp_path):
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"key": attempt_key(run, "q_rev", None),
+                                   "replies": [verdict()]}) + "\n")
+    return replies
+
+
 # ---------------------------------------------------------------- overrides
 
 def test_confidence_five_is_needs_human_with_the_judge_verdict_kept(world):
