@@ -22,7 +22,7 @@ from malloy_evals.answer.scoring import attempt_key, score_attempt
 from malloy_evals.core import paths
 from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.judge import doctrine as J_doctrine
-from malloy_evals.judge.providers.base import BudgetExhausted, RecordingStale
+from malloy_evals.judge.providers.base import BudgetExhausted, RecordingMissing, RecordingStale
 from malloy_evals.judge.providers.select import make_provider
 from malloy_evals.ledger import artifacts as J_artifacts
 from malloy_evals.sets.eval_set import load_set
@@ -257,6 +257,41 @@ def test_contaminated_attempt_is_null_with_the_judges_read_kept(tmp_path):
     assert (event["verdict"], event["reason"], event["judge_verdict"]) == (
         None, "contaminated", "match")
     assert event["why"] == "figures agree" and event["contaminated"] is True
+
+
+def test_hand_judge_needs_no_reply_for_a_contaminated_attempt(tmp_path):
+    # Issue 16 item 7: `hand:` demanded a reply for a contaminated attempt (`no authored reply for
+    # key ...`) and left it unscored; the reply would have been discarded anyway.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
+                                        "final_query": GOOD_SQL, "contaminated": "unknown"}])
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"key": "someone.else._", "replies": [verdict()]}) + "\n")
+    provider = make_provider(f"hand:{replies}", role="judge", set_dir=None)
+    result = score(run, load_set(set_dir), provider=provider)
+    [event] = scores(run)
+    assert (result.verdict, event["verdict"], event["reason"]) == (None, None, "contaminated")
+    assert event["judge_verdict"] is None and event["contaminated"] == "unknown"
+
+
+def test_hand_judge_still_needs_a_reply_for_a_clean_attempt(world, tmp_path):
+    run, es = world
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"key": "someone.else._", "replies": [verdict()]}) + "\n")
+    with pytest.raises(RecordingMissing):
+        score(run, es, provider=make_provider(f"hand:{replies}", role="judge", set_dir=None))
+    assert scores(run) == []
+
+
+def test_host_ingest_of_a_contaminated_attempt_needs_no_reply(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
+                                        "final_query": GOOD_SQL, "contaminated": True}])
+    ingest = make_provider("host", role="judge", set_dir=None, host_mode="ingest",
+                           host_dir=run.dir)
+    score(run, load_set(set_dir), provider=ingest)
+    [event] = scores(run)
+    assert (event["verdict"], event["reason"]) == (None, "contaminated")
 
 
 def test_budget_exhausted_is_null_budget_exhausted(world):

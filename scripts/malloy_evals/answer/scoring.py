@@ -126,10 +126,13 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
         if reexecute and endpoint is not None:
             return prediction_from_reexecution(
                 reexecute_attempt(run, eval_set, qid, sample, endpoint), run)
-        if ingest and JudgeArtifacts(run, qid, sample).pending_host_folder() is None:
+        tainted = contaminated is True or contaminated == "unknown"
+        if ingest and not tainted and JudgeArtifacts(run, qid, sample).pending_host_folder() is None:
             # Nothing was emitted: say so, rather than judge a prediction nobody showed the host.
             raise HostReplyPending(_emit_first(run, eval_set, qid, sample))
         existing = read_prediction(run, qid, sample)
+        if existing is None and tainted:
+            return None  # the attempt is null `contaminated` whatever its rows say
         if existing is None:
             # A step left out, not an environment failure: nothing is decided and nothing written
             # (an InputError is not caught as environment_failure by the decision path).
