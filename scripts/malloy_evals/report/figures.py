@@ -147,6 +147,7 @@ class RunSummary:
     cost: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     cases: list[CaseRow] = field(default_factory=list)
+    judges: dict[str, int] = field(default_factory=dict)  # judge_model of each live score -> scores
 
     @property
     def exit_code(self) -> int:
@@ -264,6 +265,23 @@ def _call_counts(g: _Attempt) -> tuple[int, int, int]:
         summary = c.get("ranked_summary") or {}
         entities.update(str(i) for i in (summary.get("entity_ids") or []))
     return n_ctx, n_exec, len(entities)
+
+
+def judge_counts(scores: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many live scores each judge produced, most first: a run scored partly by a host
+    subagent and partly by hand is not one judge's run. A score that pins no judge (an older
+    ledger) names none and is left out."""
+    counts = Counter(str(s["judge_model"]) for s in scores if s.get("judge_model"))
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def judges_text(judges: Mapping[str, int], fallback: str | None = None) -> str | None:
+    """The judge as a person reads it: the one judge, or every judge with its count of scores."""
+    if not judges:
+        return fallback
+    if len(judges) == 1:
+        return next(iter(judges))
+    return "mixed: " + ", ".join(f"{name} {n}" for name, n in judges.items())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,10 +464,12 @@ def summarize_events(
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
     warnings = _warnings(rows, retrieval_rows)
     cost = _cost(rows)
+    judges = judge_counts(g.score for g in groups.values() if g.score is not None)
 
     return RunSummary(
         run_id=info.get("runId"), set_name=info.get("setName"), phase=info.get("phase"),
-        answerer_model=info.get("answererModel"), judge_model=info.get("judgeModel"),
+        answerer_model=info.get("answererModel"),
+        judge_model=judges_text(judges, info.get("judgeModel")),
         judge_version=info.get("judgeVersion"),
         status="incomplete" if incomplete else "complete", headline=headline,
         attempts=len(rows), scored=sum(1 for r in rows if r.scored), unscored=unscored,
@@ -457,6 +477,7 @@ def summarize_events(
         excluded_verified_wrong=excluded_vw, doubted_goldens=doubted, vetoes=vetoes,
         incomplete=incomplete, cascade=cascade_result, retrieval=retrieval_figures,
         coverage=_coverage_figures(coverage_report), cost=cost, warnings=warnings, cases=rows,
+        judges=judges,
     )
 
 

@@ -31,7 +31,8 @@ def render_markdown(s: RunSummary) -> str:
     out: list[str] = []
     out.append(f"# Run {s.run_id or '?'} ({s.phase or '?'}) on set {s.set_name or '?'}")
     out.append("")
-    out.append(f"Answerer {s.answerer_model or 'unknown'}; judge {s.judge_model or 'unknown'}"
+    judge = f"judges {s.judge_model}" if len(s.judges) > 1 else f"judge {s.judge_model or 'unknown'}"
+    out.append(f"Answerer {s.answerer_model or 'unknown'}; {judge}"
                f" (JUDGE_VERSION {s.judge_version if s.judge_version is not None else '?'}).")
     out.append("")
     out.append(f"**{s.headline}**")
