@@ -303,6 +303,62 @@ def test_rerun_voids_only_its_own_earlier_issues(tmp_path):
     assert theirs["event_id"] in {e["event_id"] for e in live}
 
 
+def _rescore(run, qid, verdict):
+    """A corrected attempt's new score: the old live score voided, the new one appended."""
+    old = next(e for e in run.live() if e["kind"] == "score" and e["qid"] == qid)
+    run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "re-scored"},
+                {"kind": "score", "qid": qid, "sample": None, "verdict": verdict,
+                 "why": f"judge why {qid}", "confidence": 9}])
+
+
+def test_issue_whose_cases_all_pass_now_is_marked_fixed_naming_the_passing_attempts(tmp_path):
+    # Issue 16 item 5: after a corrected attempt passed, diagnosis selected nothing and left the
+    # earlier `open` issue live.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
+    diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    _rescore(run, "q1", "match")
+    _rescore(run, "q2", "match")
+    result = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    assert result.selection.selected_qids == [] and result.issues_appended == []
+    assert result.issues_fixed == ["r1:list-price-read-as-revenue"] and result.open_issues == []
+    live = Run.open(run.dir).live()
+    [status] = [e for e in live if e["kind"] == "issue_status" and e["status"] == "fixed"]
+    attempts = {e["qid"]: e["event_id"] for e in live if e["kind"] == "attempt"}
+    assert status["passing_attempt_ids"] == [attempts["q1"], attempts["q2"]]
+    assert schemas.validate_event(status) == []
+    assert "open issues: none" in diagnose_run.render_text(result)
+    again = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    assert again.issues_fixed == []  # fixed once; a later pass leaves it alone
+
+
+def test_issue_with_a_case_still_failing_stays_open(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
+    diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    _rescore(run, "q1", "match")
+    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
+    assert result.issues_fixed == []
+    assert [i["issue_id"] for i in result.open_issues] == ["r1:wrong-field-q2"]
+
+
+def test_a_fixed_issue_is_marked_fixed_not_voided_when_other_cases_are_rediagnosed(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    # No clustering reply: one issue per case.
+    first = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser(
+        {"q1": WRONG_FIELD, "q2": WRONG_FIELD}))
+    assert first.issues_appended == ["r1:wrong-field-q1", "r1:wrong-field-q2"]
+    q1_issue = next(e for e in run.live() if e["kind"] == "issue" and e["qids"] == ["q1"])
+    _rescore(run, "q1", "match")
+    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
+    assert result.issues_fixed == ["r1:wrong-field-q1"] and result.issues_voided == 1
+    assert q1_issue["event_id"] in {e["event_id"] for e in Run.open(run.dir).live()}
+    assert [i["issue_id"] for i in result.open_issues] == ["r1:wrong-field-q2"]
+
+
 def test_replies_outside_the_table_leave_cases_undiagnosed_and_exit_3(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)

@@ -83,6 +83,15 @@ def test_check_lets_unknown_fields_through_in_authored_set_files_only():
                                        "issue_id": "x", "status": "open", "note": "hm"})
 
 
+def test_fixed_issue_status_may_name_the_passing_attempts():
+    # Issue 16 item 5: diagnose.py marks an issue fixed and names the attempts that pass now.
+    fixed = {"kind": "issue_status", "event_id": "e", "at": "2026-01-01T00:00:00Z",
+             "issue_id": "r1:x", "status": "fixed", "passing_attempt_ids": ["e3", "e7"]}
+    assert schemas.validate("issue_status", fixed) == []
+    [problem] = schemas.validate("issue_status", {**fixed, "passing_attempt_ids": ["e 3"]})
+    assert "passing_attempt_ids" in str(problem)
+
+
 def test_missing_required_field_names_it():
     problems = schemas.validate("issue_status", {"kind": "issue_status", "event_id": "e", "at":
                                                  "2026-01-01T00:00:00Z", "issue_id": "x"})

@@ -19,6 +19,7 @@ from malloy_evals.answer import retrieval
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.paths import KIT_ROOT
+from malloy_evals.diagnose.issues import open_issues
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
@@ -148,6 +149,7 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)
     cases: list[CaseRow] = field(default_factory=list)
     judges: dict[str, int] = field(default_factory=dict)  # judge_model of each live score -> scores
+    open_issues: list[dict[str, Any]] = field(default_factory=list)  # live, not fixed or rejected
 
     @property
     def exit_code(self) -> int:
@@ -334,13 +336,15 @@ def summarize_events(
 
     Args:
         info: run.json.
-        events: live events (attempt, tool_call, score, retrieval_score; others ignored). The
+        events: live events (attempt, tool_call, score, retrieval_score, and issues with their
+            statuses for the open-issue list; others ignored). The
             cascade and recall come from the retrieval_score rows, through retrieval's own
             `summarize` and `cascade`, so the two reports can never disagree.
         eval_set: the loaded set, for each case's golden status; None when unavailable.
         coverage_report: a check_coverage report, shown as the coverage figure.
         run_dir, set_dir, judge_spec, endpoint_flag: spelled into the repair commands.
     """
+    events = list(events)
     groups = _group(events)
     keys = sorted(groups, key=_sort_key)
 
@@ -477,7 +481,7 @@ def summarize_events(
         excluded_verified_wrong=excluded_vw, doubted_goldens=doubted, vetoes=vetoes,
         incomplete=incomplete, cascade=cascade_result, retrieval=retrieval_figures,
         coverage=_coverage_figures(coverage_report), cost=cost, warnings=warnings, cases=rows,
-        judges=judges,
+        judges=judges, open_issues=open_issues(events),
     )
 
 

@@ -136,6 +136,14 @@ def render_markdown(s: RunSummary) -> str:
             out.append("By verdict: " + ", ".join(
                 f"{k} {n}" for k, n in dict(c["by_verdict"]).items()) + ".")
 
+    if s.open_issues:
+        out += ["", "## Open issues", "",
+                ("From eval-diagnose: an issue stays here until its status is fixed (diagnose.py "
+                 "marks it so once every attempt of its cases passes) or rejected."), ""]
+        for issue in s.open_issues:
+            out.append(f"- {issue['issue_id']} [{issue['status']}] {issue['primary_code']} -> "
+                       f"{issue['owner']}: {', '.join(issue['qids'])}")
+
     c = s.cost
     out += ["", "## Cost", ""]
     out.append(f"- answerer: {_usd(c['answerer_usd'], c['answerer_unknown'])}")
