@@ -346,6 +346,51 @@ def test_reader_never_sees_the_golden(tmp_path, monkeypatch):
     assert "987654" not in sent and "SECRET-RUBRIC-TEXT" not in sent
 
 
+def _host_cycle(tmp_path, monkeypatch, capsys, *extra):
+    """check_coverage.py with `--reader host`: --emit from one folder, --ingest from another."""
+    main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
+    monkeypatch.setattr(coverage_surface, "_describe_with_runtime", lambda d: SURFACE)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "systmp"))
+    set_dir, model = _tiny_set(tmp_path), _model_dir(tmp_path)
+    common = ["--set", str(set_dir), "--model", str(model), "--reader", "host", *extra]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    emitted = main([*common, "--emit"])
+    emit_out = capsys.readouterr()
+    monkeypatch.chdir(tmp_path / "b")
+    return main, common, emitted, emit_out
+
+
+def test_host_emit_without_out_says_where_and_ingest_elsewhere_finds_it(tmp_path, monkeypatch,
+                                                                         capsys):
+    # Issue 16 item 8: --ingest without the --out used at --emit looked in the current folder,
+    # and --emit did not say where it wrote.
+    main, common, emitted, out = _host_cycle(tmp_path, monkeypatch, capsys)
+    folder = coverage_reader.host_folder(None, tmp_path / "set") / "host" / "coverage"
+    assert emitted == 0 and str(folder) in out.err and str(folder) in out.out
+    assert sorted(p.name for p in folder.iterdir()) == ["cov.margin.request.json",
+                                                        "cov.rev.request.json"]
+    assert not list((tmp_path / "a").iterdir())  # nothing written to the current folder
+    assert main([*common, "--ingest"]) == 3  # no reply yet: nothing decided
+    pending = capsys.readouterr()
+    assert f"no reply yet in {folder}" in pending.out and "exit 3" in pending.out
+    (folder / "cov.rev.reply.json").write_text(json.dumps(reply("MODELLED", ["measure:orders:revenue"])))
+    assert main([*common, "--ingest", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decided"] == 1
+
+
+def test_host_ingest_with_the_same_out_reads_beside_the_report(tmp_path, monkeypatch, capsys):
+    report = tmp_path / "reports" / "cov.json"
+    main, common, emitted, _ = _host_cycle(tmp_path, monkeypatch, capsys, "--out", str(report))
+    folder = report.parent / "host" / "coverage"
+    assert emitted == 0 and (folder / "cov.rev.request.json").is_file()
+    (folder / "reply.json").write_text(json.dumps(reply("MISSING")))  # the wrong name
+    assert main([*common, "--ingest", "--json"]) == 3
+    why = {r["qid"]: r["why"] for r in json.loads(capsys.readouterr().out)["cases_detail"]}
+    assert "reply.json is there, but this request's reply is cov.rev.reply.json" in why["rev"]
+
+
 def test_only_with_unknown_qid_is_a_usage_error(tmp_path):
     main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
     with pytest.raises(SystemExit) as exc:

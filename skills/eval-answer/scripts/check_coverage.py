@@ -2,7 +2,10 @@
 """Decide, by reading the model, whether it can express an answer to each question (SPEC 5.4).
 
 No answerer, no judge, no golden, no warehouse query. Exit 0 when at least one case was decided,
-3 when nothing was (or the cause-code table lacks a gap verdict), 2 on usage errors.
+or when --emit wrote a request for every case (it prints the folder); 3 when nothing was decided
+(--ingest finding no reply included; it names the folder it looked in) or the cause-code table
+lacks a gap verdict; 2 on usage errors. A host reader's requests and replies live beside --out,
+else in one folder per set under the system's temporary folder: give --ingest the same --out.
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --json
@@ -18,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.answer.coverage.reader import check_coverage, render_text
+from malloy_evals.answer.coverage.reader import check_coverage, host_folder, render_text
 from malloy_evals.core import cli
 from malloy_evals.judge.providers import select as providers
 
@@ -46,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
-    host_dir = (args.out.parent if args.out else Path.cwd())
+    host_dir = host_folder(args.out, args.set_dir)
 
     def provider_factory():
         return providers.provider_from_args(args, "reader", role="coverage",

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +257,7 @@ def build_request(qid: str, question: str, concepts: list[str], conventions: lis
 # --------------------------------------------------------------------------- the report
 
 HOST_PENDING = "host reply pending"
+HOST_MISSING = "no host reply"
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,7 @@ class CoverageReport:
     by_verdict: dict[str, int]    # verdict (or "undecided") -> cases
     cases_detail: list[dict]
     labelComparison: dict | None = None
+    host_folder: str | None = None  # host: where requests and replies are (printed, not in JSON)
 
     def to_json(self) -> dict:
         doc = {k: getattr(self, k) for k in (
@@ -351,7 +354,9 @@ def read_case(provider: Any, request: Any, repeat: int) -> list[Reading]:
         try:
             reply = provider.complete(request)
         except HostReplyPending as exc:
-            readings.append(Reading(None, f"{HOST_PENDING}: {exc}"))
+            # --emit wrote the request (a result); --ingest found no reply (nothing decided).
+            waiting = HOST_MISSING if getattr(provider, "mode", None) == "ingest" else HOST_PENDING
+            readings.append(Reading(None, f"{waiting}: {exc}"))
             break
         except KitError as exc:  # replay miss/stale, budget, gave up: this case is undecided
             readings.append(Reading(None, f"reader failed: {exc}"))
@@ -411,6 +416,18 @@ def _reader_name(provider: Any) -> str:
 
 # --------------------------------------------------------------------------- the script's one call
 
+def host_folder(out: Path | None, set_dir: Path) -> Path:
+    """The folder a `host` reader's requests and replies live under: beside the `--out` report,
+    else one fixed folder per set in the system's temporary folder. Never the current folder, so
+    `--emit` and `--ingest` given the same `--out` (or none) meet wherever they run from, and a
+    checkout is never written to."""
+    if out is not None:
+        return Path(out).resolve().parent
+    resolved = Path(set_dir).resolve()
+    tag = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / "malloy-evals-coverage" / f"{resolved.name}-{tag}"
+
+
 # A convention says what it applies to either in words ("applies to ...") or as a leading
 # "<term>: <definition>" label, the way the sample set writes them.
 _CONVENTION_SCOPE = re.compile(r"\bappl(y|ies)\b|^[^:]{1,80}:\s", re.IGNORECASE)
@@ -450,6 +467,13 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
     provider = provider_factory()
     report = measure(cases, view, conventions, provider, repeat=repeat, version=version,
                      compare=compare, progress=warn)
+    if getattr(provider, "spec", None) == "host":
+        folder = Path(provider.host_dir) / "host" / ROLE
+        report = replace(report, host_folder=str(folder))
+        if warn:
+            done = ("wrote the reader requests into" if provider.mode == "emit"
+                    else "read the host replies from")
+            warn(f"host: {done} {folder}")
 
     stats = provider_stats(provider)
     if warn and stats:  # calls, tokens and dollars (a --dry-run's estimate) on stderr
@@ -493,7 +517,10 @@ def render_text(report: CoverageReport) -> str:
         for d in lc["disagree"]:
             lines.append(f"  {d['qid']}: label {d['label']}, measured {d['verdict']} ({d['shape']})")
     if not report.decided and report.exit_code == EXIT_OK:
-        lines.append("nothing decided yet: every case waits for its host reply; run again with --ingest")
+        lines.append(f"emitted {report.pending} reader request(s) into {report.host_folder}: a "
+                     "host subagent writes each <key>.reply.json beside its request; then run "
+                     "the same command with --ingest (and the same --out)")
     elif not report.decided:
-        lines.append("nothing decided: no measurement (exit 3)")
+        where = f" (looked for replies in {report.host_folder})" if report.host_folder else ""
+        lines.append(f"nothing decided: no measurement{where} (exit 3)")
     return "\n".join(lines)
