@@ -471,6 +471,32 @@ def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
     assert done.issues_appended == ["r1:list-price-read-as-revenue"]
 
 
+def test_host_ingest_with_a_reply_under_the_wrong_name_exits_3_naming_the_file(tmp_path):
+    # Issue 16 item 9: the SKILL.md said `reply.json`, the kit reads `<key>.reply.json`, and with
+    # the wrong name --ingest said "pending" and exited 0.
+    from malloy_evals.judge.providers.select import make_provider
+
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+
+    def host(mode):
+        return lambda d: make_provider("host", role="diagnose", set_dir=set_dir, host_mode=mode,
+                                       host_dir=d)
+    diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
+    base = run.dir / "host" / "diagnose"
+    (base / "reply.json").write_text(json.dumps(WRONG_FIELD))
+    result = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
+    assert result.diagnoses == [] and result.exit_code == 3
+    why = {u.qid: u.reason for u in result.undiagnosed}
+    assert f"no reply yet in {base}" in why["q1"]
+    assert "this request's reply is diag.r1.q1.reply.json" in why["q1"]
+
+
+def test_skill_md_names_the_reply_file_the_host_provider_reads():
+    text = paths.skill_md("eval-diagnose").read_text()
+    assert "`<key>.reply.json`" in text and "writes `reply.json`" not in text
+
+
 def test_shipped_baseline_run_is_diagnosed_offline_with_table_codes(tmp_path, needs_node, capsys):
     import shutil
     import subprocess

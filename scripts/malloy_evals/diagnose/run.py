@@ -45,6 +45,10 @@ from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
+# An --ingest that found no reply for a request: that case is undiagnosed (exit 3 when no case
+# was diagnosed), unlike an --emit, whose written requests are its result.
+NO_HOST_REPLY = "no host reply"
+
 
 @dataclass(frozen=True)
 class DiagnoseResult:
@@ -105,6 +109,8 @@ def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
     try:
         return provider.complete(request), None
     except HostReplyPending as exc:
+        if getattr(provider, "mode", None) == "ingest":
+            return None, f"{NO_HOST_REPLY}: {exc}"  # nothing to read: not decided, not waiting
         return None, f"host reply pending: {exc}"
     except DryRun as exc:
         return None, f"dry run: {exc}"
@@ -222,8 +228,7 @@ def _cluster(run: Any, events: list[dict[str, Any]], selection: Selection,
         return singleton_clusters(diagnoses), "single case"
     request = cluster_request(run.run_id, diagnoses, controls_block(run, events, selection), table)
     reply, why = _call(provider, request)
-    if reply is None and why and why.startswith("host reply pending") \
-            and getattr(provider, "mode", None) == "ingest":
+    if reply is None and why and why.startswith(NO_HOST_REPLY):
         # Host flow: the per-case replies are in; emit the clustering request for the host and
         # write no issue until its reply is there (a second --ingest picks it up).
 
