@@ -20,7 +20,7 @@ from judge_support import (
 )
 from malloy_evals.answer.scoring import attempt_key, score_attempt
 from malloy_evals.core import paths
-from malloy_evals.core.errors import UnmeasuredError
+from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.judge import doctrine as J_doctrine
 from malloy_evals.judge.providers.base import BudgetExhausted, RecordingMissing, RecordingStale
 from malloy_evals.judge.providers.select import make_provider
@@ -449,6 +449,15 @@ def test_attempt_with_no_contamination_evidence_at_all_is_unknown_and_null(tmp_p
     score(run, load_set(set_dir), provider=FakeProvider([verdict()]))
     [event] = scores(run)
     assert (event["reason"], event["contaminated"]) == ("contaminated", "unknown")
+
+
+def test_messages_about_an_attempt_without_a_sample_say_no_sample(world):
+    # Issue 16 item 12: "sample None" in messages; the ledger writes null, a person reads
+    # "no sample".
+    run, es = world
+    with pytest.raises(InputError, match=r"q_missing', no sample, in phase") as exc:
+        score(run, es, qid="q_missing", provider=FakeProvider())
+    assert "None" not in str(exc.value)
 
 
 def test_an_attempt_with_a_live_score_is_refused_before_any_judge_call(world):

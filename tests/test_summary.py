@@ -287,6 +287,13 @@ def test_open_issues_are_listed_until_marked_fixed():
     assert fixed.open_issues == [] and "Open issues" not in sm_markdown.render_markdown(fixed)
 
 
+def test_a_run_with_no_attempts_says_n_a_for_entities_per_answer_never_none():
+    # Issue 16 item 12: text output printed `entities delivered per answer: None`.
+    text = sm_markdown.render_markdown(sm_figures.summarize_events(INFO, []))
+    assert "entities delivered per answer: n/a" in text
+    assert "None" not in text
+
+
 def test_attempt_without_a_score_is_listed_as_unscored_not_counted():
     events = [attempt("q1"), attempt("q2"), score("q2", "match")]
     s = sm_figures.summarize_events(INFO, events)

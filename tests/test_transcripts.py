@@ -522,6 +522,15 @@ def test_cli_json_prints_one_document_with_the_recorded_attempt(env, tmp_path):
     assert (doc["qid"], doc["sample"], doc["tool_calls"]) == ("q1", 2, 5)
 
 
+def test_cli_text_says_true_and_false_as_the_ledger_writes_them(env, tmp_path):
+    # Issue 16 item 12: the text said `submitted True` and `contaminated: False`.
+    set_dir, run_dir = env
+    t = write_lines(tmp_path / "t.jsonl", stream_json_lines())
+    proc = run_cli("--run", run_dir, "--set", set_dir, "--qid", "q1", "--transcript", t)
+    assert "submitted true;" in proc.stdout and "contaminated: false" in proc.stdout
+    assert "True" not in proc.stdout and "False" not in proc.stdout
+
+
 def test_cli_refuses_a_folder_without_run_json_with_exit_3(tmp_path):
     set_dir = make_set(tmp_path)
     empty = tmp_path / "not-a-run"

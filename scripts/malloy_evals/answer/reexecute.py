@@ -26,6 +26,7 @@ from typing import Any
 
 from malloy_evals.core import paths
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.words import sample_words
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
@@ -228,7 +229,7 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
     attempt = run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     call = final_call(attempt, endpoint.model_path)
     if call is None:
         return ReexecuteResult(qid, sample, "no_query", {}, error="the attempt has no final query",
@@ -263,7 +264,7 @@ def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | 
     check_qid(qid)
     if run.attempt(qid, sample) is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     with open_endpoint(es, mcp_url=mcp_url, local=local) as endpoint:
         return reexecute_attempt(run, es, qid, sample, endpoint)
 

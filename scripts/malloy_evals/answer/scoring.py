@@ -9,6 +9,7 @@ from typing import Any
 from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
@@ -105,13 +106,13 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
     attempt = run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     live = run.score(qid, sample) if append else None
     if live is not None:
         # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
         # judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
-                         f"{qid} sample {sample!r} already has a live score "
+                         f"{qid} ({sample_words(sample)}) already has a live score "
                          f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
                          "--rescore")
     case = eval_set.case(qid)

@@ -25,6 +25,7 @@ from malloy_evals.checks.toollog import ToolLog, read_tool_uses
 from malloy_evals.checks.toollog import ToolUse as LoggedUse
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.core.words import shown
 from malloy_evals.endpoint import context_payload as cp
 from malloy_evals.ledger.events import check_qid, check_sample
 from malloy_evals.ledger.run import Run
@@ -681,8 +682,8 @@ def render_text(result: RecordedAttempt) -> str:
     query = _squash(result.final_query) if result.final_query else "-"
     lines = [(f"recorded {result.qid}{sample} ({result.phase}): attempt {result.attempt_event_id}, "
              f"{result.tool_calls} tool calls{voided}"),
-             f"  submitted {result.submitted}; final query ({result.final_query_source or 'none'}): {query}",
-             f"  contaminated: {result.contaminated}",
+             f"  submitted {shown(result.submitted)}; final query ({result.final_query_source or 'none'}): {query}",
+             f"  contaminated: {shown(result.contaminated)}",
              f"  transcript copy: {result.transcript_path}"]
     lines.extend(f"  warning: {w}" for w in result.warnings)
     return "\n".join(lines)

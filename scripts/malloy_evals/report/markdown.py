@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.words import number_or_na
 from malloy_evals.report.figures import RunSummary, _is_contaminated, attempt_label
 
 
@@ -151,7 +152,7 @@ def render_markdown(s: RunSummary) -> str:
     out.append(f"- turns: {c['turns'] if c['turns'] is not None else 'unknown'}")
     out.append(f"- get_context calls: {c['get_context_calls']}; execute_query calls: "
                f"{c['execute_query_calls']}")
-    out.append(f"- entities delivered per answer: {c['entities_delivered_per_answer']}")
+    out.append(f"- entities delivered per answer: {number_or_na(c['entities_delivered_per_answer'])}")
 
     out += ["", "## Cases", "",
             "| attempt | verdict | confidence | coverage | recall | where to fix | notes | why |",

@@ -22,6 +22,7 @@ from typing import Any
 from malloy_evals.answer.coverage.surface import ModelView, read_local_model, read_served_model
 from malloy_evals.core import cli, codes
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
+from malloy_evals.core.words import shown
 from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.sets.eval_set import load_set
@@ -170,7 +171,7 @@ def read_reply(data: dict | None, text: str = "") -> Reading:
     entities = _strings(obj.get("entities"))
     verdict = raw_verdict.strip().upper() if isinstance(raw_verdict, str) else None
     if verdict not in codes.COVERAGE_VERDICTS:
-        return Reading(None, f"reader answered verdict {raw_verdict!r}, not one of "
+        return Reading(None, f"reader answered verdict {shown(raw_verdict)}, not one of "
                              f"{', '.join(codes.COVERAGE_VERDICTS)}; {why}".strip(),
                        entities, None, quantities, resolved_by)
     if verdict == codes.MODELLED:
