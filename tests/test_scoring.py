@@ -18,6 +18,7 @@ from judge_support import (
     verdict,
     write_prediction,
 )
+from malloy_evals.answer.reexecute import reexecute_attempt
 from malloy_evals.answer.scoring import attempt_key, score_attempt
 from malloy_evals.core import paths
 from malloy_evals.core.errors import InputError, UnmeasuredError
@@ -366,6 +367,62 @@ def test_reexecuted_rows_not_the_answer_text_reach_the_judge(world):
     score_attempt(run, es, "q_rev", None, provider=provider, reexecutor=rerun)
     assert '{"revenue": 999.0}' in provider.requests[0].messages[0]["content"]
     assert scores(run)[0]["prediction_path"] == "artifacts/x.csv"
+
+
+class CountingEndpoint:
+    """An endpoint of the QueryEndpoint shape that counts the queries it runs (no Node)."""
+
+    label, model_path = "local", "tiny.malloy"
+
+    def __init__(self, model_sha="c" * 64, served_revision="local-cccc"):
+        self.model_sha, self.served_revision, self.calls = model_sha, served_revision, 0
+
+    def execute(self, **_call):
+        self.calls += 1
+        return {"rows": [{"revenue": 1234.5}]}
+
+
+def _reexecuted_world(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "final_query": GOOD_SQL,
+                                        "answer_text": "Revenue is $1,234.50."}])
+    return run, load_set(set_dir)
+
+
+def test_scoring_after_reexecute_reuses_its_fresh_reexecution(tmp_path):
+    # Issue 16 item 15: following eval-answer's steps ran the final query twice (step 2, then
+    # step 4 again), leaving prediction.2.csv.
+    run, es = _reexecuted_world(tmp_path)
+    endpoint = CountingEndpoint()
+    reexecute_attempt(run, es, "q_rev", None, endpoint)
+    score_attempt(run, es, "q_rev", None, provider=FakeProvider(), endpoint=endpoint)
+    assert endpoint.calls == 1
+    assert scores(run)[0]["prediction_path"] == "artifacts/q_rev/_/prediction.csv"
+    assert not (run.artifact_dir("q_rev", None) / "prediction.2.csv").exists()
+
+
+@pytest.mark.parametrize("later", [
+    pytest.param({"model_sha": "d" * 64}, id="model-changed"),
+    pytest.param({"model_sha": None, "served_revision": None}, id="model-unknown"),
+])
+def test_scoring_runs_the_query_again_when_the_served_model_may_differ(tmp_path, later):
+    run, es = _reexecuted_world(tmp_path)
+    reexecute_attempt(run, es, "q_rev", None, CountingEndpoint())
+    endpoint = CountingEndpoint(**{"model_sha": "c" * 64, "served_revision": "local-cccc", **later})
+    score_attempt(run, es, "q_rev", None, provider=FakeProvider(), endpoint=endpoint)
+    assert endpoint.calls == 1
+    assert scores(run)[0]["prediction_path"] == "artifacts/q_rev/_/prediction.2.csv"
+
+
+def test_a_rerecorded_attempt_is_reexecuted_even_with_the_same_query(tmp_path):
+    run, es = _reexecuted_world(tmp_path)
+    reexecute_attempt(run, es, "q_rev", None, CountingEndpoint())
+    old = run.attempt("q_rev", None)
+    run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "re-recorded"},
+                {**{k: v for k, v in old.items() if k not in ("event_id", "at")}}])
+    endpoint = CountingEndpoint()
+    score_attempt(run, es, "q_rev", None, provider=FakeProvider(), endpoint=endpoint)
+    assert endpoint.calls == 1
 
 
 def _recorded(run, es, tmp_path):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
+from malloy_evals.answer.reexecute import fresh_reexecution, open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
 from malloy_evals.core.words import sample_words
@@ -125,8 +125,11 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
         if reexecutor is not None:
             return reexecutor(run, eval_set, qid, sample)
         if reexecute and endpoint is not None:
-            return prediction_from_reexecution(
-                reexecute_attempt(run, eval_set, qid, sample, endpoint), run)
+            # A fresh re-execution (reexecute.py a step earlier: same final query, endpoint and
+            # model) is the prediction; running the query again would only write prediction.2.
+            result = (fresh_reexecution(run, qid, sample, endpoint)
+                      or reexecute_attempt(run, eval_set, qid, sample, endpoint))
+            return prediction_from_reexecution(result, run)
         tainted = contaminated is True or contaminated == "unknown"
         if ingest and not tainted and JudgeArtifacts(run, qid, sample).pending_host_folder() is None:
             # Nothing was emitted: say so, rather than judge a prediction nobody showed the host.
