@@ -58,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = check_coverage(
         args.set_dir, provider_factory, model_dir=args.model, publisher_url=args.publisher_url,
         environment=args.environment, package=args.package, repeat=args.repeat, only=args.only,
-        version=args.version, out=args.out, compare=args.compare_labels, warn=cli.progress)
+        version=args.version, out=args.out, compare=args.compare_labels, dry_run=args.dry_run,
+        warn=cli.progress)
     cli.emit(report, as_json=args.json, render=render_text)
     return report.exit_code
 
