@@ -6,11 +6,14 @@ or when --emit wrote a request for every case (it prints the folder); 3 when not
 (--ingest finding no reply included; it names the folder it looked in) or the cause-code table
 lacks a gap verdict; 2 on usage errors. A host reader's requests and replies live beside --out,
 else in one folder per set under the system's temporary folder: give --ingest the same --out.
+A model too large for one prompt is narrowed per case by the runtime's search (the report's
+`inventory` says how); --dry-run sends nothing and reports the `reader_calls` it would make.
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --json
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out cov-v2.json --compare-labels
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --dry-run --json
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/mine --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay   (needs a real Publisher)
 """
 
 from __future__ import annotations
