@@ -11,9 +11,9 @@ A model too large for one prompt is narrowed per case by the runtime's search (t
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --json
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out cov-v2.json --compare-labels
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out runs/cov-v2.json --compare-labels   # needs an API key
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --dry-run --json
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/mine --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay   (needs a real Publisher)
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/mine --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay   # needs a real Publisher and your set
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ input, missing recording, --ingest with no reply yet or before any --emit), appe
 
 Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
   .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --local --json
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit --local
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_gross_bookings --judge host --emit --local
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json   # needs an API key and serve_local.py --http 4040 running
 """
 
 import sys

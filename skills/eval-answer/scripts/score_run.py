@@ -10,8 +10,8 @@ reply.json is there and leaves the rest for a later --ingest. Exit 0 when the re
 
 Examples (the first on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge replay --local --only q03,q07 --rescore --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local --only bk_total_revenue,bk_gross_bookings --rescore --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8   # needs an API key and an endpoint running
 """
 
 from __future__ import annotations

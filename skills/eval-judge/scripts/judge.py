@@ -11,7 +11,7 @@ Examples (on a scratch copy, re-executed first: cp -r evals/bookshop/runs/baseli
 skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --local):
   .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
   .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json   # needs an API key
 """
 
 import sys
