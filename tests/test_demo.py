@@ -5,6 +5,8 @@ intended (evals/bookshop/runs/EXPECTED.*, spelled out below)."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
 import shlex
 import shutil
@@ -248,3 +250,35 @@ def test_following_the_readme_runs_every_command_and_leaves_the_checkout_clean(n
         shutil.rmtree(KIT / "runs" / name, ignore_errors=True)
         if (KIT / "runs").is_dir() and not any((KIT / "runs").iterdir()):
             (KIT / "runs").rmdir()
+
+
+def _help_examples() -> list[tuple[str, str]]:
+    """(script, command line) for every example in a script's usage docstring."""
+    out = []
+    for script in sorted([*KIT.glob("skills/*/scripts/*.py"), *KIT.glob("scripts/*.py")]):
+        doc = ast.get_docstring(ast.parse(script.read_text())) or ""
+        out += [(script.name, line.strip()) for line in doc.splitlines()
+                if line.strip().startswith(".venv/bin/python")]
+    return out
+
+
+def test_help_examples_name_only_qids_and_files_the_sample_set_has():
+    # Issue 16 item 10: --help examples used `--qid q01`, `--transcript q01.jsonl`,
+    # `runs/baseline-01` and `final.malloy`, none of which exist.
+    qids = {json.loads(line)["qid"] for line in
+            (KIT / "evals" / "bookshop" / "cases.jsonl").read_text().splitlines() if line.strip()}
+    examples = _help_examples()
+    assert len(examples) > 30
+    for script, line in examples:
+        if "# needs" in line:  # your own set, a running server or an API key: said so
+            continue
+        argv = shlex.split(line)
+        for flag, value in itertools.pairwise(argv):
+            if flag in ("--qid", "--only") and "evals/bookshop" in argv:
+                assert set(value.split(",")) <= qids, f"{script}: {line}"
+            if flag in ("--transcript", "--host-log", "--answer-file", "--log", "--replies",
+                        "--query-file", "--set") or (flag == "--run" and value.startswith("evals/")):
+                assert (KIT / value).exists(), f"{script}: {value} does not exist: {line}"
+        positional = [a for prev, a in itertools.pairwise(argv[1:])
+                      if a.startswith("evals/") and not prev.startswith("--")]
+        assert all((KIT / a).exists() for a in positional), f"{script}: {line}"
