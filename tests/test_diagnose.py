@@ -311,13 +311,20 @@ def _rescore(run, qid, verdict):
                  "why": f"judge why {qid}", "confidence": 9}])
 
 
-def test_issue_whose_cases_all_pass_now_is_marked_fixed_naming_the_passing_attempts(tmp_path):
-    # Issue 16 item 5: after a corrected attempt passed, diagnosis selected nothing and left the
-    # earlier `open` issue live.
+@pytest.fixture
+def diagnosed(tmp_path):
+    """(set, run, diagnoser) after one diagnose pass: q1 and q2 in one open issue."""
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
     diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    return set_dir, run, fake
+
+
+def test_issue_whose_cases_all_pass_now_is_marked_fixed_naming_the_passing_attempts(diagnosed):
+    # Issue 16 item 5: after a corrected attempt passed, diagnosis selected nothing and left the
+    # earlier `open` issue live.
+    set_dir, run, fake = diagnosed
     _rescore(run, "q1", "match")
     _rescore(run, "q2", "match")
     result = diagnose_run.diagnose_run(run.dir, set_dir, fake)
@@ -333,11 +340,8 @@ def test_issue_whose_cases_all_pass_now_is_marked_fixed_naming_the_passing_attem
     assert again.issues_fixed == []  # fixed once; a later pass leaves it alone
 
 
-def test_issue_with_a_case_still_failing_stays_open(tmp_path):
-    set_dir = make_set(tmp_path)
-    run = make_run(tmp_path, set_dir)
-    fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    diagnose_run.diagnose_run(run.dir, set_dir, fake)
+def test_issue_with_a_case_still_failing_is_not_fixed(diagnosed):
+    set_dir, run, _ = diagnosed
     _rescore(run, "q1", "match")
     result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
     assert result.issues_fixed == []
@@ -447,15 +451,20 @@ def test_bucketed_is_plain_data():
     assert Bucketed("q", None, "no_match").reason is None
 
 
-def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
+def _host(set_dir):
+    """host(mode): a provider factory for diagnose_run, a host diagnoser in that mode."""
     from malloy_evals.judge.providers.select import make_provider
-
-    set_dir = make_set(tmp_path)
-    run = make_run(tmp_path, set_dir)
 
     def host(mode):
         return lambda d: make_provider("host", role="diagnose", set_dir=set_dir, host_mode=mode,
                                        host_dir=d)
+    return host
+
+
+def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    host = _host(set_dir)
     emitted = diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
     base = run.dir / "host" / "diagnose"
     assert emitted.exit_code == 0 and emitted.issues_appended == []
@@ -474,14 +483,9 @@ def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
 def test_host_ingest_with_a_reply_under_the_wrong_name_exits_3_naming_the_file(tmp_path):
     # Issue 16 item 9: the SKILL.md said `reply.json`, the kit reads `<key>.reply.json`, and with
     # the wrong name --ingest said "pending" and exited 0.
-    from malloy_evals.judge.providers.select import make_provider
-
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
-
-    def host(mode):
-        return lambda d: make_provider("host", role="diagnose", set_dir=set_dir, host_mode=mode,
-                                       host_dir=d)
+    host = _host(set_dir)
     diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
     base = run.dir / "host" / "diagnose"
     (base / "reply.json").write_text(json.dumps(WRONG_FIELD))
