@@ -173,7 +173,7 @@ def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str |
               expected: Mapping[str, Any] | None, coverage: str | None,
               coverage_source: CoverageSource, delivered: Delivered,
               in_model: Mapping[str, bool] | None = None) -> RetrievalRow:
-    """Decide one attempt's retrieval row from values (SPEC 5.3). `in_model` is the coverage
+    """Decide one attempt's retrieval row from values. `in_model` is the coverage
     report's word on which expected entities the compiled model holds (None: not measured)."""
     groups, acceptable = expected_groups(expected)
     returned = delivered.returned
