@@ -22,9 +22,9 @@ be built. Coverage and diagnose recordings are authored the same way through the
 
 Examples:
   .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies replies.jsonl --samples 3 --out /tmp/rec --json
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies run-replies.jsonl --run evals/bookshop/runs/baseline --local
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.candidate.jsonl --run evals/bookshop/runs/candidate --local --model evals/bookshop/model-candidate
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl --samples 3 --out /tmp/rec --json
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.baseline.jsonl --run evals/bookshop/runs/baseline --local --out /tmp/rec
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.candidate.jsonl --run evals/bookshop/runs/candidate --local --model evals/bookshop/model-candidate --out /tmp/rec
 """
 
 import sys

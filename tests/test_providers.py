@@ -3,11 +3,13 @@ host and hand-authored replies, prices and budgets."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 from judge_support import error_body, message_body, messages_server, verdict
+from malloy_evals.core import paths
 from malloy_evals.core.errors import UsageError
 from malloy_evals.judge.providers.base import (
     BudgetExhausted,
@@ -19,7 +21,7 @@ from malloy_evals.judge.providers.base import (
     RecordingStale,
 )
 from malloy_evals.judge.providers.prices import cost_usd, price_for
-from malloy_evals.judge.providers.select import make_provider, pinned_model
+from malloy_evals.judge.providers.select import add_provider_arguments, make_provider, pinned_model
 
 SCHEMA = {"type": "object", "properties": {"verdict": {"type": "string"}},
           "required": ["verdict"], "additionalProperties": False}
@@ -432,3 +434,35 @@ def test_json_objects_survive_a_reply_nested_without_end():
 
     hostile = '{"a": ' * 5000 + '1' + '}' * 5000 + ' {"verdict": "no_match"}'
     assert json_objects(hostile, "verdict")[-1] == {"verdict": "no_match"}
+
+
+# ---------------------------------------------------------------- hand:FILE, described once
+
+_HAND_SENTENCE = ('`hand:FILE` answers with replies a person wrote: JSON lines `{"key": "<recording '
+                  'key>", "replies": [<reply>, ...]}`, one line per call, looked up by key (keys and '
+                  'reply shapes for the judge, the coverage reader and the diagnoser: '
+                  '`reference/hand-replies.md`). It scores, reads and diagnoses new runs like any '
+                  'other provider, and with `--record` it authors recordings.')
+
+
+@pytest.mark.parametrize("where", ["README.md", "skills/eval-answer/SKILL.md",
+                                   "skills/eval-judge/SKILL.md", "skills/eval-diagnose/SKILL.md"])
+def test_hand_provider_is_described_the_same_way_wherever_a_user_meets_it(where):
+    # Issue 16 item 13: eval-judge said `hand:` was "only to author recordings" while the README
+    # offered it for scoring new runs, and the diagnoser's key format was written nowhere.
+    text = " ".join((paths.KIT_ROOT / where).read_text().split())
+    assert _HAND_SENTENCE in text
+    assert "only to author recordings" not in text
+
+
+def test_hand_replies_reference_lists_the_key_of_every_role():
+    text = (paths.REFERENCE_DIR / "hand-replies.md").read_text()
+    for key in ("`<runId>.<qid>.<sample>`", "`calib.<qid>.<answer>`", "`regress.<fixtureId>`",
+                "`cov.<qid>`", "`diag.<runId>.<qid>`", "`diag.<runId>.clusters`"):
+        assert key in text, key
+
+
+def test_provider_flag_help_points_at_the_hand_reference():
+    p = argparse.ArgumentParser()
+    add_provider_arguments(p, "--judge")
+    assert "reference/hand-replies.md" in p.format_help()

@@ -214,6 +214,25 @@ def test_finish_run_writes_results_and_pins_run_json(tiny):
         run.dir / "report.html").read_text()
 
 
+def test_a_run_scored_by_two_judges_names_both_with_counts(tiny):
+    # Issue 16 item 4: one attempt judged by `host` and one by `hand:FILE` was summarised, in
+    # the headline and run.json, as "hand-authored" alone.
+    run, es = tiny
+    rs.score_attempts(run, es, FakeScorer({**PINS, "judge_model": "host"}), PINS, only=["q1"],
+                      progress=lambda _: None)
+    outcomes = rs.score_attempts(run, es, FakeScorer({**PINS, "judge_model": "hand-authored"}),
+                                 PINS, only=["q2"], progress=lambda _: None)
+    result = rs.finish_run(run, es, coverage=None, judge_spec="hand:r.jsonl",
+                           endpoint_flag="--local", pins={"judgeModel": "hand-authored"},
+                           outcomes=outcomes)
+    assert result.summary.judges == {"hand-authored": 1, "host": 1}
+    info = json.loads((run.dir / "run.json").read_text())
+    assert info["judgeModel"] == "mixed: hand-authored 1, host 1"
+    doc = json.loads((run.dir / "summary.json").read_text())
+    assert doc["judges"] == {"hand-authored": 1, "host": 1}
+    assert "judges mixed: hand-authored 1, host 1" in (run.dir / "RESULTS.md").read_text()
+
+
 def test_every_attempt_failing_is_could_not_measure(tiny):
     run, es = tiny
     outcomes = rs.score_attempts(run, es, FakeScorer(PINS, fail={"q1", "q2"}), PINS,

@@ -83,6 +83,31 @@ def test_check_lets_unknown_fields_through_in_authored_set_files_only():
                                        "issue_id": "x", "status": "open", "note": "hm"})
 
 
+def test_fixed_issue_status_may_name_the_passing_attempts():
+    # Issue 16 item 5: diagnose.py marks an issue fixed and names the attempts that pass now.
+    fixed = {"kind": "issue_status", "event_id": "e", "at": "2026-01-01T00:00:00Z",
+             "issue_id": "r1:x", "status": "fixed", "passing_attempt_ids": ["e3", "e7"]}
+    assert schemas.validate("issue_status", fixed) == []
+    [problem] = schemas.validate("issue_status", {**fixed, "passing_attempt_ids": ["e 3"]})
+    assert "passing_attempt_ids" in str(problem)
+
+
+@pytest.mark.parametrize("name, obj, expected", [
+    pytest.param("case", {"qid": "q1", "question": "?", "golden": {"kind": "scalar", "value": None}},
+                 "golden.value: null is not of type 'object'", id="null-type"),
+    pytest.param("case", {"qid": "q1", "question": "?", "golden": {"kind": None}},
+                 "golden.kind: null is not one of ['scalar', 'rows', 'unanswerable', 'criteria']",
+                 id="null-enum"),
+    pytest.param("score", {"kind": "score", "event_id": "e", "at": "2026-01-01T00:00:00Z", "qid": "q",
+                           "sample": None, "phase": "baseline", "verdict": True},
+                 "verdict: true is not one of ['match', 'near_match', 'no_match', 'needs_human', null]",
+                 id="true-in-enum-with-null"),
+])
+def test_messages_quote_values_as_the_json_file_writes_them(name, obj, expected):
+    # Issue 16 item 12: a JSON null was reported as `None is not of type ...`.
+    assert [str(p) for p in schemas.validate(name, obj)] == [expected]
+
+
 def test_missing_required_field_names_it():
     problems = schemas.validate("issue_status", {"kind": "issue_status", "event_id": "e", "at":
                                                  "2026-01-01T00:00:00Z", "issue_id": "x"})

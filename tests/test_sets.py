@@ -146,7 +146,7 @@ def test_unanswerable_golden_with_null_value_and_null_query_loads_clean(tmp_path
 
 def test_null_value_on_a_scalar_golden_is_still_an_error(tmp_path):
     report = check_set(write_set(tmp_path, [case(golden={"kind": "scalar", "value": None})]))
-    assert report.errors == ["cases.jsonl:1: golden.value: None is not of type 'object'"]
+    assert report.errors == ["cases.jsonl:1: golden.value: null is not of type 'object'"]  # text says null, never None
 
 
 def test_public_golden_fields_are_schema_fields_the_case_reads(tmp_path):

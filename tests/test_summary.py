@@ -274,6 +274,26 @@ def test_cost_sums_dollars_turns_calls_and_entities_per_answer():
     assert cost["entities_delivered_per_answer"] == 1.0
 
 
+def test_open_issues_are_listed_until_marked_fixed():
+    issue = {"kind": "issue", "issue_id": "r1:x", "qids": ["q1"], "primary_code": "WRONG-FIELD",
+             "owner": "agent-skill", "component": "construction", "diagnosis": "d"}
+    events = [attempt("q1"), score("q1", "match"), issue,
+              {"kind": "issue_status", "issue_id": "r1:x", "status": "open"}]
+    listed = sm_figures.summarize_events(INFO, events)
+    assert [i["issue_id"] for i in listed.open_issues] == ["r1:x"]
+    assert "- r1:x [open] WRONG-FIELD -> agent-skill: q1" in sm_markdown.render_markdown(listed)
+    fixed = sm_figures.summarize_events(INFO, [*events, {"kind": "issue_status", "issue_id": "r1:x",
+                                                         "status": "fixed"}])
+    assert fixed.open_issues == [] and "Open issues" not in sm_markdown.render_markdown(fixed)
+
+
+def test_a_run_with_no_attempts_says_n_a_for_entities_per_answer_never_none():
+    # Issue 16 item 12: text output printed `entities delivered per answer: None`.
+    text = sm_markdown.render_markdown(sm_figures.summarize_events(INFO, []))
+    assert "entities delivered per answer: n/a" in text
+    assert "None" not in text
+
+
 def test_attempt_without_a_score_is_listed_as_unscored_not_counted():
     events = [attempt("q1"), attempt("q2"), score("q2", "match")]
     s = sm_figures.summarize_events(INFO, events)

@@ -128,7 +128,7 @@ def test_second_live_score_exits_1_naming_both_lines(tmp_path):
     raw_line(run, written(run, {"kind": "score", "qid": "q1", "sample": None, "verdict": "match"}))
     raw_line(run, written(run, {"kind": "score", "qid": "q1", "sample": None, "verdict": "no_match"}))
     check = validate_run(run.dir)
-    assert check.errors == [("events.jsonl:3: score: a second live score for (q1, sample None, "
+    assert check.errors == [("events.jsonl:3: score: a second live score for (q1, no sample, "
                              "baseline); line 2 is not voided")]
 
 

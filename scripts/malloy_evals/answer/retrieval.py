@@ -173,8 +173,10 @@ class RetrievalRow:
 
 def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str | None,
               expected: Mapping[str, Any] | None, coverage: str | None,
-              coverage_source: CoverageSource, delivered: Delivered) -> RetrievalRow:
-    """Decide one attempt's retrieval row from values (SPEC 5.3)."""
+              coverage_source: CoverageSource, delivered: Delivered,
+              in_model: Mapping[str, bool] | None = None) -> RetrievalRow:
+    """Decide one attempt's retrieval row from values. `in_model` is the coverage
+    report's word on which expected entities the compiled model holds (None: not measured)."""
     groups, acceptable = expected_groups(expected)
     returned = delivered.returned
     kind_names: set[tuple[str, str]] | None = None  # built only when some id was not returned as is
@@ -196,10 +198,12 @@ def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str |
     precision = (sum(1 for e in returned if e in accept) / len(returned)) if returned else None
     missing_kinds = {split_entity_id(e)[0] for members in unmet for e in members}
     failed = verdict == "no_match"
+    unmet_ids = [e for members in unmet for e in members]
     where, component, owner, why = attribute(
         failed=failed, verdict=verdict, coverage=coverage, coverage_source=coverage_source,
         groups=len(groups), recall=recall, missing=[" | ".join(m) for m in unmet],
-        missing_kinds=missing_kinds, asked=delivered.asked)
+        missing_kinds=missing_kinds, asked=delivered.asked,
+        in_model={e: in_model[e] for e in unmet_ids if e in in_model} if in_model else None)
     return RetrievalRow(
         qid=qid, sample=sample, phase=phase, verdict=verdict, failed=failed, coverage=coverage,
         coverage_source=coverage_source, recall=recall, precision=precision, groups=len(groups),
@@ -208,9 +212,11 @@ def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str |
         where_to_fix=where, owner=owner, component=component, why=why)
 
 
-def reattribute(row: Mapping[str, Any], verdict: str | None) -> RetrievalRow:
+def reattribute(row: Mapping[str, Any], verdict: str | None,
+                in_model: Mapping[str, bool] | None = None) -> RetrievalRow:
     """A stored retrieval row decided again for another verdict (a person settled the attempt):
-    what retrieval delivered does not change, only whether and where the failure is attributed."""
+    what retrieval delivered does not change, only whether and where the failure is attributed.
+    `in_model` is the coverage report's word on which missing entities the model holds."""
     missing = list(row.get("missing") or [])
     missing_kinds = {split_entity_id(e.strip())[0] for m in missing for e in m.split(" | ")}
     failed = verdict == "no_match"
@@ -218,18 +224,33 @@ def reattribute(row: Mapping[str, Any], verdict: str | None) -> RetrievalRow:
         failed=failed, verdict=verdict, coverage=row.get("coverage"),
         coverage_source=row.get("coverage_source") or "none", groups=int(row.get("groups") or 0),
         recall=row.get("recall"), missing=missing, missing_kinds=missing_kinds,
-        asked=set(row.get("asked_kinds") or []))
+        asked=set(row.get("asked_kinds") or []), in_model=in_model)
     values = {f: row.get(f) for f in _ROW_FIELDS}
     values.update(verdict=verdict, failed=failed, where_to_fix=where, component=component,
                   owner=owner, why=why)
     return RetrievalRow(**values)
 
 
+# What each gap verdict says is missing, so a `model coverage` attribution names it.
+GAP_MEANS = {
+    "MISSING": "no query over the model can produce what the question needs",
+    "RULE_UNWRITTEN": "the rule for combining or filtering the parts is not written",
+    "AMBIGUOUS": "several candidates, and nothing in the model says which one to use",
+    "derivable": "no named entity answers it; it is built from parts (the authored label)",
+}
+
+
 def attribute(*, failed: bool, verdict: str | None, coverage: str | None, coverage_source: str,
               groups: int, recall: float | None, missing: list[str], missing_kinds: set[str],
-              asked: set[str]) -> tuple[str | None, str | None, str | None, str]:
+              asked: set[str], in_model: Mapping[str, bool] | None = None
+              ) -> tuple[str | None, str | None, str | None, str]:
     """(where_to_fix, component, owner, why) for one row: the first rule of SPEC 5.3's table that
-    applies, for failed attempts only; anything else is never attributed."""
+    applies, for failed attempts only; anything else is never attributed.
+
+    A coverage gap is blamed on the model only for what the model lacks: when the coverage report
+    shows the compiled model holds a missing entity (`in_model`), its absence from the answer is
+    the ask's or retrieval's, decided as for a covered case, and the why never claims the model
+    lacks it."""
     if not failed:
         if verdict == "match" and recall is not None and recall < 1:
             return None, None, None, (f"passed with recall {recall:.2f}: passed, not fully delivered "
@@ -251,18 +272,26 @@ def attribute(*, failed: bool, verdict: str | None, coverage: str | None, covera
                 ("every expected entity reached the answerer; eval-diagnose decides who owns the "
                  "wrong answer (sufficiency first)"))
     short = ", ".join(missing)
-    if cls == "gap":
+    in_model = in_model or {}
+    present = [e for e, held in in_model.items() if held]
+    if cls == "gap" and not present:
+        absent = [e for e, held in in_model.items() if not held]
+        lacks = f"the compiled model has no {', '.join(absent)}; " if absent else ""
+        means = GAP_MEANS.get(str(coverage), "the model cannot express it as asked")
         return ("model coverage", "get_context/model", "model",
-                f"{cov}: the model has nothing to surface for {short}")
-    if cls == "covered":
+                f"{cov}: {lacks}{means} (not delivered: {short})")
+    if cls in ("covered", "gap"):
+        held = (f"; the compiled model has {', '.join(present)}, so {cov} is about something "
+                "else (the rule, a join or a named measure), not this entity" if cls == "gap" else "")
         never = sorted(missing_kinds - asked)
         if never:
             return ("never asked", "agent-call", "agent-skill",
                     (f"missing {short}; the answerer never asked get_context for "
-                     f"{', '.join(never)} (asked: {', '.join(sorted(asked)) or 'nothing'})"))
+                     f"{', '.join(never)} (asked: {', '.join(sorted(asked)) or 'nothing'}){held}"))
+        state = f"{cov}: " if cls == "covered" else ""
         return ("not retrieved", "get_context/model", "model",
-                (f"missing {short} although its kind was asked and {cov}: NOT-RETURNED, the entity "
-                 "exists and its docs did not bring it back"))
+                (f"missing {short} although its kind was asked and {state}NOT-RETURNED, the "
+                 f"entity exists and its docs did not bring it back{held}"))
     return ("coverage not measured", None, None,
             f"missing {short} and coverage is unknown; run check_coverage.py and pass --coverage")
 
@@ -473,6 +502,12 @@ def _ends_without_newline(path: Path) -> bool:
 
 def load_coverage_report(path: str | Path) -> dict[str, str | None]:
     """{qid: measured verdict} from a check_coverage report's `cases_detail` (None = undecided)."""
+    return read_coverage_report(path)[0]
+
+
+def read_coverage_report(path: str | Path) -> tuple[dict[str, str | None], dict[str, dict[str, bool]]]:
+    """({qid: measured verdict}, {qid: {expected entity id: held by the compiled model}}) from a
+    check_coverage report; a report made before it recorded `expected_in_model` gives no ids."""
     path = Path(path)
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
@@ -484,11 +519,15 @@ def load_coverage_report(path: str | Path) -> dict[str, str | None]:
     if not isinstance(detail, list):
         raise InputError(path, None, "cases_detail: missing or not a list (is this a check_coverage report?)")
     verdicts: dict[str, str | None] = {}
+    held: dict[str, dict[str, bool]] = {}
     for item in detail:
         if isinstance(item, dict) and isinstance(item.get("qid"), str):
             verdict = item.get("verdict")
             verdicts[item["qid"]] = verdict if isinstance(verdict, str) else None
-    return verdicts
+            ids = item.get("expected_in_model")
+            if isinstance(ids, dict):
+                held[item["qid"]] = {str(k): v for k, v in ids.items() if isinstance(v, bool)}
+    return verdicts, held
 
 
 def effective_coverage(qid: str, authored: str | None,
@@ -531,7 +570,7 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
     if not (run_dir / "run.json").is_file():
         raise InputError(run_dir / "run.json", None, "no run.json: not a run folder (create one with new_run.py)")
     eval_set = load_set(Path(set_dir))
-    measured = load_coverage_report(coverage) if coverage is not None else None
+    measured, held = read_coverage_report(coverage) if coverage is not None else (None, {})
     warnings: list[str] = []
     events_path = run_dir / "events.jsonl"
     if public_loop.ledger_is_public(events_path):
@@ -555,7 +594,8 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
         value, source = effective_coverage(qid, case.coverage, measured)
         rows.append(score_row(qid=qid, sample=sample, phase=phase, verdict=state.verdict,
                               expected=case.expected_entities,
-                              coverage=value, coverage_source=source, delivered=state.delivered))
+                              coverage=value, coverage_source=source, delivered=state.delivered,
+                              in_model=held.get(qid)))
         live_ids[key] = state.live_retrieval_ids
     rows.sort(key=_sort_key)
     appended = voided = 0

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
+from malloy_evals.answer.reexecute import fresh_reexecution, open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
-from malloy_evals.core.errors import InputError, UnmeasuredError, UsageError
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
@@ -32,6 +33,12 @@ class ScoreResult:
     status: str = "scored"  # "scored" | "judged" (no append) | "emitted" | "pending" | "dry_run"
     event: dict | None = None
     message: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        # An ingest that found no reply decided nothing (exit 3); an emit that wrote its request,
+        # a dry run and a written (or printed) verdict are results (exit 0).
+        return EXIT_UNMEASURED if self.status == "pending" else EXIT_OK
 
     def to_json(self) -> dict:
         """The --json document of score_attempt.py (SPEC 5.5)."""
@@ -99,30 +106,44 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
     attempt = run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     live = run.score(qid, sample) if append else None
     if live is not None:
         # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
         # judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
-                         f"{qid} sample {sample!r} already has a live score "
+                         f"{qid} ({sample_words(sample)}) already has a live score "
                          f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
                          "--rescore")
     case = eval_set.case(qid)
     submission = attempt_submission(run, attempt, qid, sample)
     contaminated = attempt_contamination(run, eval_set, attempt)
 
+    ingest = getattr(provider, "mode", None) == "ingest"
+
     def rerun() -> PredictionView | None:
         if reexecutor is not None:
             return reexecutor(run, eval_set, qid, sample)
         if reexecute and endpoint is not None:
-            return prediction_from_reexecution(
-                reexecute_attempt(run, eval_set, qid, sample, endpoint), run)
+            # A fresh re-execution (reexecute.py a step earlier: same final query, endpoint and
+            # model) is the prediction; running the query again would only write prediction.2.
+            result = (fresh_reexecution(run, qid, sample, endpoint)
+                      or reexecute_attempt(run, eval_set, qid, sample, endpoint))
+            return prediction_from_reexecution(result, run)
+        tainted = contaminated is True or contaminated == "unknown"
+        if ingest and not tainted and JudgeArtifacts(run, qid, sample).pending_host_folder() is None:
+            # Nothing was emitted: say so, rather than judge a prediction nobody showed the host.
+            raise HostReplyPending(_emit_first(run, eval_set, qid, sample))
         existing = read_prediction(run, qid, sample)
+        if existing is None and tainted:
+            return None  # the attempt is null `contaminated` whatever its rows say
         if existing is None:
-            raise UnmeasuredError(
-                f"{qid}: no re-executed prediction in {run.artifact_dir(qid, sample)}; run "
-                f"reexecute.py --run {run.dir} --set {eval_set.dir} --qid {qid} --local first")
+            # A step left out, not an environment failure: nothing is decided and nothing written
+            # (an InputError is not caught as environment_failure by the decision path).
+            raise InputError(run.artifact_dir(qid, sample), None,
+                             f"no re-executed prediction for {qid}; run skills/eval-answer/scripts/"
+                             f"reexecute.py --run {run.dir} --set {eval_set.dir} --qid {qid}"
+                             f"{_sample_flag(sample)} --local first")
         return existing
 
     artifacts = JudgeArtifacts(run, qid, sample)
@@ -135,7 +156,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
                             doctrine=doctrine)
     except HostReplyPending as exc:
-        waiting = "pending" if getattr(provider, "mode", None) == "ingest" else "emitted"
+        waiting = "pending" if ingest else "emitted"
         return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,
                            message=str(exc))
     except DryRun as exc:
@@ -148,6 +169,16 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
     written = run.append([event])[0]
     return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                        event_id=written.get("event_id"), status="scored", event=written)
+
+
+def _sample_flag(sample: int | None) -> str:
+    return "" if sample is None else f" --sample {sample}"
+
+
+def _emit_first(run: Any, eval_set: Any, qid: str, sample: int | None) -> str:
+    return (f"{qid}: no emitted judge request in {run.artifact_dir(qid, sample)}; run with "
+            f"--judge host --emit first (score_attempt.py --run {run.dir} --set {eval_set.dir} "
+            f"--qid {qid}{_sample_flag(sample)} --judge host --emit --local)")
 
 
 def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,

@@ -25,6 +25,7 @@ from malloy_evals.checks.toollog import ToolLog, read_tool_uses
 from malloy_evals.checks.toollog import ToolUse as LoggedUse
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.core.words import shown
 from malloy_evals.endpoint import context_payload as cp
 from malloy_evals.ledger.events import check_qid, check_sample
 from malloy_evals.ledger.run import Run
@@ -93,7 +94,7 @@ class Transcript:
     answer_text: str | None = None
     cwd: str | None = None
     reported_calls: int | None = None  # host logs only; a transcript never says it
-    truncated: bool = False           # result.subtype in CUT_OFF_SUBTYPES
+    truncated: bool = False           # result.subtype in CUT_OFF_SUBTYPES, or stream-json with no result line
     run_error: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -104,6 +105,10 @@ class Transcript:
     wall_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
     logged_uses: list[LoggedUse] = field(default_factory=list)  # as toollog read them, for contamination
+
+
+# run_error of a stream-json session that has its init line but no closing result line.
+CUT_OFF = "no result line: the session was cut off"
 
 
 def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
@@ -203,6 +208,11 @@ def parse_transcript(path: str | Path) -> Transcript:
     if result is not None:
         _apply_result(out, result)
     else:
+        if out.format == "stream-json":
+            # stream-json always ends with a `result` line; without one the session was cut off
+            # mid-way, and its last narration is not an answer.
+            out.truncated = True
+            out.run_error = CUT_OFF
         _apply_usage(out, list(usage.values()))
         if len(stamps) >= 2:
             out.wall_seconds = max(0.0, (max(stamps) - min(stamps)).total_seconds())
@@ -241,7 +251,9 @@ def read_host_log(path: str | Path) -> Transcript:
     """A host tool-use log: tool uses without results, the reported call count and cwd."""
     log = read_tool_uses(Path(path))
     if log.kind != "host_log":
-        raise InputError(path, None, "a Claude Code transcript, not a host tool-use log: pass it as --transcript")
+        # The wrong kind of file for the flag is a mistake on the command line (exit 2).
+        raise UsageError(f"{path}: a Claude Code transcript, not a host tool-use log: pass it as "
+                         "--transcript")
     return _from_host_log(log)
 
 
@@ -573,6 +585,8 @@ class RecordedAttempt:
         return 0
 
 
+HOST_LOG_NEEDS_ANSWER = "pass it as --host-log with --answer-file (a host log carries no answer)"
+
 # Case-scoped kinds that describe one recording of an attempt: a re-recording retracts them all,
 # since a score of the old transcript says nothing about the new one.
 _SUPERSEDED_KINDS = ("attempt", "tool_call", "score", "retrieval_score")
@@ -593,7 +607,13 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
     if (transcript is None) == (host_log is None):
         raise UsageError("give either --transcript, or --host-log with --answer-file")
     if host_log is not None and answer_file is None:
-        raise UsageError("--host-log needs --answer-file (a host log carries no answer)")
+        raise UsageError(HOST_LOG_NEEDS_ANSWER)
+    source = Path(transcript if transcript is not None else host_log)  # type: ignore[arg-type]
+    parsed = parse_transcript(source) if transcript is not None else read_host_log(source)
+    if parsed.format == "host-log" and answer_file is None:
+        # One rule whichever flag names the file: a host log holds no answer text, and an
+        # attempt recorded without one would be judged as if the answerer had said nothing.
+        raise UsageError(f"{source}: a host tool-use log, not a transcript; {HOST_LOG_NEEDS_ANSWER}")
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
         raise InputError(run_dir / "run.json", None, "missing: not a run folder (create one with new_run.py)")
@@ -601,8 +621,6 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
     eval_set = load_set(Path(set_dir))
     case = eval_set.case(qid)
 
-    source = Path(transcript if transcript is not None else host_log)  # type: ignore[arg-type]
-    parsed = parse_transcript(source) if transcript is not None else read_host_log(source)
     if answer_file is not None:
         parsed.answer_text = _read_answer(Path(answer_file))
     record = build_attempt(parsed, reported_calls=reported_calls)
@@ -669,8 +687,8 @@ def render_text(result: RecordedAttempt) -> str:
     query = _squash(result.final_query) if result.final_query else "-"
     lines = [(f"recorded {result.qid}{sample} ({result.phase}): attempt {result.attempt_event_id}, "
              f"{result.tool_calls} tool calls{voided}"),
-             f"  submitted {result.submitted}; final query ({result.final_query_source or 'none'}): {query}",
-             f"  contaminated: {result.contaminated}",
+             f"  submitted {shown(result.submitted)}; final query ({result.final_query_source or 'none'}): {query}",
+             f"  contaminated: {shown(result.contaminated)}",
              f"  transcript copy: {result.transcript_path}"]
     lines.extend(f"  warning: {w}" for w in result.warnings)
     return "\n".join(lines)

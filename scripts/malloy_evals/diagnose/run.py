@@ -15,7 +15,9 @@ from malloy_evals.core import cli, codes
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.diagnose.issues import (
     Cluster,
+    fixed_issue_statuses,
     issue_events,
+    open_issues,
     own_issue_voids,
     singleton_clusters,
     validate_clusters,
@@ -43,6 +45,10 @@ from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
+# An --ingest that found no reply for a request: that case is undiagnosed (exit 3 when no case
+# was diagnosed), unlike an --emit, whose written requests are its result.
+NO_HOST_REPLY = "no host reply"
+
 
 @dataclass(frozen=True)
 class DiagnoseResult:
@@ -58,6 +64,8 @@ class DiagnoseResult:
     issues_appended: list[str]
     issues_voided: int
     warnings: list[str] = field(default_factory=list)
+    issues_fixed: list[str] = field(default_factory=list)   # issue_status fixed appended now
+    open_issues: list[dict[str, Any]] = field(default_factory=list)  # after this pass
 
     @property
     def exit_code(self) -> int:
@@ -74,6 +82,7 @@ class DiagnoseResult:
                 "diagnoses": self.diagnoses, "undiagnosed": self.undiagnosed,
                 "clusters": self.clusters, "clustered_by": self.clustered_by,
                 "issues_appended": self.issues_appended, "issues_voided": self.issues_voided,
+                "issues_fixed": self.issues_fixed, "open_issues": self.open_issues,
                 "warnings": self.warnings}
 
 
@@ -100,6 +109,8 @@ def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
     try:
         return provider.complete(request), None
     except HostReplyPending as exc:
+        if getattr(provider, "mode", None) == "ingest":
+            return None, f"{NO_HOST_REPLY}: {exc}"  # nothing to read: not decided, not waiting
         return None, f"host reply pending: {exc}"
     except DryRun as exc:
         return None, f"dry run: {exc}"
@@ -171,21 +182,41 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     clusters, clustered_by = _cluster(run, events, selection, diagnoses, provider, table,
                                       artifacts)
     diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them
+    # An earlier issue whose cases all pass now is fixed, whoever filed it: it gets a `fixed`
+    # status rather than being replaced by a re-diagnosis. A dry run writes nothing at all.
+    passing = {k: v == "match" and not misses.get(k, False) for k, v in _verdicts(events).items()}
+    fixed = [] if getattr(provider, "dry_run", False) else fixed_issue_statuses(events, passing)
+    fixed_ids = {e["issue_id"] for e in fixed}
     appended: list[str] = []
-    voided = 0
+    voids: list[dict[str, Any]] = []
+    new: list[dict[str, Any]] = []
     if clusters:
         narrowed = only is not None or limit is not None
-        voids = own_issue_voids(events, {d.qid for d in diagnoses} if narrowed else None)
+        issue_of = {e["event_id"]: e.get("issue_id") for e in events if e.get("kind") == "issue"}
+        voids = [v for v in own_issue_voids(events, {d.qid for d in diagnoses} if narrowed else None)
+                 if issue_of.get(v["target_event_id"]) not in fixed_ids]
         new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}")
-        run.append(voids + new)
-        voided = len(voids)
         appended = [e["issue_id"] for e in new if e["kind"] == "issue"]
+    if voids or new or fixed:
+        run.append(voids + new + fixed)
+    still_open = open_issues(run.live())
 
     stats = provider_stats(provider)
     if stats:
         warnings.append(f"diagnoser calls: {json.dumps(stats, sort_keys=True)}")
     return DiagnoseResult(run.run_id, diagnoser, selection, diagnoses, undiagnosed, clusters,
-                          clustered_by, appended, voided, warnings)
+                          clustered_by, appended, len(voids), warnings,
+                          [e["issue_id"] for e in fixed], still_open)
+
+
+def _verdicts(events: list[dict[str, Any]]) -> dict[AttemptKey, str | None]:
+    """Each attempt's live verdict (None when unscored), by (qid, sample)."""
+    out: dict[AttemptKey, str | None] = {(e.get("qid"), e.get("sample")): None
+                                         for e in events if e.get("kind") == "attempt"}
+    for e in events:
+        if e.get("kind") == "score" and (e.get("qid"), e.get("sample")) in out:
+            out[(e.get("qid"), e.get("sample"))] = e.get("verdict")
+    return out
 
 
 def _cluster(run: Any, events: list[dict[str, Any]], selection: Selection,
@@ -197,8 +228,7 @@ def _cluster(run: Any, events: list[dict[str, Any]], selection: Selection,
         return singleton_clusters(diagnoses), "single case"
     request = cluster_request(run.run_id, diagnoses, controls_block(run, events, selection), table)
     reply, why = _call(provider, request)
-    if reply is None and why and why.startswith("host reply pending") \
-            and getattr(provider, "mode", None) == "ingest":
+    if reply is None and why and why.startswith(NO_HOST_REPLY):
         # Host flow: the per-case replies are in; emit the clustering request for the host and
         # write no issue until its reply is there (a second --ingest picks it up).
 
@@ -258,6 +288,15 @@ def render_text(result: DiagnoseResult) -> str:
     if sel.excluded:
         lines.append("excluded: " + ", ".join(f"{k} {v}" for k, v in
                                               sel.excluded_by_reason().items()))
-    lines.append(f"issues appended {len(result.issues_appended)}, voided {result.issues_voided}")
+    lines.append(f"issues appended {len(result.issues_appended)}, voided {result.issues_voided}"
+                 f", fixed {len(result.issues_fixed)}"
+                 + (f" ({', '.join(result.issues_fixed)}: every attempt of their cases passes now)"
+                    if result.issues_fixed else ""))
+    if result.open_issues:
+        lines.append(f"open issues ({len(result.open_issues)}):")
+        lines += [f"  {i['issue_id']} [{i['status']}] {i['primary_code']} -> {i['owner']}: "
+                  f"{', '.join(i['qids'])}" for i in result.open_issues]
+    else:
+        lines.append("open issues: none")
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)

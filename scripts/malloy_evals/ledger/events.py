@@ -22,6 +22,7 @@ from typing import Any
 from malloy_evals.core import vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.words import shown
 from malloy_evals.ledger import public_loop
 
 RUN_FILE = "run.json"
@@ -67,7 +68,7 @@ def check_sample(sample: object) -> int | None:
     """Return `sample` when it is a non-negative int or None, else raise InputError."""
     if sample is None or (isinstance(sample, int) and not isinstance(sample, bool) and sample >= 0):
         return sample  # type: ignore[return-value]
-    raise InputError(None, None, f"sample {sample!r} must be a non-negative integer or null")
+    raise InputError(None, None, f"sample {shown(sample)} must be a non-negative integer or null")
 
 
 def sample_segment(sample: int | None) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from malloy_evals import __version__
 from malloy_evals.core import schemas, vocab
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.words import sample_words, shown
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     ARTIFACTS_DIR,
@@ -105,7 +106,7 @@ class Run:
             raise InputError(directory, None, "not a folder")
         info = _load_run_json(d / RUN_FILE)
         if info.get("phase") not in vocab.PHASES:
-            raise InputError(d / RUN_FILE, None, f"phase: {info.get('phase')!r} is not one of "
+            raise InputError(d / RUN_FILE, None, f"phase: {shown(info.get('phase'))} is not one of "
                                                  f"{list(vocab.PHASES)}")
         return cls(d, info)
 
@@ -244,7 +245,7 @@ class Run:
                 if existing is not None:
                     qid, sample, phase = slot[1]
                     raise LedgerError(self.events_path, None,
-                                      f"{kind}: attempt ({qid}, sample {sample}, {phase}) already has "
+                                      f"{kind}: attempt ({qid}, {sample_words(sample)}, {phase}) already has "
                                       f"a live {kind} ({existing}); void it in the same batch first")
                 live[slot] = eid
                 key_of[eid] = slot

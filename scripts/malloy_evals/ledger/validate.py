@@ -12,6 +12,7 @@ from malloy_evals.core import schemas, vocab
 from malloy_evals.core.codes import load_codes
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.words import sample_words
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     EVENTS_FILE,
@@ -189,7 +190,7 @@ def _check_events(read: LedgerRead, phase: str | None) -> tuple[list[LineProblem
             if slot in live_unique:
                 qid, sample, ph = slot[1]
                 errors.append(LineProblem(EVENTS_FILE, line, f"{kind}: a second live {kind} for "
-                                          f"({qid}, sample {sample}, {ph}); line "
+                                          f"({qid}, {sample_words(sample)}, {ph}); line "
                                           f"{live_unique[slot][1]} is not voided"))
             live_unique[slot] = (event["event_id"], line)
             slots[event["event_id"]] = slot

@@ -19,6 +19,7 @@ from malloy_evals.answer import retrieval
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.paths import KIT_ROOT
+from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.ledger.events import effective_verdict
 
 # Two-sided 95%: the normal quantile at 0.975.
@@ -153,6 +154,8 @@ class RunSummary:
     settled_by_person: int = 0    # verdicts a live human_verdict decided (review.py)
     overruled_by_person: int = 0  # ... of which the person's verdict differs from the judge's
     golden_drift: list[str] = field(default_factory=list)  # qids scored with --allow-drift
+    judges: dict[str, int] = field(default_factory=dict)  # judge_model of each live score -> scores
+    open_issues: list[dict[str, Any]] = field(default_factory=list)  # live, not fixed or rejected
 
     @property
     def exit_code(self) -> int:
@@ -275,6 +278,23 @@ def _call_counts(g: _Attempt) -> tuple[int, int, int]:
     return n_ctx, n_exec, len(entities)
 
 
+def judge_counts(scores: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many live scores each judge produced, most first: a run scored partly by a host
+    subagent and partly by hand is not one judge's run. A score that pins no judge (an older
+    ledger) names none and is left out."""
+    counts = Counter(str(s["judge_model"]) for s in scores if s.get("judge_model"))
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def judges_text(judges: Mapping[str, int], fallback: str | None = None) -> str | None:
+    """The judge as a person reads it: the one judge, or every judge with its count of scores."""
+    if not judges:
+        return fallback
+    if len(judges) == 1:
+        return next(iter(judges))
+    return "mixed: " + ", ".join(f"{name} {n}" for name, n in judges.items())
+
+
 # ---------------------------------------------------------------------------------------------
 # Commands printed for an INCOMPLETE run
 
@@ -325,13 +345,15 @@ def summarize_events(
 
     Args:
         info: run.json.
-        events: live events (attempt, tool_call, score, retrieval_score; others ignored). The
+        events: live events (attempt, tool_call, score, retrieval_score, and issues with their
+            statuses for the open-issue list; others ignored). The
             cascade and recall come from the retrieval_score rows, through retrieval's own
             `summarize` and `cascade`, so the two reports can never disagree.
         eval_set: the loaded set, for each case's golden status; None when unavailable.
         coverage_report: a check_coverage report, shown as the coverage figure.
         run_dir, set_dir, judge_spec, endpoint_flag: spelled into the repair commands.
     """
+    events = list(events)
     groups = _group(events)
     keys = sorted(groups, key=_sort_key)
 
@@ -467,10 +489,12 @@ def summarize_events(
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
     warnings = _warnings(rows, retrieval_rows)
     cost = _cost(rows)
+    judges = judge_counts(g.score for g in groups.values() if g.score is not None)
 
     return RunSummary(
         run_id=info.get("runId"), set_name=info.get("setName"), phase=info.get("phase"),
-        answerer_model=info.get("answererModel"), judge_model=info.get("judgeModel"),
+        answerer_model=info.get("answererModel"),
+        judge_model=judges_text(judges, info.get("judgeModel")),
         judge_version=info.get("judgeVersion"),
         status="incomplete" if incomplete else "complete", headline=headline,
         attempts=len(rows), scored=sum(1 for r in rows if r.scored), unscored=unscored,
@@ -481,6 +505,7 @@ def summarize_events(
         settled_by_person=len(settled),
         overruled_by_person=sum(1 for r in rows if r.settled_by and r.judge_verdict != r.verdict),
         golden_drift=drift,
+        judges=judges, open_issues=open_issues(events),
     )
 
 

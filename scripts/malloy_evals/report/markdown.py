@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.words import number_or_na
 from malloy_evals.report.figures import CaseRow, RunSummary, _is_contaminated, attempt_label
 
 
@@ -48,7 +49,8 @@ def render_markdown(s: RunSummary) -> str:
     out: list[str] = []
     out.append(f"# Run {s.run_id or '?'} ({s.phase or '?'}) on set {s.set_name or '?'}")
     out.append("")
-    out.append(f"Answerer {s.answerer_model or 'unknown'}; judge {s.judge_model or 'unknown'}"
+    judge = f"judges {s.judge_model}" if len(s.judges) > 1 else f"judge {s.judge_model or 'unknown'}"
+    out.append(f"Answerer {s.answerer_model or 'unknown'}; {judge}"
                f" (JUDGE_VERSION {s.judge_version if s.judge_version is not None else '?'}).")
     out.append("")
     out.append(f"**{s.headline}**")
@@ -163,6 +165,14 @@ def render_markdown(s: RunSummary) -> str:
             out.append("By verdict: " + ", ".join(
                 f"{k} {n}" for k, n in dict(c["by_verdict"]).items()) + ".")
 
+    if s.open_issues:
+        out += ["", "## Open issues", "",
+                ("From eval-diagnose: an issue stays here until its status is fixed (diagnose.py "
+                 "marks it so once every attempt of its cases passes) or rejected."), ""]
+        for issue in s.open_issues:
+            out.append(f"- {issue['issue_id']} [{issue['status']}] {issue['primary_code']} -> "
+                       f"{issue['owner']}: {', '.join(issue['qids'])}")
+
     c = s.cost
     out += ["", "## Cost", ""]
     out.append(f"- answerer: {_usd(c['answerer_usd'], c['answerer_unknown'])}")
@@ -170,7 +180,7 @@ def render_markdown(s: RunSummary) -> str:
     out.append(f"- turns: {c['turns'] if c['turns'] is not None else 'unknown'}")
     out.append(f"- get_context calls: {c['get_context_calls']}; execute_query calls: "
                f"{c['execute_query_calls']}")
-    out.append(f"- entities delivered per answer: {c['entities_delivered_per_answer']}")
+    out.append(f"- entities delivered per answer: {number_or_na(c['entities_delivered_per_answer'])}")
 
     out += ["", "## Cases", "",
             "| attempt | verdict | confidence | coverage | recall | where to fix | notes | why |",

@@ -112,9 +112,11 @@ def _owners(qid: str, issues: Sequence[d.Issue]) -> str:
 
 def _header(s: RunSummary, ctx: PageContext) -> Html:
     info = ctx.run_info
-    judge = s.judge_model or "unknown"
+    # Model names come from the ledger (a judge's own reply may name one): redacted like the rest.
+    judge = redacted(s.judge_model or "unknown")
     version = shown(s.judge_version, none="unknown")
-    meta = [f"Answerer {s.answerer_model or 'unknown'}; judge {judge} (JUDGE_VERSION {version}).",
+    meta = [(f"Answerer {redacted(s.answerer_model or 'unknown')}; judge {judge} "
+            f"(JUDGE_VERSION {version})."),
             f" Run folder {ctx.run_label}"
             + (f"; set {ctx.set_label}." if ctx.set_label else ".")]
     if info.get("started"):

@@ -41,7 +41,14 @@ from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import latest_by_key
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import RunSummary, attempt_label, load_coverage_report, summarize
+from malloy_evals.report.figures import (
+    RunSummary,
+    attempt_label,
+    judge_counts,
+    judges_text,
+    load_coverage_report,
+    summarize,
+)
 from malloy_evals.report.markdown import render_markdown, summary_json, write_results
 from malloy_evals.report.run_page import write_run_page
 from malloy_evals.sets.eval_set import VALUE_KINDS, load_set
@@ -274,6 +281,8 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
             outcomes=outcomes, retrieval_rows=0, summary=s, results_md=None, summary_json=None,
             pins={}, provider_stats=provider_stats, dry_run=True)
     result = score_retrieval(run.dir, eval_set.dir, coverage=coverage, append=True)
+    # run.json names every judge behind the live scores, not only the one of this pass.
+    pins = {**pins, "judgeModel": _judge_model(run, pins.get("judgeModel"))}
     run_pins = {k: v for k, v in pins.items() if v is not None}
     if run_pins:
         run.update_info(**run_pins)  # before the summary, which prints the judge it names
@@ -394,7 +403,8 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                   "modelPath": endpoint.model_path}
 
     drift_pin = None if drifted is None else sorted(c.qid for c in drifted)
-    pins = {"judgeModel": _judge_model(run, judge), "goldenDrift": drift_pin,
+    model = getattr(judge, "model", None)
+    pins = {"judgeModel": str(model) if model else None, "goldenDrift": drift_pin,
             "judgeVersion": judge_pins.get("judge_version"),
             "rubricSha": judge_pins.get("rubric_sha"),
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),
@@ -412,15 +422,12 @@ def current_judge_pins(doctrine: Any) -> dict[str, Any]:
             "judge_prompt_sha": judge_mod.judge_prompt_sha()}
 
 
-def _judge_model(run: Any, provider: Any) -> str | None:
-    """The model the scores pinned: the live model, or the recording's source under replay."""
-    model = getattr(provider, "model", None)
-    if model:
-        return str(model)
-    for e in run.live():
-        if e.get("kind") == "score" and e.get("judge_model"):
-            return str(e["judge_model"])
-    return None
+def _judge_model(run: Any, fallback: str | None) -> str | None:
+    """The judge run.json names: the one judge of the live scores, or `mixed: ...` with each
+    judge's count when several scored (a host for one attempt, hand replies for others); the
+    provider's model (`fallback`) while nothing is scored."""
+    scores = [e for e in run.live() if e.get("kind") == "score"]
+    return judges_text(judge_counts(scores), fallback)
 
 
 def _model_sha(eval_set: Any, endpoint: Any, local: bool) -> str | None:

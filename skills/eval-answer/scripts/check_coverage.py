@@ -2,12 +2,18 @@
 """Decide, by reading the model, whether it can express an answer to each question (SPEC 5.4).
 
 No answerer, no judge, no golden, no warehouse query. Exit 0 when at least one case was decided,
-3 when nothing was (or the cause-code table lacks a gap verdict), 2 on usage errors.
+or when --emit wrote a request for every case (it prints the folder); 3 when nothing was decided
+(--ingest finding no reply included; it names the folder it looked in) or the cause-code table
+lacks a gap verdict; 2 on usage errors. A host reader's requests and replies live beside --out,
+else in one folder per set under the system's temporary folder: give --ingest the same --out.
+A model too large for one prompt is narrowed per case by the runtime's search (the report's
+`inventory` says how); --dry-run sends nothing and reports the `reader_calls` it would make.
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --json
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out cov-v2.json --compare-labels
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out runs/cov-v2.json --compare-labels   # needs an API key
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --dry-run --json
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/mine --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay   # needs a real Publisher and your set
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.answer.coverage.reader import check_coverage, render_text
+from malloy_evals.answer.coverage.reader import check_coverage, host_folder, render_text
 from malloy_evals.core import cli
 from malloy_evals.judge.providers import select as providers
 
@@ -46,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
-    host_dir = (args.out.parent if args.out else Path.cwd())
+    host_dir = host_folder(args.out, args.set_dir)
 
     def provider_factory():
         return providers.provider_from_args(args, "reader", role="coverage",
@@ -55,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = check_coverage(
         args.set_dir, provider_factory, model_dir=args.model, publisher_url=args.publisher_url,
         environment=args.environment, package=args.package, repeat=args.repeat, only=args.only,
-        version=args.version, out=args.out, compare=args.compare_labels, warn=cli.progress)
+        version=args.version, out=args.out, compare=args.compare_labels, dry_run=args.dry_run,
+        warn=cli.progress)
     cli.emit(report, as_json=args.json, render=render_text)
     return report.exit_code
 

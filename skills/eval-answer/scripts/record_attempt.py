@@ -8,8 +8,9 @@ attempt again voids the earlier recording's events. Exit 0 recorded; 3 unreadabl
 folder without run.json.
 
 Examples:
-  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid q01 --transcript q01.jsonl --json
-  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid q02 --sample 1 --host-log q02.log.json --answer-file q02.md --reported-calls 4
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/r1 --answerer-model claude-sonnet-4-5   # first, once
+  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/r1 --set evals/bookshop --qid bk_total_revenue --transcript evals/bookshop/transcripts/baseline/bk_total_revenue.jsonl --json
+  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/r1 --set evals/bookshop --qid bk_member_count --sample 1 --host-log evals/bookshop/transcripts/leaky/bk_member_count.hostlog.json --answer-file evals/bookshop/transcripts/leaky/bk_member_count.answer.md --reported-calls 4
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="MCP calls the answerer said it made (overrides the host log's field)")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
-    if args.host_log is not None and args.answer_file is None:
-        p.error("--host-log needs --answer-file (a host log carries no answer)")
     if args.transcript is not None and args.answer_file is not None:
         p.error("--answer-file goes with --host-log; a transcript carries its own answer")
     result = record_attempt(args.run, args.set_dir, args.qid, args.sample,

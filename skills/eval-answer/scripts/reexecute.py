@@ -5,10 +5,10 @@ Writes prediction.csv and envelope.json to the attempt's artifacts (write-once: 
 prediction.2.csv); a query the server refuses is recorded in reexecute_error.json, exit 0.
 Exit 3 when the server cannot be reached or the attempt has no final query.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --local --json
-  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --sample 2 --mcp-url http://127.0.0.1:4040/mcp
-  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/c1 --set evals/bookshop --qid q01 --local --model evals/bookshop/model-candidate
+Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --local --json
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop --qid bk_gross_bookings --mcp-url http://127.0.0.1:4040/mcp   # needs serve_local.py --http 4040 (or a real Publisher) running
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run /tmp/candidate --set evals/bookshop --qid bk_refunded_amount --local --model evals/bookshop/model-candidate   # on cp -r evals/bookshop/runs/candidate /tmp/candidate
 """
 import sys
 from pathlib import Path

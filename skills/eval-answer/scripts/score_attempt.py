@@ -6,12 +6,13 @@ Order: truncated -> golden gate -> not submitted -> contamination -> re-executio
 contaminated is null, each keeping the judge's own verdict in judge_verdict). Golden gates decide
 before any judge call. With `--judge host --emit` it writes the judge request and appends nothing;
 `--judge host --ingest` reads the host's reply and appends the score. Exit 0 when it wrote its
-result (a null verdict included), 3 when it could not (unreadable input, missing recording).
+result (a null verdict included) or, with --emit, its request; 3 when it could not (unreadable
+input, missing recording, --ingest with no reply yet or before any --emit), appending nothing.
 
 Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
   .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --local --json
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit --local
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_gross_bookings --judge host --emit --local
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json   # needs an API key and serve_local.py --http 4040 running
 """
 
 import sys
@@ -48,7 +49,9 @@ def main(argv=None) -> int:
     if result.status != "scored":
         doc |= {"status": result.status, "message": result.message}
     cli.emit(doc, as_json=args.json, render=lambda _d: render_score(result))
-    return 0
+    if result.exit_code and result.message:
+        cli.progress(result.message)
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ and pins its sha: how a candidate model is scored against the same cases.
 Examples (the first on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline; the
 last on cp -r evals/bookshop/runs/candidate /tmp/candidate):
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge replay --local --only q03,q07 --rescore --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local --only bk_total_revenue,bk_gross_bookings --rescore --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8   # needs an API key and an endpoint running
   .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/candidate --set evals/bookshop --judge replay --local --model evals/bookshop/model-candidate
 """
 

@@ -7,7 +7,7 @@ set cannot be read or cases were selected and none could be diagnosed, 2 on usag
 
 Examples:
   .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser replay --json
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5   # needs an API key
   .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser host --emit
 """
 

@@ -4,13 +4,14 @@
 Writes the judge's request, replies and verdict under the attempt's artifacts (write-once); never
 the ledger (score_attempt.py does that). Needs the attempt's re-executed prediction when it has a
 final query (reexecute.py writes it). Exit 0 with a verdict (a null verdict with its reason is a
-result), 3 when it could not judge (a missing or stale recording names the command that re-records).
+result) or, with --emit, the written request; 3 when it could not judge (no re-executed prediction
+yet, --ingest with no reply; a missing or stale recording names the command that re-records).
 
 Examples (on a scratch copy, re-executed first: cp -r evals/bookshop/runs/baseline /tmp/baseline, then
 skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --local):
   .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
   .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json   # needs an API key
 """
 
 import sys
@@ -43,7 +44,9 @@ def main(argv=None) -> int:
     doc = result.event if result.event is not None else result.to_json() | {
         "status": result.status, "message": result.message}
     cli.emit(doc, as_json=args.json, render=lambda _d: render_score(result))
-    return 0
+    if result.exit_code and result.message:
+        cli.progress(result.message)
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -55,9 +55,10 @@ def default_record_dir(set_dir: Path | None, role: str) -> Path | None:
 def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
     """The provider flags every LLM-using script shares (one spelling everywhere). A script
     without `host` (no --emit / --ingest to drive it) does not offer it in its help."""
+    hand = "hand:FILE (replies you wrote, by key: reference/hand-replies.md)"
     p.add_argument(flag, required=True, metavar="PROVIDER",
-                   help="anthropic:<model> | replay[:DIR] | host | hand:FILE" if host
-                   else "anthropic:<model> | replay[:DIR] | hand:FILE (host is not offered here)")
+                   help=f"anthropic:<model> | replay[:DIR] | host | {hand}" if host
+                   else f"anthropic:<model> | replay[:DIR] | {hand} (host is not offered here)")
     p.add_argument("--record", nargs="?", const="", default=None, metavar="DIR",
                    help="record every reply (default folder: <set>/recordings/<role>/)")
     p.add_argument("--max-cost-usd", type=float, default=None,
