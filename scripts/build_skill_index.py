@@ -34,11 +34,15 @@ def render(result: IndexResult) -> str:
     return "\n".join([head, *(f"  error: {p}" for p in result.problems)])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when stale")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = build_index(check=args.check)
     cli.emit(result, as_json=args.json, render=render)
     return result.exit_code

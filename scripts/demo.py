@@ -82,7 +82,7 @@ def checkout_verdict(before: str | None, before_set: str | None) -> tuple[bool, 
                   "the demo)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     doc = __doc__.strip()
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
                                 epilog=doc[doc.index("Examples:"):],
@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
                    "(it must be outside the checkout)")
     p.add_argument("--keep-going", action="store_true",
                    help="score the second run even when the first could not be scored")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
 
     started = time.monotonic()

@@ -200,15 +200,19 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                              for k, v in row.items()})
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Generate the four tables into --out (default evals/bookshop/data)."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "data")
     parser.add_argument("--seed", type=int, default=SEED)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate the four tables into --out (default evals/bookshop/data)."""
+    args = build_parser().parse_args(argv)
     rng = random.Random(args.seed)
     books = make_books(rng)
     customers = make_customers(rng)

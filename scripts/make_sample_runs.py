@@ -75,8 +75,7 @@ def build_run(name: str, out_root: Path, force: bool) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Build the runs named by --only (default: every folder under transcripts/)."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Examples:" + __doc__.split("Examples:")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-root", type=Path, default=SET / "runs",
                         help="where run folders go (default: evals/bookshop/runs)")
     parser.add_argument("--force", action="store_true", help="rebuild a run folder that exists")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the runs named by --only (default: every folder under transcripts/)."""
+    args = build_parser().parse_args(argv)
     names = args.only or sorted(p.name for p in (SET / "transcripts").iterdir() if p.is_dir())
     for name in names:
         out = build_run(name, args.out_root, args.force)

@@ -386,20 +386,20 @@ def test_batch_mode_sends_one_message_batch_and_returns_each_result(monkeypatch)
     assert out["r1.q1._"].cost_usd == pytest.approx((1000 * 1 + 200 * 5) / 1e6 / 2)
 
 
-def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lacks(tmp_path):
+def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lacks(capsys):
     # calibrate_judge / check_judge have no --emit / --ingest: their help must not list `host`,
     # and choosing it must not ask for flags the script does not accept.
-    import argparse
+    from malloy_evals.core import cli
+    from malloy_evals.judge.providers.select import add_provider_arguments
 
-    from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
-
-    p = argparse.ArgumentParser()
+    p = cli.parser(None)
     add_provider_arguments(p, "--judge", host=False)
     assert "| host |" not in p.format_help()
-    args = p.parse_args(["--judge", "host"])
-    with pytest.raises(UsageError) as err:
-        provider_from_args(args, "judge", role="judge", set_dir=tmp_path)
-    assert "--emit or --ingest" not in str(err.value) and "does not take --judge host" in str(err.value)
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["--judge", "host"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "--emit or --ingest" not in err and "does not take --judge host" in err
 
 
 def test_anthropic_without_a_key_is_unmeasured_naming_the_variable_not_a_traceback(monkeypatch):

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import paths
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core import cli, paths
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
@@ -77,8 +77,7 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
     and stop it on exit. Environment, package and model path come from set.json."""
 
     es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
-    if bool(mcp_url) == bool(local):
-        raise UsageError("give exactly one of --mcp-url URL or --local")
+    cli.require_one_endpoint(mcp_url, local)
     env, pkg, model = es.environment, es.target_package, es.target_model_path
     model_sha = revision = None
     if mcp_url:

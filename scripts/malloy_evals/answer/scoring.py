@@ -8,6 +8,7 @@ from typing import Any
 
 from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
+from malloy_evals.core import cli
 from malloy_evals.core.errors import InputError, UnmeasuredError, UsageError
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
@@ -162,7 +163,7 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
     ingest = getattr(provider, "mode", None) == "ingest"
     if not append or ingest or not (mcp_url or local):
         if append and not ingest:
-            raise UsageError("give exactly one of --mcp-url URL or --local")
+            raise UsageError(cli.ENDPOINT_NEEDED)
         return score_attempt(run, eval_set, qid, sample, provider=provider, reexecute=False,
                              judge_retries=judge_retries, append=append)
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:

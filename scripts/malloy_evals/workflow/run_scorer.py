@@ -25,7 +25,7 @@ from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.retrieval import score_retrieval
 from malloy_evals.core import cli
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError, UsageError
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.providers.select import provider_stats
@@ -287,8 +287,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
               progress: Callable[[str], None] = cli.progress) -> RunScoreResult:
     """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files."""
 
-    if bool(mcp_url) == bool(local):
-        raise UsageError("give exactly one of --mcp-url URL or --local")
+    cli.require_one_endpoint(mcp_url, local)
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
     if coverage is not None:

@@ -23,29 +23,30 @@ from malloy_evals.core import cli
 from malloy_evals.judge.providers import select as providers
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir",
-                   help="the set folder (set.json, cases.jsonl)")
+    cli.add_set_argument(p)
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--model", type=Path, metavar="DIR",
+    where.add_argument("--model", type=cli.existing_dir, metavar="DIR",
                        help="a local Malloy package, compiled by the kit's runtime")
-    where.add_argument("--publisher-url", metavar="URL",
+    where.add_argument("--publisher-url", type=cli.http_url, metavar="URL",
                        help="a Publisher serving the package (REST: models, source, sourceInfos)")
     p.add_argument("--environment", help="with --publisher-url (default: set.json environment)")
     p.add_argument("--package", help="with --publisher-url (default: set.json targetPackage)")
     providers.add_provider_arguments(p, "--reader")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
-                   help="read each case N times; the majority decides, ties go to the gap")
-    p.add_argument("--only", type=cli.split_qids, metavar="q1,q2", help="only these cases")
+    cli.add_count_argument(p, "--repeat", default=1,
+                           help="read each case N times; the majority decides, ties go to the gap")
+    cli.add_only_argument(p)
     p.add_argument("--version", metavar="LABEL", help="stamped on the report (a model version)")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--compare-labels", action="store_true",
                    help="join the verdicts with the cases' authored coverage labels")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if args.repeat < 1:
-        p.error("--repeat must be at least 1")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     host_dir = (args.out.parent if args.out else Path.cwd())
 
     def provider_factory():

@@ -10,6 +10,7 @@ Examples:
   .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --sample 2 --mcp-url http://127.0.0.1:4040/mcp
 """
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -18,15 +19,16 @@ from malloy_evals.answer.reexecute import reexecute, render_text
 from malloy_evals.core import cli
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_attempt_arguments(p)
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--mcp-url", help="a Publisher (or compatible) MCP endpoint, e.g. http://127.0.0.1:4040/mcp")
-    where.add_argument("--local", action="store_true",
-                       help="start the kit's endpoint over the set's model/ package, stop it after")
+    cli.add_endpoint_arguments(p)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = reexecute(args.run, args.set_dir, args.qid, args.sample,
                        mcp_url=args.mcp_url, local=args.local)
     cli.emit(result, as_json=args.json, render=render_text)

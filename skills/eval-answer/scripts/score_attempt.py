@@ -15,6 +15,7 @@ Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -25,17 +26,19 @@ from malloy_evals.judge.doctrine import add_judge_retries
 from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_attempt_arguments(p)
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--mcp-url", help="re-execute through this MCP endpoint")
-    where.add_argument("--local", action="store_true",
-                       help="re-execute through the kit's endpoint over the set's model/")
+    # --ingest judges the prediction its --emit re-executed: no endpoint then.
+    cli.add_endpoint_arguments(p, required=lambda a: not a.ingest)
     add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     run_dir = Path(args.run)
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)

@@ -24,16 +24,20 @@ from malloy_evals.answer.retrieval import dump_json, render_text, score_retrieva
 from malloy_evals.core import cli
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=Path, help="the run folder")
-    p.add_argument("--set", required=True, type=Path, dest="set_dir", help="the set folder")
-    p.add_argument("--coverage", type=Path, default=None,
+    cli.add_run_argument(p)
+    cli.add_set_argument(p)
+    p.add_argument("--coverage", type=cli.existing_file, default=None,
                    help="a check_coverage.py report; its measured verdicts beat the authored coverage")
     p.add_argument("--append", action="store_true",
                    help="write one retrieval_score event per attempt (voiding the earlier live one)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = score_retrieval(args.run, args.set_dir, coverage=args.coverage, append=args.append)
     for warning in result.warnings:
         cli.progress(f"warning: {warning}")

@@ -12,34 +12,48 @@ Examples:
   .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/mini=tests/fixtures/mini_pkg/model --allow evals/bookshop/data --http 4041 --json
 """
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
 from malloy_evals.core.errors import EXIT_OK, UnmeasuredError
-from malloy_evals.endpoint.mcp_server import check_port_free, parse_package_arg, serve
+from malloy_evals.endpoint.mcp_server import (
+    check_port_free,
+    check_unique_packages,
+    parse_package_arg,
+    serve,
+)
 from malloy_evals.endpoint.runner import runtime_missing_reason
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     p.add_argument("--package", action="append", required=True, metavar="ENV/PKG=DIR",
+                   type=cli.checked_by(parse_package_arg),
                    help="a package to serve (repeatable), e.g. samples/bookshop=evals/bookshop/model")
-    p.add_argument("--allow", action="append", default=[], metavar="DIR",
+    p.add_argument("--allow", action="append", default=[], metavar="DIR", type=cli.existing_dir,
                    help="another folder DuckDB may read (repeatable)")
-    p.add_argument("--http", type=int, metavar="PORT",
+    p.add_argument("--http", type=cli.port, metavar="PORT",
                    help="serve stateless streamable HTTP at 127.0.0.1:PORT/mcp instead of stdio")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per query (default 60)")
+    p.add_argument("--timeout", type=cli.seconds, default=60.0,
+                   help="seconds per query (default 60)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if args.json and args.http is None:
-        p.error("--json needs --http: over stdio, stdout carries the MCP protocol")
+    cli.add_check(p, lambda a: "--json needs --http: over stdio, stdout carries the MCP protocol"
+                  if a.json and a.http is None else None)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # The whole command line (a package folder that is not there included) is decided before
+    # Node is looked for: a usage error is exit 2 on a machine without Node too.
+    args = build_parser().parse_args(argv)
+    packages = [parse_package_arg(v, args.allow, args.timeout) for v in args.package]
+    check_unique_packages(packages)
     reason = runtime_missing_reason()
     if reason:
         raise UnmeasuredError(reason)
-    extra = [Path(a) for a in args.allow]
-    packages = [parse_package_arg(v, extra, args.timeout) for v in args.package]
     if args.http is not None:
         check_port_free(args.http)
         names = [f"{s.environment}/{s.name}" for s in packages]

@@ -21,28 +21,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals.core import cli
 from malloy_evals.diagnose.run import diagnose_run, render_text
+from malloy_evals.diagnose.selection import SPLITS, verdicts_problem
 from malloy_evals.judge.providers import select as providers
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=Path, help="the scored run folder")
-    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir",
-                   help="the set folder")
+    cli.add_run_argument(p, help="the scored run folder")
+    cli.add_set_argument(p)
     providers.add_provider_arguments(p, "--diagnoser")
-    p.add_argument("--only", type=cli.split_qids, metavar="q1,q2", help="only these cases")
+    cli.add_only_argument(p)
     p.add_argument("--verdicts", type=cli.split_qids, default=["no_match"], metavar="V1,V2",
                    help="verdicts to diagnose: no_match (default), near_match, needs_human")
-    p.add_argument("--split", default="dev", choices=("dev", "holdout", "all"),
+    cli.add_check(p, lambda a: verdicts_problem(a.verdicts))
+    p.add_argument("--split", default="dev", choices=SPLITS,
                    help="which split to diagnose (default dev: holdout stays unseen)")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="diagnose at most N cases (0 selects nothing); the rest are counted as excluded")
-    p.add_argument("--coverage", type=Path, metavar="REPORT",
+    cli.add_count_argument(p, "--limit", default=None, minimum=0,
+                           help="diagnose at most N cases (0 selects nothing); the rest are "
+                                "counted as excluded")
+    p.add_argument("--coverage", type=cli.existing_file, metavar="REPORT",
                    help="a check_coverage.py report, shown to the diagnoser as the measured coverage")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if args.limit is not None and args.limit < 0:
-        p.error("--limit must be 0 or more")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     def provider_factory(run_dir: Path):
         return providers.provider_from_args(args, "diagnoser", role="diagnose",

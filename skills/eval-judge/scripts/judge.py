@@ -14,6 +14,7 @@ skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -24,13 +25,17 @@ from malloy_evals.judge.doctrine import add_judge_retries
 from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_attempt_arguments(p)
     add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     run_dir = Path(args.run)
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)
