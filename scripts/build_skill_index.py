@@ -17,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # runnable by path
 
-from malloy_evals.core import cli
+from malloy_evals.core import cli, commands
 from malloy_evals.core.skill_index import IndexResult, build_index
 
 
 def render(result: IndexResult) -> str:
     """A line saying what happened, then the problems."""
     if result.stale:
-        head = "SKILL_INDEX.md is stale: run .venv/bin/python scripts/build_skill_index.py"
+        head = f"SKILL_INDEX.md is stale: run {commands.build_skill_index()}"
     elif result.written:
         head = f"SKILL_INDEX.md written ({len(result.skills)} skills)"
     else:

@@ -8,7 +8,7 @@ from typing import Any
 
 from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
-from malloy_evals.core import cli
+from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import InputError, UnmeasuredError, UsageError
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
@@ -107,8 +107,8 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
         # judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
                          f"{qid} sample {sample!r} already has a live score "
-                         f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
-                         "--rescore")
+                         f"({live.get('event_id')}); re-score it with: "
+                         f"{commands.rescore(run.dir, eval_set.dir, [qid], judge_spec=None, endpoint=None)}")
     case = eval_set.case(qid)
     submission = attempt_submission(run, attempt, qid, sample)
     contaminated = attempt_contamination(run, eval_set, attempt)
@@ -123,7 +123,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
         if existing is None:
             raise UnmeasuredError(
                 f"{qid}: no re-executed prediction in {run.artifact_dir(qid, sample)}; run "
-                f"reexecute.py --run {run.dir} --set {eval_set.dir} --qid {qid} --local first")
+                f"{commands.reexecute(run.dir, eval_set.dir, qid, sample)} first")
         return existing
 
     artifacts = JudgeArtifacts(run, qid, sample)

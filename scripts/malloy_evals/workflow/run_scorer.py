@@ -24,7 +24,7 @@ from typing import Any
 from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.retrieval import score_retrieval
-from malloy_evals.core import cli
+from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.judge import doctrine as judge_mod
@@ -294,7 +294,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
         load_coverage_report(coverage)  # fail on an unreadable report before any work
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
-    endpoint_flag = "--local" if local else f"--mcp-url {mcp_url}"
+    endpoint_flag = commands.endpoint_flag(mcp_url, local)
 
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
