@@ -5,8 +5,8 @@ Exit 0 when the index is current (or was rewritten), 1 when a front matter is in
 --check, when SKILL_INDEX.md is stale.
 
 Examples:
-  .venv/bin/python scripts/build_skill_index.py
   .venv/bin/python scripts/build_skill_index.py --check
+  .venv/bin/python scripts/build_skill_index.py   # rewrites SKILL_INDEX.md in the checkout
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). The 
 left as it was; the scratch folder is printed so RESULTS.md, summary.json and the ledgers can be
 read afterwards.
 
+Without --scratch it makes a new temporary folder (what `make demo` runs).
+
 Examples:
-  .venv/bin/python scripts/demo.py
-  .venv/bin/python scripts/demo.py --keep-going --scratch /tmp/demo
+  .venv/bin/python scripts/demo.py --keep-going --scratch ../malloy-evals-demo
 """
 
 from __future__ import annotations

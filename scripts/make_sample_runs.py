@@ -11,8 +11,8 @@ leaky run's recursive grep); it is replaced by the checkout's real path in a tem
 before recording, so the contamination check sees the session where it would have run.
 
 Examples:
-  .venv/bin/python scripts/make_sample_runs.py --force
-  .venv/bin/python scripts/make_sample_runs.py --only leaky --out-root /tmp/bookshop-runs
+  .venv/bin/python scripts/make_sample_runs.py --only leaky --out-root bookshop-runs
+  .venv/bin/python scripts/make_sample_runs.py --force   # rewrites evals/bookshop/runs in the checkout
 """
 
 from __future__ import annotations
@@ -90,9 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Build the runs named by --only (default: every folder under transcripts/)."""
     args = build_parser().parse_args(argv)
+    # The recording scripts run from the kit's root: a relative --out-root is this folder's.
+    out_root = args.out_root.resolve()
     names = args.only or sorted(p.name for p in (SET / "transcripts").iterdir() if p.is_dir())
     for name in names:
-        out = build_run(name, args.out_root, args.force)
+        out = build_run(name, out_root, args.force)
         print(f"{name}: {out}")
     return 0
 

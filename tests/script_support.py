@@ -8,16 +8,23 @@ script is held to the rules the day it lands.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import importlib.util
 import io
-import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import traceback
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from malloy_evals.core import cli
+from malloy_evals.core import cli, paths
 
 KIT = Path(__file__).resolve().parents[1]
 
@@ -83,26 +90,181 @@ def parse_outcome(path: Path, argv: list[str], cwd: Path = KIT) -> Outcome:
     return Outcome(code, out.getvalue(), err.getvalue())
 
 
-def run_outcome(path: Path, argv: list[str], cwd: Path = KIT,
-                env: dict[str, str] | None = None) -> Outcome:
+def run_outcome(path: Path, argv: list[str], cwd: Path = KIT, *,
+                timeout: float = 300.0) -> Outcome:
     """Run the script's main(argv) in this process, from `cwd`, as `cli.run` would: the exit
-    code, stdout and stderr. `env` replaces environment variables for the call."""
+    code, stdout and stderr. Temporary folders it makes go under `cwd`'s parent. A command that
+    does not finish in `timeout` seconds fails the test (a server that was not marked)."""
     module = load_script(path)
     out, err = io.StringIO(), io.StringIO()
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
+    result: list[int] = []
+
+    def call() -> None:
+        try:
+            cli.run(module.main, argv)
+            result.append(0)
+        except SystemExit as exc:
+            result.append(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
+        except BaseException:  # noqa: BLE001 (what the interpreter does: a traceback, exit 1)
+            traceback.print_exc()
+            result.append(1)
+
+    saved_tempdir = tempfile.tempdir
+    tempfile.tempdir = str(cwd.parent)
     try:
         with contextlib.chdir(cwd), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err):
-            try:
-                cli.run(module.main, argv)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            worker = threading.Thread(target=call, daemon=True)
+            worker.start()
+            worker.join(timeout)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return Outcome(code, out.getvalue(), err.getvalue())
+        tempfile.tempdir = saved_tempdir
+    assert not worker.is_alive(), f"{path.name} {' '.join(argv)} did not finish in {timeout:.0f} s"
+    return Outcome(result[0], out.getvalue(), err.getvalue())
+
+
+# ---------------------------------------------------------------------------------------------
+# Command lines written in the docs and in every script's --help
+
+# The documents whose command lines must run as written from the kit's root.
+DOC_GLOBS = ("README.md", "skills/*/SKILL.md", "reference/**/*.md", "skills/*/reference/*.md")
+
+SCRIPT_START = re.compile(r"^(?:\.venv/bin/python\s+\S+\.py|malloy-evals\s+[a-z_]+)(?:\s|$)")
+SETUP_START = re.compile(r"^(?:mkdir -p|cp -r)\s")
+# A trailing comment that starts with one of these words makes a command parse-only: it needs
+# what the test cannot have (an API key, a Publisher, a host's reply), serves until stopped, or
+# rewrites the checkout itself.
+PARSE_ONLY = re.compile(r"^(needs|serves|rewrites)\b")
+EXPECTED_EXIT = re.compile(r"\bexit (\d)\b")
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    """One command line as a document writes it."""
+
+    where: str      # `README.md:79`, or `skills/.../new_run.py (--help)`
+    text: str       # the command, without its trailing comment
+    comment: str    # the trailing `# ...` comment, without the `#`
+
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.text)
+
+    @property
+    def is_setup(self) -> bool:
+        return bool(SETUP_START.match(self.text))
+
+    @property
+    def parse_only(self) -> bool:
+        return bool(PARSE_ONLY.match(self.comment))
+
+    @property
+    def expected_exit(self) -> int:
+        m = EXPECTED_EXIT.search(self.comment)
+        return int(m.group(1)) if m else 0
+
+    def script(self) -> tuple[Path | None, list[str]]:
+        """The kit script this line runs and its arguments (None: not a kit script)."""
+        argv = self.argv
+        if argv[0] == "malloy-evals":
+            found = paths.skill_script(argv[1])
+            return (found.resolve() if found else None), argv[2:]
+        return script_by_path(argv[1]), argv[2:]
+
+
+def split_comment(line: str) -> tuple[str, str]:
+    """`cmd  # comment` into (cmd, comment), ignoring `#` inside quotes or words."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip(), line[i + 1:].strip()
+    return line.strip(), ""
+
+
+def _command(where: str, text: str) -> DocCommand | None:
+    cmd, comment = split_comment(text.strip())
+    if SCRIPT_START.match(cmd) or SETUP_START.match(cmd):
+        return DocCommand(where, cmd, comment)
+    return None
+
+
+INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+
+def markdown_commands(path: Path) -> list[DocCommand]:
+    """Command lines in fenced code blocks (continued with a trailing `\\`) and in inline code."""
+    found: list[DocCommand] = []
+    rel = path.relative_to(KIT).as_posix()
+    fence: str | None = None
+    pending = ""
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        stripped = line.strip()
+        opener = re.match(r"^(`{3,}|~{3,})", stripped)
+        if opener and (fence is None or stripped.startswith(fence)):
+            fence = opener.group(1) if fence is None else None
+            continue
+        if fence is not None:
+            if stripped.endswith("\\"):
+                pending += stripped[:-1] + " "
+                continue
+            cmd = _command(f"{rel}:{n}", pending + stripped)
+            pending = ""
+        else:
+            cmd = None
+            for span in INLINE_CODE.findall(line):
+                inline = _command(f"{rel}:{n}", span)
+                if inline is not None:
+                    found.append(inline)
+        if cmd is not None:
+            found.append(cmd)
+    return found
+
+
+def docstring_commands(script: Path) -> list[DocCommand]:
+    """The command lines of a script's module docstring (what its --help prints)."""
+    doc = ast.get_docstring(ast.parse(script.read_text(encoding="utf-8"))) or ""
+    where = f"{script.relative_to(KIT).as_posix()} (--help)"
+    return [c for line in doc.splitlines() if (c := _command(where, line)) is not None]
+
+
+def documents() -> dict[str, list[DocCommand]]:
+    """Every document with command lines: the Markdown docs, then each script's --help."""
+    docs: dict[str, list[DocCommand]] = {}
+    for pattern in DOC_GLOBS:
+        for path in sorted(KIT.glob(pattern)):
+            docs[path.relative_to(KIT).as_posix()] = markdown_commands(path)
+    for script in kit_scripts():
+        docs[script.relative_to(KIT).as_posix()] = docstring_commands(script)
+    return {name: cmds for name, cmds in docs.items() if cmds}
+
+
+# What a scratch copy of the kit holds: the kit's own files by link (read, never written by a
+# documented command), the sample sets as a real copy (commands write into them).
+LINKED = ("skills", "scripts", "reference", "tests", ".venv", "README.md", "SKILL_INDEX.md")
+
+
+def make_scratch(root: Path) -> Path:
+    """A folder that looks like the kit's root to a command line, where writes stay."""
+    kit = root / "kit"
+    kit.mkdir(parents=True)
+    for name in LINKED:
+        if (KIT / name).exists():
+            (kit / name).symlink_to(KIT / name)
+    shutil.copytree(KIT / "evals", kit / "evals")
+    return kit
+
+
+def run_setup(cmd: DocCommand, cwd: Path) -> Outcome:
+    """`mkdir -p` / `cp -r` as a shell runs them, refusing any path outside the scratch."""
+    scratch = cwd.parent
+    for arg in cmd.argv[2:]:
+        target = (cwd / arg).resolve()
+        assert target == scratch or scratch in target.parents, \
+            f"{cmd.where}: {arg} leaves the scratch copy: {cmd.text}"
+    done = subprocess.run(cmd.argv, cwd=cwd, capture_output=True, text=True, check=False,
+                          timeout=60)
+    return Outcome(done.returncode, done.stdout, done.stderr)

@@ -2,8 +2,8 @@
 """Decide whether an answerer's host tool-use log shows contamination (SPEC 5.1): exit 1 when contaminated or unknown.
 
 Examples:
-  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log transcript.jsonl --set evals/bookshop --json
-  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log host_log.json --set evals/bookshop --run evals/bookshop/runs/r1 --reported-calls 4
+  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log evals/bookshop/transcripts/baseline/bk_total_revenue.jsonl --set evals/bookshop --json
+  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log evals/bookshop/transcripts/leaky/bk_member_count.hostlog.json --set evals/bookshop --run evals/bookshop/runs/leaky --reported-calls 4   # 4 calls reported, 2 made: exit 1
   .venv/bin/python skills/eval-answer/scripts/check_contamination.py --set evals/bookshop --json   # no log: "unknown", exit 1
 
 Exit codes: 0 clean, 1 contaminated (true or "unknown"), 2 usage (a needle under 3 characters),

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Check a submitted query's text for forbidden fields (golden.mustNotUse, SPEC 5.2): exit 1 on any hit (a veto).
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query-file final.malloy products.list_price "list_price as revenue" --json
-  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: orders -> { aggregate: books.list_price.sum() }' books.list_price
-  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query-file final.malloy --set evals/bookshop --qid bk_total_revenue --json
+Examples (`--query-file FILE` reads the query from a file instead):
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: order_items -> { aggregate: list_value }' list_value "list price as revenue" --json   # a hit: exit 1
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: orders -> { aggregate: books.list_price.sum() }' books.list_price   # exit 1
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: order_items -> { aggregate: revenue }' --set evals/bookshop --qid bk_total_revenue --json
 
 Exit codes: 0 no hit (leaf hits and prose entries are for the judge), 1 a hit, 2 usage,
 3 the query file or the set cannot be read. An empty query means no query: every entry is unchecked.

@@ -2,8 +2,8 @@
 """Create a run folder: run.json (identity and pins) and an empty ledger, for one arm in one phase.
 
 Examples:
-  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out /tmp/runs/base1 --answerer-model claude-sonnet-4-5
-  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out /tmp/runs/loop3 --answerer-model claude-sonnet-4-5 --phase loop --run-id bookshop-loop-03 --json
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/base1 --answerer-model claude-sonnet-4-5
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/loop3 --answerer-model claude-sonnet-4-5 --phase loop --run-id bookshop-loop-03 --json
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ transcript is copied into the attempt's artifacts with obvious secrets redacted.
 attempt again voids the earlier recording's events. Exit 0 recorded; 3 unreadable input or a
 folder without run.json.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid q01 --transcript q01.jsonl --json
-  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid q02 --sample 1 --host-log q02.log.json --answer-file q02.md --reported-calls 4
+Examples (the first makes the run; the sessions are the sample set's own):
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/base1 --answerer-model claude-sonnet-4-5
+  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid bk_total_revenue --transcript evals/bookshop/transcripts/baseline/bk_total_revenue.jsonl --json
+  .venv/bin/python skills/eval-answer/scripts/record_attempt.py --run runs/base1 --set evals/bookshop --qid bk_member_count --sample 1 --host-log evals/bookshop/transcripts/leaky/bk_member_count.hostlog.json --answer-file evals/bookshop/transcripts/leaky/bk_member_count.answer.md --reported-calls 4
 """
 
 from __future__ import annotations

@@ -5,9 +5,11 @@ Writes prediction.csv and envelope.json to the attempt's artifacts (write-once: 
 prediction.2.csv); a query the server refuses is recorded in reexecute_error.json, exit 0.
 Exit 3 when the server cannot be reached or the attempt has no final query.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --local --json
-  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/r1 --set evals/bookshop --qid q01 --sample 2 --mcp-url http://127.0.0.1:4040/mcp
+Examples (on a copy of a recorded run, made by the first two lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --local --json
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/baseline --set evals/bookshop --qid bk_gross_bookings --mcp-url http://127.0.0.1:4040/mcp   # needs serve_local.py --http 4040 (or a Publisher) running
 """
 import sys
 from collections.abc import Sequence

@@ -8,10 +8,12 @@ before any judge call. With `--judge host --emit` it writes the judge request an
 `--judge host --ingest` reads the host's reply and appends the score. Exit 0 when it wrote its
 result (a null verdict included), 3 when it could not (unreadable input, missing recording).
 
-Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --local --json
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit --local
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json
+Examples (on a copy of a recorded run, made by the first two lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --local --json
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run runs/baseline --set evals/bookshop --qid bk_revenue_2024 --judge host --emit --local
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run runs/baseline --set evals/bookshop --qid bk_top_customers --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json   # needs ANTHROPIC_API_KEY and an endpoint at :4040
 """
 
 import sys

@@ -8,10 +8,12 @@ per attempt, for a fresh host subagent each); `--judge host --ingest` then score
 reply.json is there and leaves the rest for a later --ingest. Exit 0 when the results were written
 (an INCOMPLETE run included), 3 when nothing could be judged or an input could not be read.
 
-Examples (the first on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge replay --local --only q03,q07 --rescore --json
+Examples (on a copy of a recorded run, made by the first two lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local --only bk_total_revenue,bk_gross_bookings --rescore --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8 --rescore   # needs ANTHROPIC_API_KEY and a Publisher
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ http://127.0.0.1:PORT/mcp plus the Publisher's REST routes under /api/v0. DuckDB
 package folder and its sibling data/ folder; --allow adds more. With --http, --json prints one
 JSON document ({mcp_url, rest_base, packages}) before serving; over stdio, stdout is the protocol.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/mini=tests/fixtures/mini_pkg/model --allow evals/bookshop/data --http 4041 --json
+Examples (each serves until stopped with Ctrl-C):
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model   # serves MCP over stdio
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040   # serves http://127.0.0.1:4040/mcp
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/mini=tests/fixtures/mini_pkg/model --allow evals/bookshop/data --http 4041 --json   # serves :4041
 """
 import sys
 from collections.abc import Sequence

@@ -5,8 +5,8 @@ Exit 0 clean, 1 on any error (a missing run.json or a torn line included), 3 whe
 be read. Unknown fields and reported_calls > host_tool_uses are warnings and never change the exit.
 
 Examples:
-  .venv/bin/python skills/eval-answer/scripts/validate.py evals/bookshop/runs/baseline-01
-  .venv/bin/python skills/eval-answer/scripts/validate.py /tmp/runs/base1 /tmp/runs/loop3 --json
+  .venv/bin/python skills/eval-answer/scripts/validate.py evals/bookshop/runs/baseline
+  .venv/bin/python skills/eval-answer/scripts/validate.py evals/bookshop/runs/baseline evals/bookshop/runs/leaky --json
 """
 
 from __future__ import annotations

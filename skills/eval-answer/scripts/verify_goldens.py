@@ -9,7 +9,7 @@ error, no truth package).
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/verify_goldens.py --set evals/bookshop
-  .venv/bin/python skills/eval-answer/scripts/verify_goldens.py --set evals/bookshop --qid q01 --json
+  .venv/bin/python skills/eval-answer/scripts/verify_goldens.py --set evals/bookshop --qid bk_total_revenue,bk_revenue_by_genre --json
 """
 
 from __future__ import annotations

@@ -4,9 +4,12 @@
 Writes `<run>/clusters-mechanical.jsonl` (never the diagnosed issues). No model is called. Exit 0
 with the groups, 3 when the run or set cannot be read.
 
-Examples:
-  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run /tmp/demo/runs/baseline --set evals/bookshop
-  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run /tmp/demo/runs/baseline --set evals/bookshop --json
+Examples (on a scored copy of a recorded run, made by the first three lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run runs/baseline --set evals/bookshop
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run runs/baseline --set evals/bookshop --json
 """
 
 from __future__ import annotations

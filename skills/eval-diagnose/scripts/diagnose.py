@@ -5,10 +5,15 @@ Appends one `issue` + `issue_status open` per cluster, voiding only the issues d
 earlier for the run. Exit 0 when it wrote its result (nothing selected included), 3 when the run or
 set cannot be read or cases were selected and none could be diagnosed, 2 on usage errors.
 
-Examples:
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser replay --json
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser host --emit
+Examples (on a copy of a recorded run, scored as the demo scores it by the first four lines;
+the recorded diagnoser replays for that scoring):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out coverage.json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local --coverage coverage.json
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser replay --json
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser host --emit
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5   # needs ANTHROPIC_API_KEY
 """
 
 from __future__ import annotations

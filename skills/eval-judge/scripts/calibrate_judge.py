@@ -10,8 +10,8 @@ rubric or mustNotUse) are checked first. Exit 0 all pass, 1 on any mismatch or i
 
 Examples:
   .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge replay --json
-  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --samples 3 --record
-  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --dry-run
+  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --dry-run   # counts calls and tokens, calls nothing
+  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --samples 3 --record   # needs ANTHROPIC_API_KEY
 """
 
 import sys

@@ -9,8 +9,8 @@ be judged or fixtures exist and none was judged, else 0 (no fixture file is 0).
 
 Examples:
   .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge replay --json
-  .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --repeat 3 --record
   .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge replay --only bk_total_revenue
+  .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --repeat 3 --record   # needs ANTHROPIC_API_KEY
 """
 
 import sys

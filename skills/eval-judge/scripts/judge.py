@@ -6,11 +6,13 @@ the ledger (score_attempt.py does that). Needs the attempt's re-executed predict
 final query (reexecute.py writes it). Exit 0 with a verdict (a null verdict with its reason is a
 result), 3 when it could not judge (a missing or stale recording names the command that re-records).
 
-Examples (on a scratch copy, re-executed first: cp -r evals/bookshop/runs/baseline /tmp/baseline, then
-skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --local):
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json
+Examples (on a copy of a recorded run, re-executed first by the first three lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --local
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json   # needs ANTHROPIC_API_KEY
 """
 
 import sys
