@@ -432,3 +432,17 @@ def test_json_objects_survive_a_reply_nested_without_end():
 
     hostile = '{"a": ' * 5000 + '1' + '}' * 5000 + ' {"verdict": "no_match"}'
     assert json_objects(hostile, "verdict")[-1] == {"verdict": "no_match"}
+
+
+def test_a_cost_cap_on_an_unpriced_model_is_refused_with_the_command_line(capsys):
+    # Decided when the flags are read (exit 2), before any run, set or key is looked at.
+    from malloy_evals.core import cli
+    from malloy_evals.judge.providers.select import add_provider_arguments
+
+    p = cli.parser(None)
+    add_provider_arguments(p, "--judge")
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["--judge", "anthropic:some-new-model", "--max-cost-usd", "1"])
+    assert exc.value.code == 2 and "--max-cost-usd needs a priced model" in capsys.readouterr().err
+    assert p.parse_args(["--judge", "anthropic:some-new-model", "--max-cost-usd", "1",
+                         "--dry-run"]).dry_run

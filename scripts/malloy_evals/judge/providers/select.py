@@ -10,7 +10,7 @@ from typing import Any
 
 from malloy_evals.core import cli
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.judge.providers.anthropic import AnthropicProvider, CallStats
+from malloy_evals.judge.providers.anthropic import AnthropicProvider, CallStats, unpriced_cap
 from malloy_evals.judge.providers.base import ROLES
 from malloy_evals.judge.providers.hand import HandProvider
 from malloy_evals.judge.providers.host import HostProvider
@@ -114,6 +114,9 @@ def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
             return f"--emit and --ingest go with {flag} host"
         if kind == "replay" and args.record is not None:
             return RECORD_WITH_REPLAY
+        if kind == "anthropic":
+            return unpriced_cap(getattr(args, dest).partition(":")[2], args.max_cost_usd,
+                                args.dry_run)
         return None
 
     cli.add_check(p, combination)
