@@ -230,7 +230,7 @@ def dollars(value: str) -> float:
     """argparse type: an amount of money, 0 or more."""
     amount = _number(value)
     if not amount >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{value} is negative")
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
     return amount
 
 
@@ -303,6 +303,13 @@ def add_only_argument(p: argparse.ArgumentParser, *, what: str = "cases") -> Non
     """--only q1,q2 (as `only`, a list): a name that is not in the set or run is exit 3."""
     p.add_argument(ONLY, type=split_qids, default=None, metavar="q1,q2",
                    help=f"only these {what} (comma-separated)")
+
+
+def add_coverage_argument(p: argparse.ArgumentParser, *, use: str) -> None:
+    """--coverage REPORT: a check_coverage.py report file (one that is not there is exit 2; one
+    that cannot be read is exit 3). `use` says what the script does with it."""
+    p.add_argument("--coverage", type=existing_file, default=None, metavar="REPORT",
+                   help=f"a check_coverage.py report (its --out file): {use}")
 
 
 def add_count_argument(p: argparse.ArgumentParser, flag: str, *, default: int | None,

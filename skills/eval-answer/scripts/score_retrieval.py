@@ -31,8 +31,7 @@ def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_run_argument(p)
     cli.add_set_argument(p)
-    p.add_argument("--coverage", type=cli.existing_file, default=None,
-                   help="a check_coverage.py report; its measured verdicts beat the authored coverage")
+    cli.add_coverage_argument(p, use="its measured verdicts beat the authored coverage")
     p.add_argument("--append", action="store_true",
                    help="write one retrieval_score event per attempt (voiding the earlier live one)")
     cli.add_json_flag(p)

@@ -35,8 +35,7 @@ def build_parser() -> cli.ScriptParser:
     cli.add_set_argument(p)
     add_provider_arguments(p, "--judge")
     cli.add_endpoint_arguments(p)
-    p.add_argument("--coverage", type=cli.existing_file,
-                   help="a check_coverage report (measured coverage)")
+    cli.add_coverage_argument(p, use="its measured verdicts beat the authored coverage")
     cli.add_count_argument(p, "--parallel", default=4, help="attempts scored at once (default 4)")
     cli.add_only_argument(p, what="qids")
     p.add_argument("--rescore", action="store_true",

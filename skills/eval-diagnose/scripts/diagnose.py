@@ -44,8 +44,7 @@ def build_parser() -> cli.ScriptParser:
     cli.add_count_argument(p, "--limit", default=None, minimum=0,
                            help="diagnose at most N cases (0 selects nothing); the rest are "
                                 "counted as excluded")
-    p.add_argument("--coverage", type=cli.existing_file, metavar="REPORT",
-                   help="a check_coverage.py report, shown to the diagnoser as the measured coverage")
+    cli.add_coverage_argument(p, use="shown to the diagnoser as the measured coverage")
     cli.add_json_flag(p)
     return p
 
