@@ -9,9 +9,7 @@ owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). The 
 left as it was; the scratch folder is printed so RESULTS.md, summary.json and the ledgers can be
 read afterwards.
 
-Without --scratch it makes a new temporary folder (what `make demo` runs).
-
-Examples:
+Examples (`make demo` runs it without --scratch: a new temporary folder):
   .venv/bin/python scripts/demo.py --keep-going --scratch ../malloy-evals-demo
 """
 
@@ -86,7 +84,7 @@ def checkout_verdict(before: str | None, before_set: str | None) -> tuple[bool, 
 def build_parser() -> argparse.ArgumentParser:
     doc = __doc__.strip()
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
-                                epilog=doc[doc.index("Examples:"):],
+                                epilog=doc[doc.index("Examples"):],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scratch", type=Path, help="use this folder instead of a new temporary one "
                    "(it must be outside the checkout)")
