@@ -22,7 +22,7 @@ be built. Coverage and diagnose recordings are authored the same way through the
 
 Examples:
   .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl --samples 3 --out rec --json
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl --samples 3 --out runs/recordings --json
   .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.baseline.jsonl --run evals/bookshop/runs/baseline --local
 """
 

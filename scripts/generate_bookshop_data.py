@@ -7,7 +7,7 @@ evals/bookshop/cases.jsonl stay reproducible. The CSVs are committed; re-run thi
 set's datasetVersion is bumped.
 
 Examples:
-  .venv/bin/python scripts/generate_bookshop_data.py --out bookshop-data --seed 7
+  .venv/bin/python scripts/generate_bookshop_data.py --out runs/bookshop-data --seed 7
   .venv/bin/python scripts/generate_bookshop_data.py   # rewrites evals/bookshop/data in the checkout
 """
 

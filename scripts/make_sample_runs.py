@@ -11,7 +11,7 @@ leaky run's recursive grep); it is replaced by the checkout's real path in a tem
 before recording, so the contamination check sees the session where it would have run.
 
 Examples:
-  .venv/bin/python scripts/make_sample_runs.py --only leaky --out-root bookshop-runs
+  .venv/bin/python scripts/make_sample_runs.py --only leaky --out-root runs/bookshop
   .venv/bin/python scripts/make_sample_runs.py --force   # rewrites evals/bookshop/runs in the checkout
 """
 

@@ -24,7 +24,13 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+import mcp.client.stdio  # noqa: F401 (see below)
 from malloy_evals.core import cli, paths
+
+# The mcp SDK binds its stdio client's `errlog` default to sys.stderr when the module is first
+# imported. Imported here, under pytest's capture, that is a real file: were it first imported
+# inside run_outcome, the default would be the StringIO standing in for stderr there, and every
+# later `--local` server would fail to start ("fileno").
 
 KIT = Path(__file__).resolve().parents[1]
 

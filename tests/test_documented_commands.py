@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from script_support import (
     KIT,
+    LINKED,
     documents,
     make_scratch,
     option_strings,
@@ -34,6 +36,11 @@ def _git_status(*paths: str) -> str:
     done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths],
                           cwd=KIT, capture_output=True, text=True, check=False)
     return done.stdout if done.returncode == 0 else "(not a git checkout)"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
 
 
 def test_every_skill_script_shows_at_least_two_command_lines_in_its_help():
@@ -82,3 +89,9 @@ def test_documented_commands_run_as_written_on_the_sample_set(name, tmp_path, ne
         if "--json" in args:
             json.loads(outcome.out)  # exactly one JSON document on stdout
     assert _git_status("evals", "SKILL_INDEX.md") == evals_before, "a command wrote the checkout"
+    # Followed from a real checkout, the docs must leave `git status` clean: new files only
+    # under runs/ (ignored), the sample set as committed.
+    strays = [p.relative_to(kit).as_posix() for p in kit.iterdir()
+              if p.name not in LINKED + ("evals", "runs")]
+    assert not strays, f"{name}: commands wrote outside runs/: {strays}"
+    assert _tree(kit / "evals") == _tree(KIT / "evals"), f"{name}: commands changed evals/"

@@ -6,8 +6,8 @@ No answerer, no judge, no golden, no warehouse query. Exit 0 when at least one c
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --json
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out coverage.json --compare-labels
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out cov-v2.json   # needs ANTHROPIC_API_KEY
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json --compare-labels
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out runs/cov-v2.json   # needs ANTHROPIC_API_KEY
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay   # needs a Publisher at :4000
 """
 

@@ -7,12 +7,12 @@ only (verdict no_match), the where_to_fix attribution; then a summary with the c
 --append it writes one retrieval_score event per attempt, voiding each attempt's earlier one.
 Exit 0 scored (a low recall is a result); 3 unreadable input or a folder without run.json.
 
-Examples (on a copy of a recorded run; coverage.json is what check_coverage.py --out wrote):
+Examples (on a copy of a recorded run; runs/coverage.json is what check_coverage.py --out wrote):
   mkdir -p runs
   cp -r evals/bookshop/runs/baseline runs/
   .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --json
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out coverage.json
-  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --coverage coverage.json --append
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json
+  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --coverage runs/coverage.json --append
 """
 
 from __future__ import annotations

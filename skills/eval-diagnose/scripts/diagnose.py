@@ -9,8 +9,8 @@ Examples (on a copy of a recorded run, scored as the demo scores it by the first
 the recorded diagnoser replays for that scoring):
   mkdir -p runs
   cp -r evals/bookshop/runs/baseline runs/
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out coverage.json
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local --coverage coverage.json
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local --coverage runs/coverage.json
   .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser replay --json
   .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser host --emit
   .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5   # needs ANTHROPIC_API_KEY
