@@ -18,12 +18,11 @@ The checkout is left as it was; the scratch folder and the pages are printed so 
 summary.json, report.html, COMPARE.md and the ledgers can be read afterwards.
 
 --live-only runs the live leg alone: after a judge change, re-make its recordings with
-  .venv/bin/python scripts/demo.py --live-only --scratch /tmp/live-demo
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.live.jsonl --run /tmp/live-demo/runs/live --local
+  .venv/bin/python scripts/demo.py --live-only --scratch ../live-demo
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.live.jsonl --run ../live-demo/runs/live --local   # rewrites evals/bookshop/recordings/judge in the checkout
 
-Examples:
-  .venv/bin/python scripts/demo.py
-  .venv/bin/python scripts/demo.py --keep-going --scratch /tmp/demo
+Examples (`make demo` runs it without --scratch: a new temporary folder):
+  .venv/bin/python scripts/demo.py --keep-going --scratch ../malloy-evals-demo
 """
 
 from __future__ import annotations
@@ -139,10 +138,10 @@ def live_leg(scratch: Path) -> int:
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     doc = __doc__.strip()
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
-                                epilog=doc[doc.index("Examples:"):],
+                                epilog=doc[doc.index("--live-only runs"):],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scratch", type=Path, help="use this folder instead of a new temporary one "
                    "(it must be outside the checkout)")
@@ -150,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="score the second run even when the first could not be scored")
     p.add_argument("--live-only", action="store_true",
                    help="run only the live leg (answer, record and score four cases)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
 
     started = time.monotonic()

@@ -8,11 +8,12 @@ measures and views whose names mix a shared vocabulary with unit-specific words,
 near misses to rank. The model file grows to about `--size` bytes. Every case asks for one measure
 of one unit broken out by one of its dimensions; `replies.jsonl` answers each case MODELLED,
 naming exactly those two entities, in the `hand:FILE` format (reference/hand-replies.md).
-Nothing is written inside the repository unless `--out` points there: write it outside.
+Nothing is written but the folder `--out` names: put it under runs/ (which git ignores) or outside
+the checkout.
 
 Examples:
-  .venv/bin/python scripts/generate_large_model.py --out /tmp/large-1mb --size 1000000
-  .venv/bin/python scripts/generate_large_model.py --out /tmp/large-5mb --size 5000000 --cases 31
+  .venv/bin/python scripts/generate_large_model.py --out runs/large-1mb --size 1000000
+  .venv/bin/python scripts/generate_large_model.py --out runs/large-5mb --size 5000000 --cases 31
 """
 
 from __future__ import annotations
@@ -158,14 +159,18 @@ def generate(out: Path, size: int, cases: int = 31, seed: int = SEED) -> dict:
             "cases": cases, "replies": str(out / "replies.jsonl")}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="the set folder to write (outside the repository)")
+    p.add_argument("--out", type=Path, required=True, help="the set folder to write (under runs/, or outside the checkout)")
     p.add_argument("--size", type=int, default=1_000_000, help="model file size to reach, in bytes")
     p.add_argument("--cases", type=int, default=31, help="number of cases (and replies)")
     p.add_argument("--seed", type=int, default=SEED)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     print(json.dumps(generate(args.out, args.size, args.cases, args.seed), indent=2))
     return 0
 

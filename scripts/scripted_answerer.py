@@ -17,11 +17,11 @@ mid-session), flood (endless output), error (a result line reporting an API erro
 that are not JSON), read (reads --read PATH, or `[scripted:read=PATH]`, with a Read tool use it
 reports, then answers). --env-out FILE writes the cwd, its entries and the environment it got.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040
-  .venv/bin/python scripts/scripted_answerer.py --mcp-config mcp.json --question "What is the shop's total revenue across all the data we have?"
-  .venv/bin/python scripts/scripted_answerer.py --mcp-config mcp.json --question-file q.txt --mode hang --pid-file pids.txt
-(mcp.json is {"mcpServers": {"malloy": {"type": "http", "url": "http://127.0.0.1:4040/mcp"}}}.)
+Examples (run_answers.py --answerer-cmd runs it for you; by hand, serve the model first, and write
+mcp.json as {"mcpServers": {"malloy": {"type": "http", "url": "http://127.0.0.1:4040/mcp"}}}):
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040   # serves until stopped
+  .venv/bin/python scripts/scripted_answerer.py --mcp-config mcp.json --question "What is the shop's total revenue across all the data we have?"   # needs the server above and mcp.json
+  .venv/bin/python scripts/scripted_answerer.py --mcp-config mcp.json --question-file q.txt --mode hang --pid-file pids.txt   # needs mcp.json and q.txt; hangs until killed
 """
 
 from __future__ import annotations
@@ -191,10 +191,10 @@ def _misbehave(mode: str, session: Session) -> int:
     return 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     doc = __doc__ or ""
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
-                                epilog=doc[doc.index("Examples:"):],
+                                epilog=doc[doc.index("Examples"):],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mcp-config", required=True, type=Path, help="Claude Code --mcp-config file")
     q = p.add_mutually_exclusive_group(required=True)
@@ -208,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read", type=Path, help="the file read mode reads")
     p.add_argument("--pid-file", type=Path, help="hang mode writes its pid and its child's here")
     p.add_argument("--env-out", type=Path, help="write cwd, its entries and the environment here")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     question = args.question if args.question is not None else \
         args.question_file.read_text(encoding="utf-8")

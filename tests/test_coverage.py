@@ -408,12 +408,13 @@ def test_host_ingest_with_the_same_out_reads_beside_the_report(tmp_path, monkeyp
     assert "reply.json is there, but this request's reply is cov.rev.reply.json" in why["rev"]
 
 
-def test_only_with_unknown_qid_is_a_usage_error(tmp_path):
+def test_only_with_unknown_qid_exits_3(tmp_path):
+    # Drift fixed: a qid not in the set is exit 3 in every script (it was 2 here).
     main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
     with pytest.raises(SystemExit) as exc:
         cli.run(main, ["--set", str(_tiny_set(tmp_path)), "--model", str(_model_dir(tmp_path)),
                        "--reader", "replay", "--only", "nope"])
-    assert exc.value.code == 2
+    assert exc.value.code == 3
 
 
 def test_sample_package_recorded_then_replayed_reads_compiled_surface(tmp_path, needs_node,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import itertools
 import json
-import re
 import shlex
 import shutil
 import subprocess
@@ -357,15 +356,28 @@ def test_following_the_readme_runs_every_command_and_leaves_the_checkout_clean(n
             (KIT / "runs").rmdir()
 
 
-def _help_examples() -> list[tuple[str, str]]:
-    """(script, command line) for every example in a script's usage docstring."""
+def _copies(doc: str) -> set[str]:
+    """What the docstring's own `cp -r SRC... DEST` lines make: DEST, or DEST/<name> of each
+    source when DEST ends in `/`."""
+    made = set()
+    for line in doc.splitlines():
+        words = line.split("#")[0].split()
+        if words[:2] == ["cp", "-r"] and len(words) > 3:
+            *sources, dest = words[2:]
+            made |= ({dest.rstrip("/") + "/" + Path(src).name for src in sources}
+                     if dest.endswith("/") else {dest})
+    return made
+
+
+def _help_examples() -> list[tuple[str, str, set[str]]]:
+    """(script, command line, the copies its docstring makes) for every example in a script's
+    usage docstring."""
     out = []
     for script in sorted([*KIT.glob("skills/*/scripts/*.py"), *KIT.glob("scripts/*.py")]):
         doc = ast.get_docstring(ast.parse(script.read_text())) or ""
-        copies = set(re.findall(r"cp -r \S+ (/tmp/[\w.-]+)", doc))
-        out += [(script.name, line.strip()) for line in doc.splitlines()
-                if line.strip().startswith(".venv/bin/python")
-                and not any(copy in line for copy in copies)]
+        copies = _copies(doc)
+        out += [(script.name, line.strip(), copies) for line in doc.splitlines()
+                if line.strip().startswith(".venv/bin/python")]
     return out
 
 
@@ -376,16 +388,17 @@ def test_help_examples_name_only_qids_and_files_the_sample_set_has():
             (KIT / "evals" / "bookshop" / "cases.jsonl").read_text().splitlines() if line.strip()}
     examples = _help_examples()
     assert len(examples) > 30
-    for script, line in examples:
+    for script, line, copies in examples:
         if "# needs" in line:  # your own set, a running server or an API key: said so
             continue
-        argv = shlex.split(line)
+        argv = shlex.split(line, comments=True)  # as a shell reads it: the comment is no word
         for flag, value in itertools.pairwise(argv):
             if flag in ("--qid", "--only") and "evals/bookshop" in argv:
                 assert set(value.split(",")) <= qids, f"{script}: {line}"
             if flag in ("--transcript", "--host-log", "--answer-file", "--log", "--replies",
                         "--query-file", "--set") or (flag == "--run" and value.startswith("evals/")):
-                assert (KIT / value).exists(), f"{script}: {value} does not exist: {line}"
+                assert value in copies or (KIT / value).exists(), \
+                    f"{script}: {value} does not exist: {line}"
         positional = [a for prev, a in itertools.pairwise(argv[1:])
                       if a.startswith("evals/") and not prev.startswith("--")]
         assert all((KIT / a).exists() for a in positional), f"{script}: {line}"

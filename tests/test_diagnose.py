@@ -553,7 +553,8 @@ def test_narrowed_rerun_voids_only_own_issues_sharing_a_diagnosed_qid():
     assert [v["target_event_id"] for v in diagnose_issues.own_issue_voids(events, None)] == ["a", "b"]
 
 
-def test_only_naming_an_unknown_case_is_a_usage_error(tmp_path, capsys):
+def test_only_naming_an_unknown_case_exits_3_naming_the_cases_file(tmp_path, capsys):
+    # Drift fixed: a qid not in the set is exit 3 in every script (it was 2 here).
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     main = runpy.run_path(str(DIAGNOSE), run_name="diagnose")["main"]
@@ -562,4 +563,5 @@ def test_only_naming_an_unknown_case_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.run(main, ["--run", str(run.dir), "--set", str(set_dir), "--diagnoser", "replay",
                        "--only", "q9"])
-    assert exc.value.code == 2 and "q9" in capsys.readouterr().err
+    assert exc.value.code == 3
+    assert "cases.jsonl: --only names qids not in the set: q9" in capsys.readouterr().err

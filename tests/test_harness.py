@@ -384,16 +384,16 @@ def test_plan_selects_by_split_and_only_and_skips_what_is_recorded():
                  "cannot go with --answerer", id="two-answerers"),
     pytest.param([], "say who answers", id="no-answerer"),
     pytest.param(["--answerer", "openai:gpt"], "unknown answerer", id="unknown-answerer"),
-    pytest.param(["--answerer", "claude-code", "--samples", "0"], "is less than 1", id="zero-samples"),
-    pytest.param(["--answerer", "claude-code", "--prompt", "nope.md"], "not a file", id="no-prompt"),
+    pytest.param(["--answerer", "claude-code", "--samples", "0"], "must be at least 1", id="zero-samples"),
+    pytest.param(["--answerer", "claude-code", "--prompt", "nope.md"], "no such file", id="no-prompt"),
     pytest.param(["--answerer", "anthropic:claude-unpriced-9", "--max-cost-usd", "1"],
                  "needs a priced model", id="unpriced-budget"),
 ])
 def test_wrong_command_lines_exit_2_before_anything_runs(tmp_path, capsys, extra, words,
                                                          monkeypatch):
     monkeypatch.chdir(KIT)
-    # The run folder does not even exist: usage is decided before any input is read.
-    code, _doc, err = answer(["--run", str(tmp_path / "no-run"), "--set", str(BOOKSHOP),
+    # The run folder holds no run.json even: usage is decided before any input is read.
+    code, _doc, err = answer(["--run", str(tmp_path), "--set", str(BOOKSHOP),
                               "--mcp-url", "http://127.0.0.1:9/mcp", *extra], capsys)
     assert code == 2 and words in err
 
@@ -405,7 +405,7 @@ def test_a_folder_without_run_json_or_an_unknown_qid_exits_3(tmp_path, capsys):
     run = new_run(tmp_path, BOOKSHOP, "u1")
     code, _doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--only", "nope",
                               *cmd], capsys)
-    assert code == 3 and "no case with qid 'nope'" in err
+    assert code == 3 and "--only names qids not in the set: nope" in err and "cases.jsonl" in err
 
 
 def test_a_model_that_does_not_load_stops_the_run_before_any_answerer_starts(needs_node, tmp_path,

@@ -3,13 +3,12 @@ host and hand-authored replies, prices and budgets."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 from judge_support import error_body, message_body, messages_server, verdict
-from malloy_evals.core import paths
+from malloy_evals.core import cli, paths
 from malloy_evals.core.errors import UsageError
 from malloy_evals.judge.providers.base import (
     BudgetExhausted,
@@ -388,20 +387,20 @@ def test_batch_mode_sends_one_message_batch_and_returns_each_result(monkeypatch)
     assert out["r1.q1._"].cost_usd == pytest.approx((1000 * 1 + 200 * 5) / 1e6 / 2)
 
 
-def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lacks(tmp_path):
+def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lacks(capsys):
     # calibrate_judge / check_judge have no --emit / --ingest: their help must not list `host`,
     # and choosing it must not ask for flags the script does not accept.
-    import argparse
+    from malloy_evals.core import cli
+    from malloy_evals.judge.providers.select import add_provider_arguments
 
-    from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
-
-    p = argparse.ArgumentParser()
+    p = cli.parser(None)
     add_provider_arguments(p, "--judge", host=False)
     assert "| host |" not in p.format_help()
-    args = p.parse_args(["--judge", "host"])
-    with pytest.raises(UsageError) as err:
-        provider_from_args(args, "judge", role="judge", set_dir=tmp_path)
-    assert "--emit or --ingest" not in str(err.value) and "does not take --judge host" in str(err.value)
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["--judge", "host"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "--emit or --ingest" not in err and "does not take --judge host" in err
 
 
 def test_anthropic_without_a_key_is_unmeasured_naming_the_variable_not_a_traceback(monkeypatch):
@@ -463,6 +462,17 @@ def test_hand_replies_reference_lists_the_key_of_every_role():
 
 
 def test_provider_flag_help_points_at_the_hand_reference():
-    p = argparse.ArgumentParser()
+    p = cli.parser(None)
     add_provider_arguments(p, "--judge")
     assert "reference/hand-replies.md" in p.format_help()
+
+
+def test_a_cost_cap_on_an_unpriced_model_is_refused_with_the_command_line(capsys):
+    # Decided when the flags are read (exit 2), before any run, set or key is looked at.
+    p = cli.parser(None)
+    add_provider_arguments(p, "--judge")
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["--judge", "anthropic:some-new-model", "--max-cost-usd", "1"])
+    assert exc.value.code == 2 and "--max-cost-usd needs a priced model" in capsys.readouterr().err
+    assert p.parse_args(["--judge", "anthropic:some-new-model", "--max-cost-usd", "1",
+                         "--dry-run"]).dry_run

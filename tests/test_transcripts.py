@@ -639,6 +639,7 @@ def test_new_generation_entity_without_a_usable_id_is_minted_from_type_source_an
 
 def test_cli_bad_sample_is_a_usage_error_said_in_words(tmp_path):
     # argparse names the type function on a bad value; the message must not leak `_count`.
+    (tmp_path / "t.jsonl").write_text("")
     proc = run_cli("--run", tmp_path, "--set", tmp_path, "--qid", "q1", "--transcript",
                    tmp_path / "t.jsonl", "--sample", "abc")
     assert proc.returncode == 2

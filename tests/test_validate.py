@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.ledger.run import Run
-from malloy_evals.ledger.validate import validate_run
+from malloy_evals.ledger.validate import validate_run, validate_runs
+from malloy_evals.sets.eval_set import check_set
 
 KIT = Path(__file__).resolve().parents[1]
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
@@ -107,9 +108,15 @@ def test_missing_run_json_exits_1(tmp_path):
     assert "error: run.json: missing" in out.stdout
 
 
-def test_unreadable_folder_exits_3(tmp_path):
+def test_folder_that_does_not_exist_is_a_usage_error(tmp_path):
+    # Drift fixed: a path argument that is not there is exit 2 in every script (it was 3 here).
     out = script("validate", tmp_path / "absent")
-    assert out.returncode == 3 and "unreadable" in out.stdout
+    assert out.returncode == 2 and "absent: no such folder" in out.stderr and out.stdout == ""
+
+
+def test_unreadable_folder_is_reported_unreadable_with_exit_3(tmp_path):
+    report = validate_runs([tmp_path / "absent"])
+    assert report.exit_code == 3 and [r.status for r in report.runs] == ["unreadable"]
 
 
 def test_torn_line_exits_1_and_names_it(tmp_path):
@@ -198,8 +205,8 @@ def test_several_folders_one_line_each_and_worst_exit(tmp_path):
     doc = json.loads(out.stdout)
     assert out.returncode == 1
     assert [r["status"] for r in doc["runs"]] == ["ok", "invalid"]
-    out = script("validate", good.dir, tmp_path / "absent")
-    assert out.returncode == 3 and len([ln for ln in out.stdout.splitlines() if ln[:1] != " "]) == 2
+    report = validate_runs([good.dir, tmp_path / "absent"])
+    assert report.exit_code == 3 and [r.status for r in report.runs] == ["ok", "unreadable"]
 
 
 @settings(max_examples=100, deadline=None,
@@ -256,10 +263,15 @@ def test_set_with_bad_golden_kind_exits_1_naming_file_line_and_field(tmp_path):
     assert "  error: cases.jsonl:2: golden.kind: 'scalr' is not one of" in out.stdout
 
 
-def test_unreadable_set_folder_exits_3(tmp_path):
+def test_set_folder_that_does_not_exist_is_a_usage_error(tmp_path):
+    # Drift fixed: a path argument that is not there is exit 2 in every script (it was 3 here).
     out = script("validate_set", tmp_path / "absent", "--json")
-    assert out.returncode == 3
-    assert json.loads(out.stdout)["status"] == "unreadable"
+    assert out.returncode == 2 and "absent: no such folder" in out.stderr and out.stdout == ""
+
+
+def test_unreadable_set_folder_is_reported_unreadable_with_exit_3(tmp_path):
+    report = check_set(tmp_path / "absent")
+    assert report.exit_code == 3 and report.status == "unreadable"
 
 
 @pytest.mark.parametrize("name", ["validate", "validate_set", "new_run"])

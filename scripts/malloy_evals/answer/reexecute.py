@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import paths
+from malloy_evals.core import cli, paths
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
 from malloy_evals.core.words import sample_words
@@ -84,11 +84,9 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
     and stop it on exit. Environment, package and model path come from set.json."""
 
     es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
-    if bool(mcp_url) == bool(local):
-        raise UsageError("give exactly one of --mcp-url URL or --local")
+    cli.require_one_endpoint(mcp_url, local)
     if mcp_url and es.served_model is not None:
-        raise UsageError("--model serves a local package folder: use it with --local, not "
-                         "--mcp-url (the server at the URL decides which model it serves)")
+        raise UsageError(cli.MODEL_WITH_MCP_URL)
     env, pkg, model = es.environment, es.target_package, es.target_model_path
     model_sha = revision = None
     if mcp_url:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from malloy_evals.core import commands
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.vocab import ENTITY_KINDS, split_entity_id
 from malloy_evals.ledger import public_loop
@@ -293,7 +294,7 @@ def attribute(*, failed: bool, verdict: str | None, coverage: str | None, covera
                 (f"missing {short} although its kind was asked and {state}NOT-RETURNED, the "
                  f"entity exists and its docs did not bring it back{held}"))
     return ("coverage not measured", None, None,
-            f"missing {short} and coverage is unknown; run check_coverage.py and pass --coverage")
+            f"missing {short} and coverage is unknown; run {commands.CHECK_COVERAGE} and pass --coverage")
 
 
 # ---------------------------------------------------------------- aggregates
@@ -568,7 +569,7 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
 
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
-        raise InputError(run_dir / "run.json", None, "no run.json: not a run folder (create one with new_run.py)")
+        raise InputError(run_dir / "run.json", None, f"no run.json: not a run folder (create one with {commands.NEW_RUN})")
     eval_set = load_set(Path(set_dir))
     measured, held = read_coverage_report(coverage) if coverage is not None else (None, {})
     warnings: list[str] = []

@@ -8,6 +8,7 @@ from typing import Any
 
 from malloy_evals.answer.reexecute import fresh_reexecution, open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
+from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
 from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
@@ -113,8 +114,8 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
         # judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
                          f"{qid} ({sample_words(sample)}) already has a live score "
-                         f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
-                         "--rescore")
+                         f"({live.get('event_id')}); re-score it with: "
+                         f"{commands.rescore(run.dir, eval_set.dir, [qid], judge_spec=None, endpoint=None)}")
     case = eval_set.case(qid)
     submission = attempt_submission(run, attempt, qid, sample)
     contaminated = attempt_contamination(run, eval_set, attempt)
@@ -141,9 +142,8 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
             # A step left out, not an environment failure: nothing is decided and nothing written
             # (an InputError is not caught as environment_failure by the decision path).
             raise InputError(run.artifact_dir(qid, sample), None,
-                             f"no re-executed prediction for {qid}; run skills/eval-answer/scripts/"
-                             f"reexecute.py --run {run.dir} --set {eval_set.dir} --qid {qid}"
-                             f"{_sample_flag(sample)} --local first")
+                             f"no re-executed prediction for {qid}; run "
+                             f"{commands.reexecute(run.dir, eval_set.dir, qid, sample)} first")
         return existing
 
     artifacts = JudgeArtifacts(run, qid, sample)
@@ -171,14 +171,9 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                        event_id=written.get("event_id"), status="scored", event=written)
 
 
-def _sample_flag(sample: int | None) -> str:
-    return "" if sample is None else f" --sample {sample}"
-
-
 def _emit_first(run: Any, eval_set: Any, qid: str, sample: int | None) -> str:
     return (f"{qid}: no emitted judge request in {run.artifact_dir(qid, sample)}; run with "
-            f"--judge host --emit first (score_attempt.py --run {run.dir} --set {eval_set.dir} "
-            f"--qid {qid}{_sample_flag(sample)} --judge host --emit --local)")
+            f"--judge host --emit first ({commands.host_emit(run.dir, eval_set.dir, qid, sample)})")
 
 
 def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,
@@ -196,7 +191,7 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
     ingest = getattr(provider, "mode", None) == "ingest"
     if not append or ingest or not (mcp_url or local):
         if append and not ingest:
-            raise UsageError("give exactly one of --mcp-url URL or --local")
+            raise UsageError(cli.ENDPOINT_NEEDED)
         return score_attempt(run, eval_set, qid, sample, provider=provider, reexecute=False,
                              judge_retries=judge_retries, append=append)
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.toollog import ToolLog, read_tool_uses
 from malloy_evals.checks.toollog import ToolUse as LoggedUse
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.core.words import shown
@@ -616,7 +617,7 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
         raise UsageError(f"{source}: a host tool-use log, not a transcript; {HOST_LOG_NEEDS_ANSWER}")
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
-        raise InputError(run_dir / "run.json", None, "missing: not a run folder (create one with new_run.py)")
+        raise InputError(run_dir / "run.json", None, f"missing: not a run folder (create one with {commands.NEW_RUN})")
     run = Run.open(run_dir)
     eval_set = load_set(Path(set_dir))
     case = eval_set.case(qid)

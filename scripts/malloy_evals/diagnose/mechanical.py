@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import commands
 from malloy_evals.core.errors import EXIT_OK
 from malloy_evals.diagnose.issues import _slug
 from malloy_evals.diagnose.run import _retrieval_rows
@@ -93,5 +94,5 @@ def render_mechanical(result: MechanicalResult) -> str:
                      + (f" / {c['missing']}" if c["missing"] else "")
                      + f"  owner {owner}: {', '.join(c['qids'])}")
     lines += [f"warning: {w}" for w in result.warnings]
-    lines.append("a first look, not a diagnosis: run diagnose.py for causes and owners")
+    lines.append(f"a first look, not a diagnosis: run {commands.DIAGNOSE} for causes and owners")
     return "\n".join(lines)

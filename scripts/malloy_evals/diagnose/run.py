@@ -12,7 +12,7 @@ from typing import Any
 
 from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_retrieval
 from malloy_evals.core import cli, codes
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError
 from malloy_evals.diagnose.issues import (
     Cluster,
     fixed_issue_statuses,
@@ -43,7 +43,7 @@ from malloy_evals.judge.providers.base import DryRun, HostReplyPending, last_jso
 from malloy_evals.judge.providers.host import HostProvider
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
 # An --ingest that found no reply for a request: that case is undiagnosed (exit 3 when no case
 # was diagnosed), unlike an --emit, whose written requests are its result.
@@ -134,15 +134,12 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     table = codes.load_codes()
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
+    cli.check_known(only, eval_set.cases, where=eval_set.dir / CASES_FILE)
     events = run.live()
     warnings: list[str] = []
     retrieval_rows = _retrieval_rows(run, events, Path(set_dir), warnings)
     misses = {k: (r.get("recall") is not None and r.get("recall") < 1)
               for k, r in retrieval_rows.items()}
-    if only:
-        unknown = [q for q in only if q not in eval_set.cases]
-        if unknown:
-            raise UsageError(f"--only names qids not in the set: {', '.join(unknown)}")
     selection = select_cases(events, {q: c.split for q, c in eval_set.cases.items()},
                              verdicts=verdicts, split=split, only=only, limit=limit,
                              retrieval_misses=misses)

@@ -96,6 +96,13 @@ def _is_contaminated(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() in ("true", "unknown"))
 
 
+def verdicts_problem(verdicts: Iterable[str]) -> str | None:
+    """What is wrong with a --verdicts list, or None: each must be one a diagnosis can select."""
+    bad = [v for v in verdicts if v not in SELECTABLE_VERDICTS]
+    return f"--verdicts: {', '.join(bad)} not one of {', '.join(SELECTABLE_VERDICTS)}" if bad \
+        else None
+
+
 def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], *,
                  verdicts: Iterable[str] = ("no_match",), split: str = "dev",
                  only: Iterable[str] | None = None, limit: int | None = None,
@@ -114,9 +121,9 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
     `limit` counts cases (one packet per case); `limit=0` selects nothing.
     """
     verdicts = tuple(verdicts)
-    bad = [v for v in verdicts if v not in SELECTABLE_VERDICTS]
-    if bad:
-        raise UsageError(f"--verdicts: {', '.join(bad)} not one of {', '.join(SELECTABLE_VERDICTS)}")
+    problem = verdicts_problem(verdicts)
+    if problem:
+        raise UsageError(problem)
     if split not in SPLITS:
         raise UsageError(f"--split {split!r}: one of {', '.join(SPLITS)}")
     if limit is not None and limit < 0:

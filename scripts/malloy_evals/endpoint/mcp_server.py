@@ -104,6 +104,15 @@ def parse_package_arg(value: str, extra_allow: list[Path] | None = None,
     return ServedPackage(m.group(1), m.group(2), directory, allow, timeout)
 
 
+def check_unique_packages(packages: list[ServedPackage]) -> None:
+    """Each ENV/PKG served once (a usage error otherwise)."""
+    seen: set[tuple[str, str]] = set()
+    for p in packages:
+        if (p.environment, p.name) in seen:
+            raise UsageError(f"--package {p.environment}/{p.name} given twice")
+        seen.add((p.environment, p.name))
+
+
 def _resource_block(uri: str, payload: Any) -> mcp_types.EmbeddedResource:
     return mcp_types.EmbeddedResource(
         type="resource",
@@ -193,12 +202,8 @@ class Endpoint:
     """The served packages and the tool logic; `server` is the MCPServer that exposes them."""
 
     def __init__(self, packages: list[ServedPackage]):
-        self.packages: dict[tuple[str, str], ServedPackage] = {}
-        for p in packages:
-            key = (p.environment, p.name)
-            if key in self.packages:
-                raise UsageError(f"--package {p.environment}/{p.name} given twice")
-            self.packages[key] = p
+        check_unique_packages(packages)
+        self.packages = {(p.environment, p.name): p for p in packages}
         self.server = self._build()
 
     # -- lookups --

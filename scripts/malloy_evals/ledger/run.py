@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals import __version__
-from malloy_evals.core import schemas, vocab
+from malloy_evals.core import commands, schemas, vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.words import sample_words, shown
 from malloy_evals.ledger import public_loop
@@ -427,7 +427,7 @@ def _load_run_json(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(path, None, "missing: not a run folder (create one with new_run.py)") from None
+        raise InputError(path, None, f"missing: not a run folder (create one with {commands.NEW_RUN})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, None, f"cannot be read: {exc}") from None
     try:

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core.errors import InputError
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import _is_contaminated, attempt_label
 from malloy_evals.sets.eval_set import EvalSet
@@ -454,11 +453,3 @@ def flip_table(base: Arm, candidate: Arm, qids: Iterable[str],
 def flips(rows: Sequence[CaseRow]) -> tuple[list[str], list[str]]:
     """(fixed qids, broken qids) of a flip table."""
     return ([r.qid for r in rows if r.change == FIXED], [r.qid for r in rows if r.change == BROKEN])
-
-
-def check_qids_in_set(qids: Iterable[str], eval_set: EvalSet, flag: str) -> None:
-    """InputError (exit 3) naming every qid of `flag` that is not a case of the set."""
-    unknown = [q for q in qids if q not in eval_set.cases]
-    if unknown:
-        raise InputError(eval_set.dir / "cases.jsonl", None,
-                         f"{flag} names qids that are not cases of this set: {', '.join(unknown)}")

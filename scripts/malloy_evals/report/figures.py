@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import retrieval
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import InputError, KitError
-from malloy_evals.core.paths import KIT_ROOT
 from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.ledger.events import effective_verdict
 
@@ -309,21 +310,12 @@ def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
                     host_logged: frozenset[AttemptKey] = frozenset()) -> list[str]:
     """The re-record command per attempt, then the one re-score command (SPEC 9). An attempt
     recorded from a host tool-use log is re-recorded the same way (`host_logged`)."""
-    py = ".venv/bin/python skills/eval-answer/scripts"
-    cmds = []
-    for qid, sample in attempts:
-        sample_flag = "" if sample is None else f" --sample {sample}"
-        source = ("--host-log <new-host-log.json> --answer-file <new-answer.md>"
-                  if (qid, sample) in host_logged else "--transcript <new-transcript.jsonl>")
-        cmds.append(f"{py}/record_attempt.py --run {run_dir} --set {set_dir} --qid {qid}"
-                    f"{sample_flag} {source}")
-    qids = ",".join(sorted({q for q, _ in attempts}))
-    # A host judge re-scores in two steps; the first (--emit) is the one to print.
-    judge = (judge_spec or "<provider>") + (" --emit" if judge_spec == "host" else "")
-    cmds.append(f"{py}/score_run.py --run {run_dir} --set {set_dir} "
-                f"--judge {judge} {endpoint_flag or '(--local | --mcp-url URL)'}"
-                f" --only {qids} --rescore")
-    return cmds
+    cmds = [commands.record_attempt(run_dir, set_dir, qid, sample,
+                                    host_log=(qid, sample) in host_logged)
+            for qid, sample in attempts]
+    cmds.append(commands.rescore(run_dir, set_dir, sorted({q for q, _ in attempts}),
+                                 judge_spec=judge_spec, endpoint=endpoint_flag))
+    return [str(c) for c in cmds]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -536,12 +528,12 @@ def _warnings(rows: list[CaseRow], retrieval_rows: list[dict[str, Any]]) -> list
                if r.excluded is None and r.cascade_rung is None]
     if missing:
         out.append(f"{len(missing)} attempt(s) have no retrieval row and are not in the cascade "
-                   f"({', '.join(missing)}): run score_retrieval.py --append (score_run does)")
+                   f"({', '.join(missing)}): run {commands.SCORE_RETRIEVAL_APPEND} (score_run does)")
     stale = [attempt_label(r.qid, r.sample) for r in rows
              if r.cascade_rung is not None and r.retrieval_verdict != r.verdict]
     if stale:
         out.append(f"retrieval rows carry an older verdict for {', '.join(stale)}: "
-                   "re-run score_retrieval.py --append")
+                   f"re-run {commands.SCORE_RETRIEVAL_APPEND}")
     return out
 
 
@@ -589,31 +581,8 @@ def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str 
         _run_info(run), events, eval_set, coverage_report=report,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
         set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
-        judge_spec=_judge_spec_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
+        judge_spec=commands.provider_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
     )
-
-
-def from_kit_root(label: str) -> str:
-    """`label` when it names the same place from the kit's root as from here, else absolute.
-
-    The repair commands start `.venv/bin/python skills/...`, so they run from the kit's root;
-    `runs/r1` typed in another folder would point somewhere else there."""
-
-    path = Path(label)
-    if path.is_absolute() or label.startswith("<"):
-        return label
-    here = path.resolve()
-    return label if (KIT_ROOT / path).resolve() == here else str(here)
-
-
-def _judge_spec_from_kit_root(spec: str | None) -> str | None:
-    """`hand:FILE` / `replay:DIR` with the path made to work from the kit's root."""
-    if not spec:
-        return spec
-    kind, sep, arg = spec.partition(":")
-    if kind in ("hand", "replay") and sep and arg:
-        return f"{kind}:{from_kit_root(arg)}"
-    return spec
 
 
 def _run_info(run: Any) -> Mapping[str, Any]:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.words import number_or_na
 from malloy_evals.report.figures import CaseRow, RunSummary, _is_contaminated, attempt_label
@@ -133,7 +134,8 @@ def render_markdown(s: RunSummary) -> str:
             overlay = overlays.get(rung)
             out.append(f"| {rung} | {n} | {'' if overlay is None else overlay} |")
     else:
-        out.append("No retrieval rows: run `score_retrieval.py --append` (score_run does) first.")
+        out.append(f"No retrieval rows: run `{commands.SCORE_RETRIEVAL_APPEND}` (score_run does) "
+                   "first.")
 
     r = s.retrieval
     out += ["", "## Retrieval", ""]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import commands
 from malloy_evals.core.errors import InputError
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import details as d
@@ -31,7 +32,6 @@ from malloy_evals.report.figures import (
     CaseRow,
     RunSummary,
     attempt_label,
-    from_kit_root,
     summarize,
 )
 from malloy_evals.report.html import (
@@ -60,7 +60,6 @@ PAGE_FILE = "report.html"
 PAGE_BUDGET = 1_900_000
 SIDE_FILES = ("RESULTS.md", "summary.json", "events.jsonl")
 VERDICTS = ("match", "no_match", "near_match", "needs_human", "null")
-SCORE_RUN = ".venv/bin/python skills/eval-answer/scripts/score_run.py"
 
 
 @dataclass(frozen=True)
@@ -166,9 +165,7 @@ def not_scored_line(s: RunSummary) -> str:
 
 
 def _not_scored(s: RunSummary, ctx: PageContext) -> Html:
-    command = (f"{SCORE_RUN} --run {from_kit_root(ctx.run_label)} --set "
-               f"{from_kit_root(ctx.set_label) if ctx.set_label else '<set>'} "
-               "--judge <provider> (--local | --mcp-url URL)")
+    command = str(commands.score_run(ctx.run_label, ctx.set_label or None))
     return el("div", el("p", f"Unscored: {', '.join(s.unscored)}. Their answers, queries and tool "
                              "calls are shown below. Score them with:"),
               el("pre", command), class_="alert", id="not-scored")
@@ -235,8 +232,9 @@ def _cascade(s: RunSummary) -> Html:
     parts: list[Any] = [el("h2", "Cascade")]
     cas = s.cascade
     if not cas:
-        parts.append(el("p", "No retrieval rows yet: score_run.py (or score_retrieval.py "
-                             "--append) places each attempt on the cascade.", class_="note"))
+        parts.append(el("p", f"No retrieval rows yet: {commands.SCORE_RUN} (or "
+                             f"{commands.SCORE_RETRIEVAL_APPEND}) places each attempt on the "
+                             "cascade.", class_="note"))
         return el("section", parts, id="cascade")
     rungs = dict(cas.get("rungs") or {})
     overlays = dict(cas.get("overlays") or {})
@@ -276,8 +274,9 @@ def _retrieval(s: RunSummary) -> Html:
             parts.append(el("p", "By verdict: " + ", ".join(
                 f"{k} {n}" for k, n in dict(c["by_verdict"]).items()) + "."))
     else:
-        parts.append(el("p", "No coverage report given (score_run.py or report.py --coverage "
-                             "FILE): each attempt's coverage class comes from its retrieval row.",
+        parts.append(el("p", f"No coverage report given ({commands.SCORE_RUN} or "
+                             f"{commands.REPORT_COVERAGE} FILE): each attempt's coverage class "
+                             "comes from its retrieval row.",
                         class_="note"))
     return el("section", parts, id="retrieval")
 
@@ -303,8 +302,8 @@ def _cost_section(s: RunSummary) -> Html:
 def _diagnosis(issues: Sequence[d.Issue], qids: set[str]) -> Html:
     parts: list[Any] = [el("h2", "Diagnosis")]
     if not issues:
-        parts.append(el("p", "No diagnosis yet: diagnose.py (eval-diagnose) says why each failure "
-                             "happened and who owns it.", class_="note"))
+        parts.append(el("p", f"No diagnosis yet: {commands.DIAGNOSE} (eval-diagnose) says why each "
+                             "failure happened and who owns it.", class_="note"))
         return el("section", parts, id="diagnosis")
     rows = []
     for i in issues:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import schemas
+from malloy_evals.core import cli, commands, schemas
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
 from malloy_evals.sets.eval_set import (
     CASES_FILE,
@@ -279,14 +279,13 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
 
 
 def _next_steps(dst: Path, statuses: Counter[str]) -> list[str]:
-    py = ".venv/bin/python skills/eval-answer/scripts"
-    steps = [f"{py}/validate_set.py {dst}"]
+    steps = [str(commands.validate_set(dst))]
     if statuses.get("provisional"):
         steps += [
-            f"{py}/promote_golden.py --set {dst} --all   # value goldens that re-derive from truth/",
-            f"{py}/promote_golden.py --set {dst} --qid QID --attest --by NAME   # criteria, unanswerable",
+            f"{commands.promote_all(dst)}   # value goldens that re-derive from truth/",
+            f"{commands.promote_attested(dst)}   # criteria, unanswerable",
         ]
-    steps.append(f"{py}/score_run.py --run RUN --set {dst} --judge PROVIDER --local")
+    steps.append(str(commands.score_run(commands.RUN_DIR, dst, endpoint=cli.LOCAL)))
     return steps
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
-from malloy_evals.core import schemas
+from malloy_evals.core import commands, schemas
 from malloy_evals.core.errors import InputError
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
@@ -343,9 +343,7 @@ def render_queue(queue: ReviewQueue) -> str:
     total = len(queue.items)
     for i, item in enumerate(queue.items, 1):
         out.append(render_item(item, f"[{i}/{total}] "))
-        out.append(_field("SETTLE", f".venv/bin/python skills/eval-judge/scripts/review.py --run "
-                                    f"{queue.run_dir} --set {queue.set_dir} --settle {item.label} "
-                                    "--verdict match|near_match|no_match --why TEXT --by NAME\n"
+        out.append(_field("SETTLE", f"{commands.settle(queue.run_dir, queue.set_dir, item.label)}\n"
                                     f"(protects {item.protects})"))
         out.append("")
     out.append(f"{total} to review in {queue.run_id}; {queue.settled} already settled by a person.")

@@ -24,15 +24,8 @@ from typing import Any
 from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.retrieval import score_retrieval
-from malloy_evals.core import cli
-from malloy_evals.core.errors import (
-    EXIT_FINDING,
-    EXIT_OK,
-    EXIT_UNMEASURED,
-    InputError,
-    KitError,
-    UsageError,
-)
+from malloy_evals.core import cli, commands
+from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
@@ -312,6 +305,7 @@ class DriftRefusal:
 
     run_dir: str
     drifted: list[GoldenCheck]
+    set_dir: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -327,8 +321,8 @@ def render_refusal(r: DriftRefusal) -> str:
     lines = [(f"refused to score {r.run_dir}: {len(r.drifted)} golden(s) it would score no "
               "longer re-derive from the truth package:")]
     lines += [f"  {c.qid}: {'; '.join(c.problems)}" for c in r.drifted]
-    lines.append("Repair the goldens (verify_goldens.py --set SET shows the same), or score anyway "
-                 "with --allow-drift: the summary's headline then names them.")
+    lines.append(f"Repair the goldens ({commands.verify_goldens(r.set_dir)} shows the same), or "
+                 "score anyway with --allow-drift: the summary's headline then names them.")
     return "\n".join(lines)
 
 
@@ -370,8 +364,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     `model_dir` (--model): the package folder the run was answered against, served by --local,
     shown to the judge and pinned as the run's modelSha, instead of the set's model/."""
 
-    if bool(mcp_url) == bool(local):
-        raise UsageError("give exactly one of --mcp-url URL or --local")
+    cli.require_one_endpoint(mcp_url, local)
     run = Run.open(run_dir)
     if public_loop.ledger_is_public(run.events_path):
         raise InputError(run.events_path, 1, public_loop.refusal("score_run.py"))
@@ -381,10 +374,10 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     qids = [str(a.get("qid")) for a in select_attempts(run.attempts(), only, Path(run.dir))]
     drifted = check_drift(eval_set, qids, progress)
     if drifted and not allow_drift:
-        return DriftRefusal(str(run_dir), drifted)
+        return DriftRefusal(str(run_dir), drifted, str(set_dir))
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
-    endpoint_flag = "--local" if local else f"--mcp-url {mcp_url}"
+    endpoint_flag = commands.endpoint_flag(mcp_url, local)
 
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:

@@ -11,9 +11,10 @@ A model too large for one prompt is narrowed per case by the runtime's search (t
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --json
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out runs/cov-v2.json --compare-labels   # needs an API key
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json --compare-labels
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --dry-run --json
-  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/mine --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay   # needs a real Publisher and your set
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader anthropic:claude-sonnet-4-5 --repeat 3 --version v2 --out runs/cov-v2.json --compare-labels   # needs an API key
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --publisher-url http://127.0.0.1:4000 --environment samples --package bookshop --reader replay   # needs a Publisher at :4000
 """
 
 from __future__ import annotations
@@ -29,29 +30,30 @@ from malloy_evals.core import cli
 from malloy_evals.judge.providers import select as providers
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir",
-                   help="the set folder (set.json, cases.jsonl)")
+    cli.add_set_argument(p)
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--model", type=Path, metavar="DIR",
+    where.add_argument("--model", type=cli.existing_dir, metavar="DIR",
                        help="a local Malloy package, compiled by the kit's runtime")
-    where.add_argument("--publisher-url", metavar="URL",
+    where.add_argument("--publisher-url", type=cli.http_url, metavar="URL",
                        help="a Publisher serving the package (REST: models, source, sourceInfos)")
     p.add_argument("--environment", help="with --publisher-url (default: set.json environment)")
     p.add_argument("--package", help="with --publisher-url (default: set.json targetPackage)")
     providers.add_provider_arguments(p, "--reader")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
-                   help="read each case N times; the majority decides, ties go to the gap")
-    p.add_argument("--only", type=cli.split_qids, metavar="q1,q2", help="only these cases")
+    cli.add_count_argument(p, "--repeat", default=1,
+                           help="read each case N times; the majority decides, ties go to the gap")
+    cli.add_only_argument(p)
     p.add_argument("--version", metavar="LABEL", help="stamped on the report (a model version)")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--compare-labels", action="store_true",
                    help="join the verdicts with the cases' authored coverage labels")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if args.repeat < 1:
-        p.error("--repeat must be at least 1")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     host_dir = host_folder(args.out, args.set_dir)
 
     def provider_factory():

@@ -10,17 +10,22 @@ after anything else changed the ledger (diagnose.py adds its clusters). --compar
 arguments of compare_runs.py and writes compare.html into --out. Exit 0 when the page was
 written, 2 for a wrong command line, 3 when the run cannot be read.
 
-Examples (the first two on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline; the
-third on the runs `make demo` scored into its scratch folder, here `scripts/demo.py --scratch /tmp/demo`):
-  .venv/bin/python skills/eval-answer/scripts/report.py --run /tmp/baseline --set evals/bookshop
-  .venv/bin/python skills/eval-answer/scripts/report.py --run /tmp/baseline --set evals/bookshop --json
-  .venv/bin/python skills/eval-answer/scripts/report.py --compare --base /tmp/demo/runs/baseline --candidate /tmp/demo/runs/candidate --set evals/bookshop --out /tmp/demo/compare
+Examples (on copies of the sample set's recorded runs; a run not scored yet still gets its page,
+and the comparison's two arms are scored by the lines before it):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline evals/bookshop/runs/candidate runs/
+  .venv/bin/python skills/eval-answer/scripts/report.py --run runs/baseline --set evals/bookshop
+  .venv/bin/python skills/eval-answer/scripts/report.py --run runs/baseline --set evals/bookshop --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/candidate --set evals/bookshop --judge replay --local --model evals/bookshop/model-candidate
+  .venv/bin/python skills/eval-answer/scripts/report.py --compare --base runs/baseline --candidate runs/candidate --set evals/bookshop --out runs/compare
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +38,39 @@ COMPARE_ONLY = ("base", "candidate", "out", "targets", "band", "allow_different_
                 "only_common_cases")
 
 
-def main(argv=None) -> int:
+def _only_with(args: argparse.Namespace) -> str | None:
+    """The flags of the other mode: --run takes none of the arm arguments, --compare needs them."""
+    if args.run is not None:
+        given = [f"--{k.replace('_', '-')}" for k in COMPARE_ONLY if getattr(args, k)]
+        return f"{', '.join(given)}: only with --compare, not with --run" if given else None
+    missing = [f"--{k.replace('_dir', '')}" for k in ("base", "candidate", "out", "set_dir")
+               if not getattr(args, k)]
+    if missing:
+        return f"--compare needs {', '.join(missing)}"
+    if args.coverage is not None:
+        return "--coverage: only with --run, not with --compare"
+    return None
+
+
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--run", type=cli.existing_dir, help="the run folder: writes RUN/report.html")
+    what.add_argument(cli.RUN, type=cli.existing_dir, metavar="RUN",
+                      help="the run folder: writes RUN/report.html")
     what.add_argument("--compare", action="store_true",
                       help="compare two arms as compare_runs.py does and write compare.html "
                            "(with COMPARE.md and compare.json) into --out")
-    p.add_argument("--set", type=cli.existing_dir, dest="set_dir", metavar="SET",
-                   help="the set folder (for questions, goldens and rubrics); with --run, "
-                        "found by itself when the run sits in SET/runs/")
-    p.add_argument("--coverage", type=Path, metavar="REPORT",
-                   help="a check_coverage report, shown as the coverage figure (--run)")
+    cli.add_set_argument(p, required=False,
+                         help="the set folder (for questions, goldens and rubrics); with --run, "
+                              "found by itself when the run sits in SET/runs/")
+    cli.add_coverage_argument(p, use="shown as the coverage figure (--run)")
     arms = p.add_argument_group("comparison (--compare; the arm arguments of compare_runs.py)")
     arms.add_argument("--base", nargs="+", type=cli.existing_dir, metavar="RUN",
                       help="the base arm: one or more run folders over the same set")
     arms.add_argument("--candidate", nargs="+", type=cli.existing_dir, metavar="RUN",
                       help="the candidate arm: one or more run folders over the same set")
     arms.add_argument("--targets", type=cli.split_qids, help="the cases the change meant to fix")
-    arms.add_argument("--band", type=Path, metavar="FILE",
+    arms.add_argument("--band", type=cli.existing_file, metavar="FILE",
                       help="the A/A noise band measure_noise.py wrote")
     arms.add_argument("--out", type=Path, metavar="DIR",
                       help="the comparison's folder: compare.html is written there")
@@ -59,31 +78,23 @@ def main(argv=None) -> int:
                       help="compare arms scored by different judges (said in the headline)")
     arms.add_argument("--only-common-cases", action="store_true",
                       help="compare only the cases both arms have (said in the headline)")
+    cli.add_check(p, _only_with)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.run is not None:
-        given = [f"--{k.replace('_', '-')}" for k in COMPARE_ONLY if getattr(args, k)]
-        if given:
-            p.error(f"{', '.join(given)}: only with --compare, not with --run")
-        if args.coverage is not None and not args.coverage.is_file():
-            p.error(f"--coverage {args.coverage}: not a file")
         result: Any = run_page.write_run_page(args.run, args.set_dir, coverage=args.coverage)
         render: Callable[[Any], str] = run_page.render_text
     else:
-        missing = [f"--{k.replace('_dir', '')}" for k in ("base", "candidate", "out", "set_dir")
-                   if not getattr(args, k)]
-        if missing:
-            p.error(f"--compare needs {', '.join(missing)}")
-        if args.coverage is not None:
-            p.error("--coverage: only with --run, not with --compare")
-        if args.band is not None and not args.band.is_file():
-            p.error(f"--band {args.band}: not a file")
         render = compare_page.render_text
         result = compare_page.compare_report(args.base, args.candidate, set_dir=args.set_dir,
-                                out_dir=args.out, targets=args.targets, band=args.band,
-                                allow_different_judge=args.allow_different_judge,
-                                only_common_cases=args.only_common_cases)
+                                             out_dir=args.out, targets=args.targets,
+                                             band=args.band,
+                                             allow_different_judge=args.allow_different_judge,
+                                             only_common_cases=args.only_common_cases)
     cli.emit(result, as_json=args.json, render=render)
     return result.exit_code
 

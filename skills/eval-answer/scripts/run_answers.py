@@ -15,77 +15,91 @@ the same command again resumes; --redo QIDS answers chosen cases again. Exit 0 r
 included), 2 bad flags, 3 stopped by harness failures or could not start (no run.json, no endpoint,
 no `claude`, no API key).
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out /tmp/live1 --answerer-model scripted --run-id live1
-  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run /tmp/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
-  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run /tmp/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1
-(The last needs ANTHROPIC_API_KEY; with claude-code, --answerer claude-code needs `claude` on PATH.)
+Examples (the first makes the run; the second answers two cases with the kit's scripted answerer,
+scripts/scripted_answerer.py, which needs no model; $PWD is the kit's root, so its paths are
+absolute):
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/live1 --answerer-model scripted-answerer --run-id live1
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs `claude` (Claude Code) on PATH
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
+from malloy_evals.answer.harness.command import check_template
 from malloy_evals.answer.harness.harness import HarnessOptions, render_text, run_answers
 from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
 from malloy_evals.core import cli
 from malloy_evals.core.errors import UsageError
-
-_positive = cli.bounded(int, "a whole number", minimum=1)
-_seconds = cli.bounded(float, "a number of seconds", above=0)
-_dollars = cli.bounded(float, "a dollar amount", minimum=0)
+from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _answerer(args: argparse.Namespace) -> str | None:
+    """Who answers, decided with the command line: a known answerer, a usable command template,
+    and a cost cap only on a priced model."""
+    try:
+        spec = parse_answerer(args.answerer, args.answerer_cmd)
+        if spec.kind == "command":
+            check_template(spec.template or "", Path.cwd())
+    except UsageError as exc:
+        return str(exc)
+    if args.max_cost_usd is not None and spec.kind == "anthropic" and price_for(spec.model) is None:
+        return (f"--max-cost-usd needs a priced model; {spec.model!r} is not in "
+                f"{PRICES_PATH.name} (add its row, or drop the cap)")
+    return None
+
+
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=Path, help="the run folder (made by new_run.py)")
-    p.add_argument("--set", required=True, type=Path, dest="set_dir", metavar="SET",
-                   help="the set folder (holds set.json and cases.jsonl)")
+    cli.add_run_argument(p, help="the run folder (made by new_run.py)")
+    cli.add_set_argument(p)
     p.add_argument("--answerer", metavar="ANSWERER",
                    help="claude-code, claude-code:MODEL, or anthropic:MODEL")
     p.add_argument("--answerer-cmd", metavar="TEMPLATE",
                    help="a command that answers like Claude Code (see below); enough on its own")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--local", action="store_true",
-                       help="serve the set's model/ on loopback HTTP for the run, then stop it")
-    where.add_argument("--mcp-url", metavar="URL", help="a running Publisher's MCP endpoint")
-    p.add_argument("--samples", type=_positive, default=1,
-                   help="attempts per case (default 1: sample null; K > 1: samples 1..K)")
-    p.add_argument("--only", type=cli.split_qids, metavar="Q1,Q2", help="only these cases")
-    p.add_argument("--redo", type=cli.split_qids, default=[], metavar="Q1,Q2",
+    cli.add_endpoint_arguments(p, purpose="answer")
+    cli.add_count_argument(p, "--samples", default=1,
+                           help="attempts per case (default 1: sample null; K > 1: samples 1..K)")
+    cli.add_only_argument(p)
+    p.add_argument("--redo", type=cli.split_qids, default=[], metavar="q1,q2",
                    help="answer these cases again though recorded (voids the earlier recording)")
     p.add_argument("--split", choices=SPLITS, default="all",
                    help="which cases: dev, holdout or all (default all)")
-    p.add_argument("--parallel", type=_positive, default=1, help="attempts at once (default 1)")
-    p.add_argument("--max-turns", type=_positive, default=30,
-                   help="turns per attempt before it is cut off, recorded truncated (default 30)")
-    p.add_argument("--timeout", type=_seconds, default=900.0,
+    cli.add_count_argument(p, "--parallel", default=1, help="attempts at once (default 1)")
+    cli.add_count_argument(p, "--max-turns", default=30,
+                           help="turns per attempt before it is cut off, recorded truncated "
+                                "(default 30)")
+    p.add_argument("--timeout", type=cli.seconds, default=900.0,
                    help="seconds per attempt before it is cut off, recorded truncated (default 900)")
-    p.add_argument("--max-cost-usd", type=_dollars, metavar="X",
+    p.add_argument("--max-cost-usd", type=cli.dollars, metavar="X",
                    help="stop once the run's answerers have spent X dollars (earlier sessions "
                         "count); anthropic: before the call that could exceed it; a command: "
                         "between attempts")
-    p.add_argument("--prompt", type=Path, metavar="FILE",
+    p.add_argument("--prompt", type=cli.existing_file, metavar="FILE",
                    help=f"the answerer's instructions (default {DEFAULT_PROMPT.name} in "
                         "skills/eval-answer/reference/)")
     p.add_argument("--retries", type=cli.count, default=2,
                    help="tries again after a harness failure, per attempt (default 2)")
-    p.add_argument("--max-failures", type=_positive, default=4,
-                   help="harness failures in a row that stop the run, exit 3 (default 4)")
-    p.add_argument("--max-output-mb", type=_positive, default=64,
-                   help="a command's stdout beyond this stops it: a harness failure (default 64)")
+    cli.add_count_argument(p, "--max-failures", default=4,
+                           help="harness failures in a row that stop the run, exit 3 (default 4)")
+    cli.add_count_argument(p, "--max-output-mb", default=64,
+                           help="a command's stdout beyond this stops it: a harness failure "
+                                "(default 64)")
+    cli.add_check(p, _answerer)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if args.prompt is not None and not args.prompt.is_file():
-        p.error(f"--prompt {args.prompt}: not a file")
-    try:
-        answerer = parse_answerer(args.answerer, args.answerer_cmd)
-    except UsageError as exc:
-        p.error(str(exc))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    answerer = parse_answerer(args.answerer, args.answerer_cmd)
     options = HarnessOptions(
         answerer=answerer, mcp_url=args.mcp_url, local=args.local, samples=args.samples,
         only=args.only, redo=args.redo, split=args.split, parallel=args.parallel,

@@ -33,11 +33,16 @@ def render(report: ValidationReport) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders to check")
+    p.add_argument("run_dirs", nargs="+", type=cli.existing_dir, metavar="RUN_DIR",
+                   help="run folders to check (a folder without run.json is a finding, exit 1)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     report = validate_runs(args.run_dirs)
     cli.emit(report, as_json=args.json, render=render)
     return report.exit_code

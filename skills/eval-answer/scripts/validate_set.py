@@ -31,11 +31,16 @@ def render(report: SetReport) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("set_dir", metavar="SET_DIR", help="the set folder to check")
+    p.add_argument("set_dir", type=cli.existing_dir, metavar="SET_DIR",
+                   help="the set folder to check")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     report = check_set(args.set_dir)
     cli.emit(report, as_json=args.json, render=render)
     return report.exit_code

@@ -17,16 +17,19 @@ s skip, q quit); without a terminal (or with --json) it only lists. --unsettle Q
 settlement wrote. Exit 0; 2 on a wrong command line; 3 when the run or set cannot be read or the
 attempt cannot be settled (not scored, or null for a mechanical reason such as contamination).
 
-Examples (on scratch copies, since settling writes the set's judge-regressions.jsonl:
-cp -r evals/bookshop /tmp/bookshop; cp -r evals/bookshop/runs/baseline /tmp/baseline; then
-skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set /tmp/bookshop --judge replay --local):
-  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set /tmp/bookshop
-  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set /tmp/bookshop --settle bk_units_per_order --verdict no_match --why "shipped orders only; the question counts pending too" --by "Dana Reyes"
-  .venv/bin/python skills/eval-judge/scripts/review.py --run /tmp/baseline --set /tmp/bookshop --include-disagreements --json
+Examples (on a copy of the sample set, since settling writes its judge-regressions.jsonl; the
+copy holds the recorded baseline run, scored by the third line):
+  mkdir -p runs
+  cp -r evals/bookshop runs/bookshop
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/bookshop/runs/baseline --set runs/bookshop --judge replay --local
+  .venv/bin/python skills/eval-judge/scripts/review.py --run runs/bookshop/runs/baseline --set runs/bookshop
+  .venv/bin/python skills/eval-judge/scripts/review.py --run runs/bookshop/runs/baseline --set runs/bookshop --settle bk_units_per_order --verdict no_match --why "shipped orders only; the question counts pending too" --by "Dana Reyes"
+  .venv/bin/python skills/eval-judge/scripts/review.py --run runs/bookshop/runs/baseline --set runs/bookshop --include-disagreements --json
 """
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -44,11 +47,27 @@ def _target(value: str) -> str:
     return value
 
 
-def main(argv=None) -> int:
+def _combination(args: argparse.Namespace) -> str | None:
+    """What --settle, --unsettle and the listing each take, decided with the command line."""
+    if args.unsettle is not None:
+        if args.settle is not None or args.verdict or args.protects or args.gold_status:
+            return "--unsettle takes only --why (and --json)"
+        return None if (args.why or "").strip() else "--unsettle needs --why"
+    settle_only = [f for f in ("verdict", "why", "protects", "gold_status") if getattr(args, f)]
+    if args.settle is None:
+        return f"--{settle_only[0].replace('_', '-')} needs --settle QID" if settle_only else None
+    missing = [f"--{f}" for f in ("verdict", "why", "by") if not (getattr(args, f) or "").strip()]
+    if missing:
+        return f"--settle needs {', '.join(missing)}"
+    if args.include_disagreements:
+        return "--include-disagreements lists the queue; it does not go with --settle"
+    return None
+
+
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=cli.existing_dir, help="the run folder (holds run.json)")
-    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir", metavar="SET",
-                   help="the set folder")
+    cli.add_run_argument(p)
+    cli.add_set_argument(p)
     p.add_argument("--include-disagreements", action="store_true",
                    help="also list predictions a person already settled otherwise in judge-regressions.jsonl")
     p.add_argument("--settle", type=_target, metavar="QID[#SAMPLE]",
@@ -63,25 +82,18 @@ def main(argv=None) -> int:
     p.add_argument("--gold-status", choices=GOLD_STATUSES,
                    help="with --settle: your view of the golden (default verified: settling "
                         "against the golden as written vouches for it)")
+    cli.add_check(p, _combination)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.unsettle is not None:
-        if args.settle is not None or args.verdict or args.protects or args.gold_status:
-            p.error("--unsettle takes only --why (and --json)")
-        if not (args.why or "").strip():
-            p.error("--unsettle needs --why")
         undone = review.unsettle(args.run, args.set_dir, args.unsettle, why=args.why)
         cli.emit(undone, as_json=args.json, render=review.render_unsettled)
         return undone.exit_code
-    settle_only = [f for f in ("verdict", "why", "protects", "gold_status") if getattr(args, f)]
-    if args.settle is None and settle_only:
-        p.error(f"--{settle_only[0].replace('_', '-')} needs --settle QID")
     if args.settle is not None:
-        missing = [f"--{f}" for f in ("verdict", "why", "by") if not (getattr(args, f) or "").strip()]
-        if missing:
-            p.error(f"--settle needs {', '.join(missing)}")
-        if args.include_disagreements:
-            p.error("--include-disagreements lists the queue; it does not go with --settle")
         result = review.settle(args.run, args.set_dir, args.settle, verdict=args.verdict,
                                why=args.why, by=args.by, protects=args.protects,
                                gold_status=args.gold_status)

@@ -27,7 +27,7 @@ from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageEr
 from malloy_evals.core.words import shown
 from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
 from malloy_evals.judge.providers.select import provider_stats
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
 ROLE = "coverage"
 RULE_KINDS = ("guessable", "arbitrary")
@@ -607,12 +607,10 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
 
 
 def _coverage_cases(eval_set: Any, only: list[str] | None) -> list[CoverageCase]:
-    """The cases to read, in file order; --only naming an unknown qid is a usage error."""
+    """The cases to read, in file order; --only naming an unknown qid is exit 3."""
     cases = list(eval_set.cases.values())
     if only:
-        unknown = [q for q in only if q not in eval_set.cases]
-        if unknown:
-            raise UsageError(f"--only names qids not in the set: {', '.join(unknown)}")
+        cli.check_known(only, eval_set.cases, where=eval_set.dir / CASES_FILE)
         wanted = set(only)
         cases = [c for c in cases if c.qid in wanted]
     return [CoverageCase(c.qid, c.question, c.requires_concepts, c.coverage, c.coverage_note,

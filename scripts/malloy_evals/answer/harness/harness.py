@@ -40,7 +40,7 @@ from malloy_evals.answer.harness.plan import (
     run_spend,
 )
 from malloy_evals.answer.transcripts import record_attempt, redact_secrets
-from malloy_evals.core import cli, paths
+from malloy_evals.core import cli, commands, paths
 from malloy_evals.core.errors import (
     EXIT_OK,
     EXIT_UNMEASURED,
@@ -52,7 +52,7 @@ from malloy_evals.core.errors import (
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
 from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import EvalSet, load_set
+from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
 STDERR_TAIL_CHARS = 4000     # of a failed try's stderr, kept in harness.jsonl
 RETRY_PAUSE_S = 0.5          # times the try number, between tries of one attempt
@@ -316,8 +316,9 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
 
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
-    for qid in [*(options.only or []), *options.redo]:
-        eval_set.case(qid)
+    cases_file = eval_set.dir / CASES_FILE
+    cli.check_known(options.only, eval_set.cases, where=cases_file)
+    cli.check_known(options.redo, eval_set.cases, where=cases_file, flag="--redo")
     try:
         template = prompt_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -633,7 +634,6 @@ def render_text(result: HarnessResult) -> str:
     lines.append(spend)
     lines.append(f"  harness log: {result.harness_log}")
     if recorded:
-        endpoint = "--local" if result.local else f"--mcp-url {result.mcp_url}"
-        lines.append("  next: .venv/bin/python skills/eval-answer/scripts/score_run.py "
-                     f"--run {result.run_dir} --set {result.set_dir} --judge <provider> {endpoint}")
+        endpoint = commands.endpoint_flag(result.mcp_url, result.local)
+        lines.append(f"  next: {commands.score_run(result.run_dir, result.set_dir, endpoint=endpoint)}")
     return "\n".join(lines)
