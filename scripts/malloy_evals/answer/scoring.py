@@ -9,6 +9,7 @@ from typing import Any
 from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.core.errors import InputError, UnmeasuredError, UsageError
+from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
@@ -60,11 +61,11 @@ def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None) ->
 
 
 def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
-    """The attempt's contamination verdict: as recorded, else checked on its transcript, else
-    "unknown" (no log to check counts as contaminated, SPEC 5.1)."""
-    value = attempt.get("contaminated")
-    if value in (True, False, "unknown"):
-        return value
+    """The attempt's contamination verdict: as recorded (read by `vocab.contamination_value`), else
+    checked on its transcript, else "unknown" (no log to check counts as contaminated)."""
+    recorded = contamination_value(attempt.get("contaminated"))
+    if recorded is not None:
+        return recorded
     transcript = attempt.get("transcript_path")
     if transcript:
         result = check_contamination(log=run.resolve(transcript), set_dir=eval_set.dir,
@@ -72,7 +73,7 @@ def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
                                      truth_package=eval_set.truth_package,
                                      reported_calls=attempt.get("reported_calls"))
         return result.contaminated
-    return "unknown"
+    return CONTAMINATION_UNKNOWN
 
 
 def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from malloy_evals.core.errors import UsageError
+from malloy_evals.core.vocab import is_contaminated
 
 ROLE = "diagnose"
 # What this script writes into an issue's `diagnosed_by`; a re-run voids live issues carrying it,
@@ -90,11 +91,6 @@ def _reason_class(reason: str | None) -> str:
     return (reason or "").split(":", 1)[0]
 
 
-def _is_contaminated(value: Any) -> bool:
-    """true, "unknown" (SPEC 5.1: counts as contaminated everywhere) and legacy "true" strings."""
-    return value is True or (isinstance(value, str) and value.lower() in ("true", "unknown"))
-
-
 def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], *,
                  verdicts: Iterable[str] = ("no_match",), split: str = "dev",
                  only: Iterable[str] | None = None, limit: int | None = None,
@@ -140,8 +136,8 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
         verdict = score.get("verdict") if score else None
         if qid not in cases:
             excluded.append(Bucketed(qid, sample, verdict, R_NOT_IN_SET))
-        elif (_is_contaminated(attempt.get("contaminated"))
-              or (score is not None and (_is_contaminated(score.get("contaminated"))
+        elif (is_contaminated(attempt.get("contaminated"))
+              or (score is not None and (is_contaminated(score.get("contaminated"))
                                          or score.get("reason") == "contaminated"))):
             excluded.append(Bucketed(qid, sample, verdict, R_CONTAMINATED))
         elif score is None or verdict is None:

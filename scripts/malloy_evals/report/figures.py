@@ -19,12 +19,13 @@ from malloy_evals.answer import retrieval
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.paths import KIT_ROOT
+from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
 
-DECIDED_VERDICTS = ("match", "no_match")
-VERDICT_ORDER = ("match", "no_match", "near_match", "needs_human", None)
+# The verdict counts in the order a summary shows them: the two decisions first, then the rest.
+VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
 
 AttemptKey = tuple[str, Any]  # (qid, sample); a run holds one phase, so these two identify an attempt
 
@@ -170,11 +171,6 @@ def _key(event: Mapping[str, Any]) -> AttemptKey:
 def _sort_key(key: AttemptKey) -> tuple[str, int]:
     qid, sample = key
     return (qid, -1 if sample is None else int(sample))
-
-
-def _is_contaminated(value: Any) -> bool:
-    # "unknown" counts as contaminated in every aggregate (SPEC 5.1).
-    return value is True or value == "unknown"
 
 
 def _null_reason_head(reason: str | None) -> str:
@@ -354,12 +350,12 @@ def summarize_events(
 
         is_truncated = bool(att.get("truncated")) or reason == "answerer_truncated"
         contam_value = att.get("contaminated")
-        if score is not None and _is_contaminated(score.get("contaminated")):
+        if score is not None and is_contaminated(score.get("contaminated")):
             contam_value = score.get("contaminated")
-        is_contaminated = _is_contaminated(contam_value) or reason == "contaminated"
+        voided_by_contamination = is_contaminated(contam_value) or reason == "contaminated"
         if is_truncated:
             truncated.append(key)
-        if is_contaminated:
+        if voided_by_contamination:
             contaminated.append(key)
 
         # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
@@ -413,11 +409,7 @@ def summarize_events(
             entities_delivered=n_entities, why=(score or {}).get("why"),
         ))
 
-    verdict_counts = {
-        "match": verdicts["match"], "no_match": verdicts["no_match"],
-        "near_match": verdicts["near_match"], "needs_human": verdicts["needs_human"],
-        "null": verdicts["null"],
-    }
+    verdict_counts = {**{v: verdicts[v] for v in VERDICT_ORDER}, "null": verdicts["null"]}
 
     incomplete = None
     if truncated or contaminated:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core.cli import to_jsonable
-from malloy_evals.report.figures import RunSummary, _is_contaminated, attempt_label
+from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.report.figures import RunSummary, attempt_label
 
 
 def _pct(x: float | None) -> str:
@@ -155,7 +156,7 @@ def render_markdown(s: RunSummary) -> str:
             notes.append("excluded: golden verified_wrong")
         if row.truncated:
             notes.append("truncated")
-        if _is_contaminated(row.contaminated):
+        if is_contaminated(row.contaminated):
             notes.append(f"contaminated ({row.contaminated})" if row.contaminated == "unknown"
                          else "contaminated")
         if row.must_not_use_hits:
