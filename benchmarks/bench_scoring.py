@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Benchmark score_run.py against the number of attempts: is scoring linear in the run's size?
+
+Builds runs of N attempts by repeating the sample set's baseline run (18 attempts over the
+bookshop cases, with their tool calls) under sample numbers 0, 1, 2, ..., writes one hand-authored
+judge reply per attempt (the baseline's authored reply for that case), then runs the real
+`score_run.py --local --judge hand:FILE` by path: the local endpoint re-executes every final query
+through real Malloy and DuckDB, and the judge answers offline. Reports wall time, CPU time and
+peak RSS (from wait4) per size, and the ratio of each size's time to the smaller one's.
+
+`--kit DIR` runs another checkout's score_run.py (its own .venv) on the same generated runs, so
+the code before a change and after it are measured side by side in one session.
+Not a test: the figures go to benchmarks/README.md.
+
+Examples:
+  .venv/bin/python benchmarks/bench_scoring.py
+  .venv/bin/python benchmarks/bench_scoring.py --sizes 50 200 800 --kit /tmp/base --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+KIT_ROOT = Path(__file__).resolve().parents[1]
+SET_DIR = KIT_ROOT / "evals" / "bookshop"
+BASELINE = SET_DIR / "runs" / "baseline"
+AUTHORED = SET_DIR / "recordings" / "judge" / "_authored.baseline.jsonl"
+RUN_ID = "bench"
+
+
+def make_run(root: Path, attempts: int) -> tuple[Path, Path]:
+    """A run folder of `attempts` attempts copied from the baseline run, and its hand replies."""
+    source = [json.loads(line) for line in (BASELINE / "events.jsonl").read_text().splitlines()]
+    by_qid: dict[str, list[dict]] = {}
+    for e in source:
+        if e.get("kind") in ("attempt", "tool_call"):
+            by_qid.setdefault(e["qid"], []).append(e)
+    qids = list(by_qid)
+    replies = {json.loads(line)["key"].split(".")[1]: json.loads(line)["replies"]
+               for line in AUTHORED.read_text().splitlines() if line.strip()}
+    run = root / f"run-{attempts}"
+    run.mkdir(parents=True)
+    info = json.loads((BASELINE / "run.json").read_text())
+    info["runId"] = RUN_ID
+    (run / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+    hand = root / f"judge-{attempts}.jsonl"
+    with (run / "events.jsonl").open("w") as ledger, hand.open("w") as judge:
+        for n in range(attempts):
+            qid, sample = qids[n % len(qids)], n // len(qids)
+            for e in by_qid[qid]:
+                ledger.write(json.dumps({**e, "event_id": uuid.uuid4().hex, "sample": sample},
+                                        ensure_ascii=False, separators=(",", ":")) + "\n")
+            if qid in replies:
+                judge.write(json.dumps({"key": f"{RUN_ID}.{qid}.{sample}",
+                                        "replies": replies[qid]}) + "\n")
+    return run, hand
+
+
+def measure(kit: Path, run: Path, hand: Path, parallel: int, scratch: Path) -> dict[str, object]:
+    """One score_run.py: wall seconds, the child's own CPU seconds and peak RSS (MiB, from wait4),
+    and what it reported."""
+    python = kit / ".venv" / "bin" / "python"
+    script = kit / "skills" / "eval-answer" / "scripts" / "score_run.py"
+    out_path, err_path = scratch / "stdout.json", scratch / "stderr.txt"
+    start = time.perf_counter()
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = subprocess.Popen([str(python), str(script), "--run", str(run), "--set",
+                                 str(SET_DIR), "--judge", f"hand:{hand}", "--local",
+                                 "--parallel", str(parallel), "--json"],
+                                cwd=kit, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"score_run failed (exit {code}): {err_path.read_text()[-2000:]}")
+    doc = json.loads(out_path.read_text())
+    return {"wall_seconds": round(wall, 2),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+            "counts": {k: v for k, v in doc["counts"].items() if v}, "headline": doc["headline"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog="\n".join(__doc__.splitlines()[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 800])
+    p.add_argument("--kit", type=Path, action="append", default=[],
+                   help="another checkout to measure on the same runs (repeatable); this one is "
+                        "always measured")
+    p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    kits = [KIT_ROOT, *[k.resolve() for k in args.kit]]
+    scratch = Path(tempfile.mkdtemp(prefix="bench-scoring-"))
+    results: list[dict[str, object]] = []
+    try:
+        for size in args.sizes:
+            for kit in kits:
+                run, hand = make_run(scratch / kit.name, size)
+                print(f"score_run {size} attempts, {kit} ...", file=sys.stderr)
+                r = measure(kit, run, hand, args.parallel, scratch)
+                results.append({"kit": str(kit), "attempts": size, **r})
+                shutil.rmtree(run)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    load = os.getloadavg()
+    if args.json:
+        print(json.dumps({"load_average": load, "results": results}, indent=2))
+        return 0
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("| kit | attempts | wall | CPU | per attempt | vs previous size |")
+    print("|---|---:|---:|---:|---:|---:|")
+    previous: dict[str, float] = {}
+    for r in results:
+        wall = float(r["wall_seconds"])  # type: ignore[arg-type]
+        kit = str(r["kit"])
+        ratio = f"{wall / previous[kit]:.2f}x" if kit in previous else ""
+        previous[kit] = wall
+        print(f"| {kit} | {r['attempts']} | {wall} s | {r['cpu_seconds']} s | "
+              f"{1000 * wall / int(r['attempts']):.0f} ms | {ratio} |")  # type: ignore[call-overload]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
