@@ -19,10 +19,10 @@ from malloy_evals.ledger import validate as ledger_validate
 from malloy_evals.ledger.events import (
     LedgerError,
     check_qid,
-    live_view,
     parse_ledger,
     sample_segment,
 )
+from malloy_evals.ledger.live import live_view
 from malloy_evals.ledger.run import Run
 
 # ------------------------------------------------------------------------------------------
@@ -698,5 +698,5 @@ def test_index_keeps_ids_not_events(tmp_path):
     [s] = run.append([score()])
     index = run._index
     assert len(index.ids) == 501
-    assert index.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
-    assert index.void_ids == set() and index.voided == set()
+    assert index.rules.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
+    assert index.rules.void_ids == set() and index.rules.voided == {}

@@ -190,7 +190,7 @@ def test_broken_json_line_is_an_error_naming_its_line(tmp_path):
     d = write_set(tmp_path, [], raw_cases='{"qid": "q1", "question": "a"}\n\n{"qid": "q2",\n')
     report = check_set(d)
     assert [e.split(":")[:2] for e in report.errors] == [["cases.jsonl", "3"]]
-    assert report.cases == 1
+    assert report.count == 1 and report.counted == "cases"
 
 
 def test_missing_set_json_and_required_fields_are_errors(tmp_path):

@@ -86,8 +86,10 @@ def test_scoring_voids_exactly_the_contaminated_and_records_the_vocabulary(tmp_p
 
 @pytest.mark.parametrize(("value", "contaminated"), TABLE)
 def test_diagnose_selection_excludes_exactly_the_contaminated(value, contaminated):
-    events = [{"kind": "attempt", "qid": "q1", "sample": None, "contaminated": value},
-              {"kind": "score", "qid": "q1", "sample": None, "verdict": "no_match"}]
+    events = [{"kind": "attempt", "qid": "q1", "sample": None, "phase": "baseline",
+               "contaminated": value},
+              {"kind": "score", "qid": "q1", "sample": None, "phase": "baseline",
+               "verdict": "no_match"}]
     selection = select_cases(events, {"q1": "dev"})
     assert ([b.reason for b in selection.excluded] == [R_CONTAMINATED]) is contaminated
     assert (len(selection.failed) == 1) is not contaminated

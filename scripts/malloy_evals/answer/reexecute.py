@@ -222,10 +222,12 @@ def prediction_csv(envelope: dict[str, Any]) -> str:
 
 
 def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
-                      endpoint: QueryEndpoint) -> ReexecuteResult:
+                      endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None
+                      ) -> ReexecuteResult:
     """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
-    same attempt writes prediction.2.csv). Query errors come back as data."""
-    attempt = run.attempt(qid, sample)
+    same attempt writes prediction.2.csv). Query errors come back as data. `attempt` is its live
+    attempt event when the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt = attempt if attempt is not None else run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")

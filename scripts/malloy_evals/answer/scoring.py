@@ -15,7 +15,8 @@ from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
 from malloy_evals.judge.providers.base import DryRun, HostReplyPending
 from malloy_evals.ledger.artifacts import PredictionView, read_csv_rows, read_prediction
-from malloy_evals.ledger.events import check_qid
+from malloy_evals.ledger.events import check_qid, sample_segment
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
@@ -40,15 +41,17 @@ class ScoreResult:
                 "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
 
 
-def attempt_key(run: Any, qid: str, sample: int | None) -> str:
-    """The judge recording key of a run attempt: `<runId>.<qid>.<sample>` (null sample `_`)."""
-    return f"{run.run_id}.{qid}.{'_' if sample is None else sample}"
+def judge_recording_key(run: Any, qid: str, sample: int | None) -> str:
+    """The key a run attempt's judge reply is recorded under: `<runId>.<qid>.<sample>` (null
+    sample `_`). Not the ledger's attempt key (`ledger.events.attempt_key`)."""
+    return f"{run.run_id}.{qid}.{sample_segment(sample)}"
 
 
-def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None) -> Submission:
+def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None,
+                       view: LiveView | None = None) -> Submission:
     """The attempt's answer, final query and every execute_query call, from the ledger."""
     queries = []
-    for call in run.tool_calls(qid, sample):
+    for call in run.tool_calls(qid, sample, view):
         if call.get("tool") != "execute_query":
             continue
         text = call.get("query")
@@ -93,15 +96,17 @@ def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
 def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, provider: Any,
                   endpoint: Any = None, reexecutor: Reexecutor | None = None,
                   judge_retries: int = 1, append: bool = True, reexecute: bool = True,
-                  doctrine: Doctrine | None = None) -> ScoreResult:
+                  doctrine: Doctrine | None = None, view: LiveView | None = None) -> ScoreResult:
     """Score one attempt in SPEC 5.5 order and append exactly one score event (append=False:
-    judge.py, which only prints). One endpoint and one provider serve every attempt of a run."""
+    judge.py, which only prints). One endpoint, one provider and one live view of the ledger
+    (`view`, read here when not given) serve every attempt of a run."""
 
-    attempt = run.attempt(qid, sample)
+    view = view or run.view()
+    attempt = run.attempt(qid, sample, view)
     if attempt is None:
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
-    live = run.score(qid, sample) if append else None
+    live = run.score(qid, sample, view) if append else None
     if live is not None:
         # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
         # judgement that could never be written must not be paid for.
@@ -110,7 +115,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                          f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
                          "--rescore")
     case = eval_set.case(qid)
-    submission = attempt_submission(run, attempt, qid, sample)
+    submission = attempt_submission(run, attempt, qid, sample, view)
     contaminated = attempt_contamination(run, eval_set, attempt)
 
     def rerun() -> PredictionView | None:
@@ -118,7 +123,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
             return reexecutor(run, eval_set, qid, sample)
         if reexecute and endpoint is not None:
             return prediction_from_reexecution(
-                reexecute_attempt(run, eval_set, qid, sample, endpoint), run)
+                reexecute_attempt(run, eval_set, qid, sample, endpoint, attempt=attempt), run)
         existing = read_prediction(run, qid, sample)
         if existing is None:
             raise UnmeasuredError(
@@ -130,7 +135,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
     base = {"qid": qid, "sample": sample, "phase": run.phase}
     try:
         decision = evaluate(eval_set, case, submission, provider=provider,
-                            key=attempt_key(run, qid, sample),
+                            key=judge_recording_key(run, qid, sample),
                             truncated=attempt.get("truncated") is True,
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,

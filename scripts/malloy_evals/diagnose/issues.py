@@ -137,11 +137,12 @@ def issue_events(run_id: str, clusters: list[Cluster], diagnoses: list[Diagnosis
     return events
 
 
-def own_issue_voids(events: Iterable[Mapping[str, Any]], qids: set[str] | None
-                    ) -> list[dict[str, Any]]:
-    """Voids for the live issues this script wrote earlier (diagnosed_by starts with DIAGNOSED_BY).
+def own_issues(events: Iterable[Mapping[str, Any]], qids: set[str] | None
+               ) -> list[Mapping[str, Any]]:
+    """The live issues this script wrote earlier (diagnosed_by starts with DIAGNOSED_BY), which a
+    new pass supersedes (`Run.supersede`).
 
-    `qids` None (a whole-run pass) voids them all; otherwise only those sharing a qid with the
+    `qids` None (a whole-run pass) takes them all; otherwise only those sharing a qid with the
     cases diagnosed now, so a narrowed re-run does not drop other cases' issues.
     """
     out = []
@@ -152,6 +153,5 @@ def own_issue_voids(events: Iterable[Mapping[str, Any]], qids: set[str] | None
             continue
         if qids is not None and not (set(e.get("qids") or []) & qids):
             continue
-        out.append({"kind": "void", "target_event_id": e["event_id"],
-                    "reason": "superseded by a new diagnose.py run"})
+        out.append(e)
     return out

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_retrieval
+from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_view
 from malloy_evals.core import cli, codes
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.diagnose.issues import (
     Cluster,
     issue_events,
-    own_issue_voids,
+    own_issues,
     singleton_clusters,
     validate_clusters,
 )
@@ -32,7 +32,6 @@ from malloy_evals.diagnose.selection import (
     DIAGNOSED_BY,
     PARALLEL,
     ROLE,
-    AttemptKey,
     Bucketed,
     Selection,
     select_cases,
@@ -40,8 +39,10 @@ from malloy_evals.diagnose.selection import (
 from malloy_evals.judge.providers.base import DryRun, HostReplyPending, last_json_object
 from malloy_evals.judge.providers.host import HostProvider
 from malloy_evals.judge.providers.select import provider_stats
+from malloy_evals.ledger.events import AttemptKey, attempt_key
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import EvalSet, load_set
 
 
 @dataclass(frozen=True)
@@ -77,20 +78,20 @@ class DiagnoseResult:
                 "warnings": self.warnings}
 
 
-def _retrieval_rows(run: Any, events: list[dict[str, Any]], set_dir: Path,
+def _retrieval_rows(run: Run, view: LiveView, eval_set: EvalSet,
                     warnings: list[str]) -> dict[AttemptKey, dict[str, Any]]:
-    """Each attempt's retrieval row: its live retrieval_score event, else computed now."""
-    rows = {(e.get("qid"), e.get("sample")): e for e in events if e.get("kind") == "retrieval_score"}
-    attempts = {(e.get("qid"), e.get("sample")) for e in events if e.get("kind") == "attempt"}
-    if attempts - set(rows):
-
+    """Each attempt's retrieval row: its live retrieval_score event, else computed now from the
+    same live view."""
+    rows = view.latest("retrieval_score")
+    if set(view.latest("attempt")) - set(rows):
         try:
-            computed = score_retrieval(run.dir, set_dir)
+            computed = score_view(run, eval_set, view)
         except KitError as exc:
             warnings.append(f"retrieval rows not computed: {exc}")
             return rows
         for r in computed.rows:
-            rows.setdefault((r.qid, r.sample), row_fields(r))
+            fields = row_fields(r)
+            rows.setdefault(attempt_key(fields), fields)
     return rows
 
 
@@ -123,9 +124,10 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     table = codes.load_codes()
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
-    events = run.live()
+    view = run.view()  # the one read of the ledger for this pass
+    events = view.events
     warnings: list[str] = []
-    retrieval_rows = _retrieval_rows(run, events, Path(set_dir), warnings)
+    retrieval_rows = _retrieval_rows(run, view, eval_set, warnings)
     misses = {k: (r.get("recall") is not None and r.get("recall") < 1)
               for k, r in retrieval_rows.items()}
     if only:
@@ -148,7 +150,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     artifacts = run.dir / "diagnose"
     def one(item: tuple[str, list[Bucketed]]) -> Diagnosis | Undiagnosed:
         qid, attempts = item
-        packet = build_packet(run, events, eval_set, qid, attempts, retrieval_rows, measured)
+        packet = build_packet(view, eval_set, qid, attempts, retrieval_rows, measured)
         request = case_request(run.run_id, qid, packet, table)
         reply, why = _call(provider, request)
         passed_only = all(b.verdict == "match" for b in attempts)
@@ -168,18 +170,18 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         for outcome in pool.map(one, by_qid.items()):
             (diagnoses if isinstance(outcome, Diagnosis) else undiagnosed).append(outcome)
-    clusters, clustered_by = _cluster(run, events, selection, diagnoses, provider, table,
+    clusters, clustered_by = _cluster(run, view, selection, diagnoses, provider, table,
                                       artifacts)
     diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them
     appended: list[str] = []
     voided = 0
     if clusters:
         narrowed = only is not None or limit is not None
-        voids = own_issue_voids(events, {d.qid for d in diagnoses} if narrowed else None)
+        old = own_issues(events, {d.qid for d in diagnoses} if narrowed else None)
         new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}")
-        run.append(voids + new)
-        voided = len(voids)
-        appended = [e["issue_id"] for e in new if e["kind"] == "issue"]
+        done = run.supersede(old, new, "superseded by a new diagnose.py run")
+        voided = len(done.voids)
+        appended = [e["issue_id"] for e in done.events if e["kind"] == "issue"]
 
     stats = provider_stats(provider)
     if stats:
@@ -188,14 +190,14 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
                           clustered_by, appended, voided, warnings)
 
 
-def _cluster(run: Any, events: list[dict[str, Any]], selection: Selection,
+def _cluster(run: Any, view: LiveView, selection: Selection,
              diagnoses: list[Diagnosis], provider: Any, table: Mapping[str, codes.CauseCode],
              artifacts: Path) -> tuple[list[Cluster], str]:
     if not diagnoses:
         return [], "nothing diagnosed"
     if len(diagnoses) == 1:
         return singleton_clusters(diagnoses), "single case"
-    request = cluster_request(run.run_id, diagnoses, controls_block(run, events, selection), table)
+    request = cluster_request(run.run_id, diagnoses, controls_block(view, selection), table)
     reply, why = _call(provider, request)
     if reply is None and why and why.startswith("host reply pending") \
             and getattr(provider, "mode", None) == "ingest":

@@ -20,14 +20,14 @@ from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.paths import KIT_ROOT
 from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
+from malloy_evals.ledger.events import AttemptKey, well_formed_key
+from malloy_evals.ledger.live import LiveView
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
 
 # The verdict counts in the order a summary shows them: the two decisions first, then the rest.
 VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
-
-AttemptKey = tuple[str, Any]  # (qid, sample); a run holds one phase, so these two identify an attempt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,13 +164,8 @@ def attempt_label(qid: str, sample: Any) -> str:
     return qid if sample is None else f"{qid}#{sample}"
 
 
-def _key(event: Mapping[str, Any]) -> AttemptKey:
-    return (str(event.get("qid")), event.get("sample"))
-
-
-def _sort_key(key: AttemptKey) -> tuple[str, int]:
-    qid, sample = key
-    return (qid, -1 if sample is None else int(sample))
+def _sort_key(key: AttemptKey) -> tuple[str, int, str]:
+    return (key.qid, -1 if key.sample is None else key.sample, key.phase)
 
 
 def _null_reason_head(reason: str | None) -> str:
@@ -228,9 +223,10 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
     groups: dict[AttemptKey, _Attempt] = {}
     for e in events:
         kind = e.get("kind")
-        if kind not in ("attempt", "score", "retrieval_score", "tool_call"):
+        key = well_formed_key(e)
+        if kind not in ("attempt", "score", "retrieval_score", "tool_call") or key is None:
             continue
-        g = groups.setdefault(_key(e), _Attempt())
+        g = groups.setdefault(key, _Attempt())
         if kind == "attempt":
             g.attempt = dict(e)
         elif kind == "score":
@@ -278,13 +274,14 @@ def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
     recorded from a host tool-use log is re-recorded the same way (`host_logged`)."""
     py = ".venv/bin/python skills/eval-answer/scripts"
     cmds = []
-    for qid, sample in attempts:
+    for key in attempts:
+        qid, sample = key.qid, key.sample
         sample_flag = "" if sample is None else f" --sample {sample}"
         source = ("--host-log <new-host-log.json> --answer-file <new-answer.md>"
-                  if (qid, sample) in host_logged else "--transcript <new-transcript.jsonl>")
+                  if key in host_logged else "--transcript <new-transcript.jsonl>")
         cmds.append(f"{py}/record_attempt.py --run {run_dir} --set {set_dir} --qid {qid}"
                     f"{sample_flag} {source}")
-    qids = ",".join(sorted({q for q, _ in attempts}))
+    qids = ",".join(sorted({key.qid for key in attempts}))
     # A host judge re-scores in two steps; the first (--emit) is the one to print.
     judge = (judge_spec or "<provider>") + (" --emit" if judge_spec == "host" else "")
     cmds.append(f"{py}/score_run.py --run {run_dir} --set {set_dir} "
@@ -336,7 +333,7 @@ def summarize_events(
     host_logged: list[AttemptKey] = []
     for key in keys:
         g = groups[key]
-        qid, sample = key
+        qid, sample = key.qid, key.sample
         label = attempt_label(qid, sample)
         att = g.attempt or {}
         if str(att.get("transcript_path") or "").endswith("host-log.json"):
@@ -415,9 +412,9 @@ def summarize_events(
     if truncated or contaminated:
         bad = sorted(set(truncated) | set(contaminated), key=_sort_key)
         incomplete = Incomplete(
-            truncated=[attempt_label(*k) for k in truncated],
-            contaminated=[attempt_label(*k) for k in contaminated],
-            qids=sorted({q for q, _ in bad}),
+            truncated=[attempt_label(k.qid, k.sample) for k in truncated],
+            contaminated=[attempt_label(k.qid, k.sample) for k in contaminated],
+            qids=sorted({key.qid for key in bad}),
             commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
                                      host_logged=frozenset(host_logged)),
         )
@@ -519,15 +516,17 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
 
 def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str | Path | None = None,
               *, judge_spec: str | None = None, endpoint_flag: str | None = None,
-              run_label: str | None = None, set_label: str | None = None) -> RunSummary:
+              run_label: str | None = None, set_label: str | None = None,
+              view: LiveView | None = None) -> RunSummary:
     """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade.
 
     `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
     a relative one that does not reach the same folder from the kit's root (where the printed
-    `.venv/bin/python skills/...` commands run) is printed absolute.
+    `.venv/bin/python skills/...` commands run) is printed absolute. `view` is the live view the
+    pass already holds (read here when not given).
     """
     report = load_coverage_report(coverage_report)
-    events = list(run.live())
+    events = (view or run.view()).events
     return summarize_events(
         _run_info(run), events, eval_set, coverage_report=report,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),

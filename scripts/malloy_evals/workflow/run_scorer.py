@@ -7,8 +7,9 @@ rubric_sha, judge_prompt_sha) is skipped; a score with any other pin (or every s
 score that records a transient failure (judge_error, environment_failure, budget_exhausted) is
 retried too, counted as `re-scored (retry)`: resuming a run must finish what did not finish.
 
-After scoring: `score_retrieval --append`, then `summary.summarize`, printed and written as
-RESULTS.md and summary.json, and the run.json pins updated through the ledger.
+After scoring: retrieval (`retrieval.score_view`, appended), then `figures.summarize`, printed and
+written as RESULTS.md and summary.json, and the run.json pins updated through the ledger. The
+ledger is read once for the whole pass: one live view, refreshed with what the pass appended.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from typing import Any
 
 from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
-from malloy_evals.answer.retrieval import score_retrieval
+from malloy_evals.answer.retrieval import load_coverage_report as load_measured_coverage
+from malloy_evals.answer.retrieval import score_view
 from malloy_evals.core import cli
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError, UsageError
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.providers.select import provider_stats
-from malloy_evals.ledger.events import latest_by_key
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import RunSummary, attempt_label, load_coverage_report, summarize
 from malloy_evals.report.markdown import render_markdown, summary_json, write_results
@@ -46,8 +48,8 @@ ACTION_RETRY = "re-scored (retry)"
 ACTION_FORCED = "re-scored (--rescore)"
 
 # score_one(run, eval_set, qid, sample) -> the score event to append (not yet written), or a str
-# saying why nothing is to be written (a dry run). score_attempts appends it, in one batch with the
-# void of the old score, so a scoring that raises leaves the old score standing.
+# saying why nothing is to be written (a dry run). score_attempts appends it, superseding the old
+# score in one batch, so a scoring that raises leaves the old score standing.
 ScoreOne = Callable[[Any, Any, str, Any], "dict[str, Any] | str"]
 
 
@@ -172,13 +174,14 @@ def current_pins(eval_set: Any, qid: str, judge_pins: dict[str, Any]) -> dict[st
 def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dict[str, Any], *,
                    only: Sequence[str] | None = None, rescore: bool = False, parallel: int = 4,
                    progress: Callable[[str], None] = cli.progress,
-                   dry_run: bool = False) -> list[AttemptOutcome]:
+                   dry_run: bool = False, view: LiveView | None = None) -> list[AttemptOutcome]:
     """Score (or skip) every selected attempt, in parallel; one progress line per attempt.
-    With `dry_run` nothing is appended, not even a score decided without a judge call."""
+    With `dry_run` nothing is appended, not even a score decided without a judge call. `view` is
+    the pass's live view of the ledger (read here when not given); never a ledger scan per attempt."""
 
-    events = run.live()
-    live_scores = latest_by_key(events, "score")  # one pass; never a ledger scan per attempt
-    attempts = sorted(select_attempts(run.attempts(events), only, Path(run.dir)),
+    view = view or run.view()
+    live_scores = view.latest("score")
+    attempts = sorted(select_attempts(view.attempts(), only, Path(run.dir)),
                       key=lambda a: (str(a.get("qid")), -1 if a.get("sample") is None
                                      else int(a["sample"])))
     total = len(attempts)
@@ -210,12 +213,9 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
                 report(qid, sample, f"not scored: {event}", elapsed)
                 return AttemptOutcome(qid, sample, "not scored", None, None, elapsed,
                                       error=event, stale_pins=stale)
-            batch = []
-            if old is not None:
-                why = (f"re-scored: stale pins {', '.join(stale)}" if stale
-                       else f"re-scored ({action})")
-                batch.append({"kind": "void", "target_event_id": old["event_id"], "reason": why})
-            event = run.append([*batch, event])[-1]
+            why = (f"re-scored: stale pins {', '.join(stale)}" if stale
+                   else f"re-scored ({action})")
+            event = run.supersede([old] if old is not None else [], [event], why).events[0]
         except KitError as exc:
             elapsed = time.monotonic() - started
             report(qid, sample, f"error: {exc}", elapsed)
@@ -248,24 +248,30 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
                endpoint_flag: str | None, pins: dict[str, Any],
                outcomes: list[AttemptOutcome], run_label: str | None = None,
                set_label: str | None = None, provider_stats: dict[str, Any] | None = None,
-               dry_run: bool = False) -> RunScoreResult:
-    """Retrieval (--append), the summary, RESULTS.md + summary.json, and the run.json pins.
-    A dry run computes the summary from what the ledger already holds and writes nothing."""
+               dry_run: bool = False, view: LiveView | None = None) -> RunScoreResult:
+    """Retrieval (appended), the summary, RESULTS.md + summary.json, and the run.json pins.
+    A dry run computes the summary from what the ledger already holds and writes nothing.
+    `view` is the pass's live view: refreshed here, never read again from the start."""
 
+    view = view or run.view()
+    view.refresh()
     if dry_run:
         s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                              endpoint_flag=endpoint_flag, run_label=run_label,
-                              set_label=set_label)
+                      endpoint_flag=endpoint_flag, run_label=run_label,
+                      set_label=set_label, view=view)
         return RunScoreResult(
             run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
             outcomes=outcomes, retrieval_rows=0, summary=s, results_md=None, summary_json=None,
             pins={}, provider_stats=provider_stats, dry_run=True)
-    result = score_retrieval(run.dir, eval_set.dir, coverage=coverage, append=True)
+    measured = load_measured_coverage(coverage) if coverage is not None else None
+    result = score_view(run, eval_set, view, measured=measured, append=True)
+    view.refresh()
     run_pins = {k: v for k, v in pins.items() if v is not None}
     if run_pins:
         run.update_info(**run_pins)  # before the summary, which prints the judge it names
     s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                          endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label)
+                  endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label,
+                  view=view)
     md, js = write_results(run.dir, s)
     derived: dict[str, Any] = {"status": s.status}
     if s.cost.get("judge_usd") is not None:
@@ -297,23 +303,26 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     judge_pins = current_judge_pins(doctrine)
     endpoint_flag = "--local" if local else f"--mcp-url {mcp_url}"
 
+    view = run.view()  # the one read of the ledger for this pass
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
-                                           endpoint=endpoint, doctrine=doctrine, append=False)
+                                           endpoint=endpoint, doctrine=doctrine, append=False,
+                                           view=view)
             return result.event if result.event is not None else (
                 result.message or result.status)
 
         dry_run = bool(getattr(judge, "dry_run", False))
         outcomes = score_attempts(run, eval_set, score_one, judge_pins, only=only,
                                   rescore=rescore, parallel=parallel, progress=progress,
-                                  dry_run=dry_run)
+                                  dry_run=dry_run, view=view)
         model_sha = _model_sha(eval_set, endpoint, local)
         served = {"mcpUrl": mcp_url, "servedRevision": endpoint.served_revision,
                   "environment": endpoint.environment, "package": endpoint.package,
                   "modelPath": endpoint.model_path}
 
-    pins = {"judgeModel": _judge_model(run, judge),
+    view.refresh()
+    pins = {"judgeModel": _judge_model(view, judge),
             "judgeVersion": judge_pins.get("judge_version"),
             "rubricSha": judge_pins.get("rubric_sha"),
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),
@@ -321,7 +330,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     return finish_run(run, eval_set, coverage=coverage, judge_spec=judge_spec,
                       endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes,
                       run_label=str(run_dir), set_label=str(set_dir),
-                      provider_stats=provider_stats(judge), dry_run=dry_run)
+                      provider_stats=provider_stats(judge), dry_run=dry_run, view=view)
 
 
 def current_judge_pins(doctrine: Any) -> dict[str, Any]:
@@ -331,13 +340,13 @@ def current_judge_pins(doctrine: Any) -> dict[str, Any]:
             "judge_prompt_sha": judge_mod.judge_prompt_sha()}
 
 
-def _judge_model(run: Any, provider: Any) -> str | None:
+def _judge_model(view: LiveView, provider: Any) -> str | None:
     """The model the scores pinned: the live model, or the recording's source under replay."""
     model = getattr(provider, "model", None)
     if model:
         return str(model)
-    for e in run.live():
-        if e.get("kind") == "score" and e.get("judge_model"):
+    for e in view.latest("score").values():
+        if e.get("judge_model"):
             return str(e["judge_model"])
     return None
 

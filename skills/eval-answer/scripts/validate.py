@@ -21,25 +21,13 @@ from malloy_evals.core import cli
 from malloy_evals.ledger.validate import ValidationReport, validate_runs
 
 
-def render(report: ValidationReport) -> str:
-    """One line per folder, then its problems."""
-    lines: list[str] = []
-    for r in report.runs:
-        counts = f"{len(r.errors)} error(s), {len(r.warnings)} warning(s)"
-        detail = "could not be read" if not r.readable else f"{r.events} events; {counts}"
-        lines.append(f"{r.dir}: {r.status} ({detail})")
-        lines += [f"  error: {e}" for e in r.errors]
-        lines += [f"  warning: {w}" for w in r.warnings]
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = cli.parser(__doc__)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders to check")
     cli.add_json_flag(p)
     args = p.parse_args(argv)
     report = validate_runs(args.run_dirs)
-    cli.emit(report, as_json=args.json, render=render)
+    cli.emit(report, as_json=args.json, render=ValidationReport.render)
     return report.exit_code
 
 

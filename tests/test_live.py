@@ -1,0 +1,143 @@
+"""The live view of a run: one read per pass, the one void rule, refreshed with what was appended."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from malloy_evals.ledger import events as ledger_events
+from malloy_evals.ledger import live as ledger_live
+from malloy_evals.ledger.events import AttemptKey, attempt_key
+from malloy_evals.ledger.live import LiveView, live_view, stream_live
+from malloy_evals.ledger.run import Run
+
+
+def make_run(root: Path) -> Run:
+    s = root / "set"
+    s.mkdir()
+    (s / "set.json").write_text(json.dumps({"name": "demo", "datasetVersion": 1,
+                                            "targetPackage": "demo", "targetModelPath": "d.malloy"}))
+    (s / "cases.jsonl").write_text("".join(json.dumps({"qid": q, "question": "?"}) + "\n"
+                                           for q in ("q1", "q2")))
+    return Run.create(root / "run", s, "answerer-x", run_id="r1")
+
+
+def attempt(qid: str = "q1", sample: int | None = None, **kw) -> dict:
+    return {"kind": "attempt", "qid": qid, "sample": sample, "submitted": True,
+            "final_query": "run: a -> b", "answer_text": "3", **kw}
+
+
+def call(qid: str = "q1", index: int = 0, sample: int | None = None) -> dict:
+    return {"kind": "tool_call", "qid": qid, "sample": sample, "tool": "get_context",
+            "call_index": index}
+
+
+def score(qid: str = "q1", verdict: str = "match", sample: int | None = None) -> dict:
+    return {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict}
+
+
+KEY = AttemptKey("q1", None, "baseline")
+
+
+def test_view_answers_by_attempt_key_without_reading_again(tmp_path, monkeypatch):
+    run = make_run(tmp_path)
+    run.append([attempt(), call(index=1), call(index=0), score(), attempt("q2", 3)])
+    view = run.view()
+    for reader in ("iter_blocks", "iter_chunks", "iter_lines"):
+        monkeypatch.setattr(ledger_live, reader, lambda *a: pytest.fail("read again"))
+    assert view.attempt(KEY)["answer_text"] == "3"
+    assert [c["call_index"] for c in view.tool_calls(KEY)] == [0, 1]
+    assert view.score(KEY)["verdict"] == "match"
+    assert [attempt_key(a) for a in view.attempts()] == [KEY, ("q2", 3, "baseline")]
+    assert run.attempt("q2", 3, view)["qid"] == "q2"  # Run's lookups take the pass's view
+
+
+def test_voided_events_are_not_live_wherever_the_void_stands(tmp_path):
+    run = make_run(tmp_path)
+    [_, c, s] = run.append([attempt(), call(), score()])
+    run.void(c["event_id"], "wrong call")
+    run.supersede([s], [score(verdict="no_match")], "re-scored")
+    view = run.view()
+    assert view.tool_calls(KEY) == [] and view.score(KEY)["verdict"] == "no_match"
+    assert {e["kind"] for e in view.events} == {"attempt", "score"}
+    assert view.events == live_view(run.read().events)  # the same rule in memory and streamed
+
+
+def test_refresh_takes_in_only_what_was_appended_including_voids_of_older_events(tmp_path):
+    run = make_run(tmp_path)
+    [_, s] = run.append([attempt(), score()])
+    view = run.view()
+    run.supersede([s], [score(verdict="near_match")], "re-scored")  # as another process would
+    run.append([attempt("q2")])
+    view.refresh()
+    assert view.score(KEY)["verdict"] == "near_match"
+    assert [a["qid"] for a in view.attempts()] == ["q1", "q2"]
+    assert view.events == run.view().events
+
+
+def test_refresh_after_a_torn_line_is_closed_by_an_append(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt()])
+    line = json.dumps({**attempt("q2"), "event_id": "e2", "at": "2026-11-30T12:00:00Z",
+                       "phase": "baseline"})
+    with run.events_path.open("a") as fh:
+        fh.write(line)  # no newline: a write cut off, whose content still parses
+    view = run.view()
+    assert [p.message.split(" (")[0] for p in view.problems] == ["torn line"]
+    assert [a["qid"] for a in view.attempts()] == ["q1", "q2"]
+    run.append([score()])  # starts with a newline, which closes the torn line
+    view.refresh()
+    assert [a["qid"] for a in view.attempts()] == ["q1", "q2"] and view.score(KEY) is not None
+    assert len(view.problems) == 1
+
+
+def test_refresh_starts_over_when_the_ledger_was_replaced(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt()])
+    view = run.view()
+    replacement = run.dir / "other.jsonl"
+    replacement.write_text(json.dumps({**attempt("q2"), "event_id": "x", "at": "2026-11-30T12:00:00Z",
+                                       "phase": "baseline"}) + "\n")
+    replacement.replace(run.events_path)
+    view.refresh()
+    assert [a["qid"] for a in view.attempts()] == ["q2"]
+
+
+def test_events_without_a_well_formed_key_are_live_but_belong_to_no_attempt():
+    view = LiveView.of_events([
+        {"kind": "attempt", "event_id": "a", "qid": ["not", "a", "qid"], "sample": None,
+         "phase": "baseline"},
+        {"kind": "attempt", "event_id": "b", "qid": "q1", "sample": True, "phase": "baseline"},
+        {"kind": "issue", "event_id": "i", "qids": ["q1"]}])
+    assert view.attempts() == [] and len(view.events) == 3
+
+
+def test_repeated_ids_are_all_retracted_by_one_void():
+    view = LiveView.of_events([{**attempt(), "event_id": "a", "phase": "baseline"},
+                               {**attempt(), "event_id": "a", "phase": "baseline"},
+                               {"kind": "void", "event_id": "v", "target_event_id": "a"}])
+    assert view.events == []
+
+
+def test_stream_decodes_only_lines_holding_a_needle_and_applies_voids(tmp_path):
+    run = make_run(tmp_path)
+    [a, c] = run.append([attempt(), call()])
+    run.append([{"kind": "tool_call", "qid": "q1", "sample": None, "tool": "execute_query",
+                 "call_index": 1, "query": "run: a -> b"}])
+    run.void(c["event_id"], "x")
+    decoded: list[int] = []
+
+    def decode(line: bytes, number: int, torn: bool):
+        decoded.append(number)
+        return ledger_events.decode_line(line, number, torn)
+
+    got = list(stream_live(run.events_path, needles=(b'"get_context"', b'"attempt"'),
+                           decode=decode))
+    assert [e["event_id"] for e in got] == [a["event_id"]]
+    assert decoded == [1, 2]  # the execute_query call and the void were never decoded
+
+
+def test_missing_ledger_is_an_empty_view(tmp_path):
+    assert LiveView.read(tmp_path / "events.jsonl").events == []
+    assert list(stream_live(tmp_path / "events.jsonl")) == []
