@@ -6,7 +6,7 @@ bookshop cases, with their tool calls) under sample numbers 0, 1, 2, ..., writes
 judge reply per attempt (the baseline's authored reply for that case), then runs the real
 `score_run.py --local --judge hand:FILE` by path: the local endpoint re-executes every final query
 through real Malloy and DuckDB, and the judge answers offline. Reports wall time, CPU time and
-peak RSS (from wait4) per size, and the ratio of each size's time to the smaller one's.
+peak RSS (from `/usr/bin/time -v`) per size, and the ratio of each size's time to the smaller one's.
 
 `--kit DIR` runs another checkout's score_run.py (its own .venv) on the same generated runs, so
 the code before a change and after it are measured side by side in one session.
@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
-KIT_ROOT = Path(__file__).resolve().parents[1]
+from measure import KIT_ROOT, kit_python, load, measure
+
 SET_DIR = KIT_ROOT / "evals" / "bookshop"
 BASELINE = SET_DIR / "runs" / "baseline"
 AUTHORED = SET_DIR / "recordings" / "judge" / "_authored.baseline.jsonl"
@@ -65,28 +63,16 @@ def make_run(root: Path, attempts: int) -> tuple[Path, Path]:
     return run, hand
 
 
-def measure(kit: Path, run: Path, hand: Path, parallel: int, scratch: Path) -> dict[str, object]:
-    """One score_run.py: wall seconds, the child's own CPU seconds and peak RSS (MiB, from wait4),
-    and what it reported."""
-    python = kit / ".venv" / "bin" / "python"
+def score(kit: Path, run: Path, hand: Path, parallel: int, scratch: Path) -> dict[str, object]:
+    """One score_run.py under /usr/bin/time -v, and what it reported."""
     script = kit / "skills" / "eval-answer" / "scripts" / "score_run.py"
-    out_path, err_path = scratch / "stdout.json", scratch / "stderr.txt"
-    start = time.perf_counter()
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        proc = subprocess.Popen([str(python), str(script), "--run", str(run), "--set",
-                                 str(SET_DIR), "--judge", f"hand:{hand}", "--local",
-                                 "--parallel", str(parallel), "--json"],
-                                cwd=kit, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise SystemExit(f"score_run failed (exit {code}): {err_path.read_text()[-2000:]}")
-    doc = json.loads(out_path.read_text())
-    return {"wall_seconds": round(wall, 2),
-            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "counts": {k: v for k, v in doc["counts"].items() if v}, "headline": doc["headline"]}
+    out = scratch / "stdout.json"
+    result = measure([kit_python(kit), str(script), "--run", str(run), "--set", str(SET_DIR),
+                      "--judge", f"hand:{hand}", "--local", "--parallel", str(parallel), "--json"],
+                     kit, stdout=out)
+    doc = json.loads(out.read_text())
+    return {**result, "counts": {k: v for k, v in doc["counts"].items() if v},
+            "headline": doc["headline"]}
 
 
 def main() -> int:
@@ -107,19 +93,17 @@ def main() -> int:
         for size in args.sizes:
             for kit in kits:
                 run, hand = make_run(scratch / kit.name, size)
-                print(f"score_run {size} attempts, {kit} ...", file=sys.stderr)
-                r = measure(kit, run, hand, args.parallel, scratch)
-                results.append({"kit": str(kit), "attempts": size, **r})
+                print(f"score_run {size} attempts, {kit} (load {load()}) ...", file=sys.stderr)
+                r = score(kit, run, hand, args.parallel, scratch)
+                results.append({"kit": str(kit), "attempts": size, "load": load(), **r})
                 shutil.rmtree(run)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    load = os.getloadavg()
     if args.json:
-        print(json.dumps({"load_average": load, "results": results}, indent=2))
+        print(json.dumps(results, indent=2))
         return 0
-    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print("| kit | attempts | wall | CPU | per attempt | vs previous size |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| kit | attempts | wall | CPU | peak RSS | per attempt | vs previous size | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     previous: dict[str, float] = {}
     for r in results:
         wall = float(r["wall_seconds"])  # type: ignore[arg-type]
@@ -127,7 +111,8 @@ def main() -> int:
         ratio = f"{wall / previous[kit]:.2f}x" if kit in previous else ""
         previous[kit] = wall
         print(f"| {kit} | {r['attempts']} | {wall} s | {r['cpu_seconds']} s | "
-              f"{1000 * wall / int(r['attempts']):.0f} ms | {ratio} |")  # type: ignore[call-overload]
+              f"{r['peak_rss_mib']} MiB | {1000 * wall / int(r['attempts']):.0f} ms | {ratio} | "  # type: ignore[call-overload]
+              f"{r['load']} |")
     return 0
 
 

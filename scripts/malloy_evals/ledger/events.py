@@ -145,7 +145,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 TORN = "torn line (the last line has no newline; a write was cut off)"
-_BLOCK = 1 << 22  # bytes read at a time by the streaming readers
+_BLOCK = 1 << 20  # bytes read at a time by the streaming readers
 
 
 def decode_line(raw: bytes, number: int, torn: bool, file: str = EVENTS_FILE
