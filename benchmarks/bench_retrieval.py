@@ -15,15 +15,13 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from measure import KIT_ROOT, kit_python, load, measure, write_run
+from measure import kit_python, kits, load, measure, parser, table, write_run
 
 SCRIPT = Path("skills") / "eval-answer" / "scripts" / "score_retrieval.py"
 BYTES_PER_EVENT_GUESS = 950
@@ -56,20 +54,13 @@ def bench(root: Path, attempts: int, calls: int, append: bool, kits: list[Path]
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="\n".join(__doc__.splitlines()[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__ or "")
     p.add_argument("--attempts", type=int, default=10_000)
     p.add_argument("--calls", type=int, default=1_000_000, help="tool_call events in the main shape")
     p.add_argument("--append", action="store_true", help="also time --append (writes one event per attempt)")
     p.add_argument("--scaling", action="store_true",
                    help="add the shapes with twice the events per attempt and twice the attempts")
-    p.add_argument("--kit", type=Path, action="append", default=[],
-                   help="another checkout to measure on the same ledgers (repeatable)")
-    p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temporary one)")
-    p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    kits = [KIT_ROOT, *[k.resolve() for k in args.kit]]
     shapes = [(args.attempts, args.calls)]
     if args.scaling:
         shapes += [(args.attempts, args.calls * 2), (args.attempts * 2, args.calls)]
@@ -85,25 +76,19 @@ def main() -> int:
     try:
         for attempts, calls in shapes:
             print(f"generating {attempts} attempts / {calls} tool_call events ...", file=sys.stderr)
-            results += bench(scratch, attempts, calls, args.append, kits)
+            results += bench(scratch, attempts, calls, args.append, kits(args))
     finally:
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print("| kit | attempts | tool_call events | ledger | wall | CPU | peak RSS |"
-          + (" --append wall | --append CPU | --append RSS |" if args.append else "") + " load |")
-    print("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if args.append else "") + "---|")
-    for r in results:
-        s = r["score"]
-        line = (f"| {r['kit']} | {r['attempts']:,} | {r['tool_call_events']:,} | "
-                f"{r['ledger_mib']} MiB | {s['wall_seconds']} s | {s['cpu_seconds']} s | "
-                f"{s['peak_rss_mib']} MiB |")
-        if args.append:
-            a = r["score_append"]
-            line += f" {a['wall_seconds']} s | {a['cpu_seconds']} s | {a['peak_rss_mib']} MiB |"
-        print(line + f" {r['load']} |")
+    columns = {"kit": lambda r: r["kit"], "attempts": lambda r: f"{r['attempts']:,}",
+               "tool_call events": lambda r: f"{r['tool_call_events']:,}",
+               "ledger": lambda r: f"{r['ledger_mib']} MiB"}
+    for step in ("score", "score_append") if args.append else ("score",):
+        label = "" if step == "score" else "--append "
+        columns |= {f"{label}wall": lambda r, s=step: f"{r[s]['wall_seconds']} s",
+                    f"{label}CPU": lambda r, s=step: f"{r[s]['cpu_seconds']} s",
+                    f"{label}peak RSS": lambda r, s=step: f"{r[s]['peak_rss_mib']} MiB"}
+    table(results, {**columns, "load": lambda r: r["load"]}, args.json)
     return 0
 
 

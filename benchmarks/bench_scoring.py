@@ -19,15 +19,15 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
-from measure import KIT_ROOT, kit_python, load, measure
+from measure import KIT_ROOT, kit_python, kits, load, measure, parser, table
 
 SET_DIR = KIT_ROOT / "evals" / "bookshop"
 BASELINE = SET_DIR / "runs" / "baseline"
@@ -76,43 +76,36 @@ def score(kit: Path, run: Path, hand: Path, parallel: int, scratch: Path) -> dic
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="\n".join(__doc__.splitlines()[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__ or "")
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 800])
-    p.add_argument("--kit", type=Path, action="append", default=[],
-                   help="another checkout to measure on the same runs (repeatable); this one is "
-                        "always measured")
     p.add_argument("--parallel", type=int, default=4)
-    p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    kits = [KIT_ROOT, *[k.resolve() for k in args.kit]]
-    scratch = Path(tempfile.mkdtemp(prefix="bench-scoring-"))
-    results: list[dict[str, object]] = []
+    scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-scoring-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
     try:
         for size in args.sizes:
-            for kit in kits:
+            for kit in kits(args):
                 run, hand = make_run(scratch / kit.name, size)
                 print(f"score_run {size} attempts, {kit} (load {load()}) ...", file=sys.stderr)
                 r = score(kit, run, hand, args.parallel, scratch)
                 results.append({"kit": str(kit), "attempts": size, "load": load(), **r})
                 shutil.rmtree(run)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print("| kit | attempts | wall | CPU | peak RSS | per attempt | vs previous size | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+        if args.dir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
     previous: dict[str, float] = {}
-    for r in results:
-        wall = float(r["wall_seconds"])  # type: ignore[arg-type]
-        kit = str(r["kit"])
-        ratio = f"{wall / previous[kit]:.2f}x" if kit in previous else ""
-        previous[kit] = wall
-        print(f"| {kit} | {r['attempts']} | {wall} s | {r['cpu_seconds']} s | "
-              f"{r['peak_rss_mib']} MiB | {1000 * wall / int(r['attempts']):.0f} ms | {ratio} | "  # type: ignore[call-overload]
-              f"{r['load']} |")
+    for r in results:  # each size's time over the previous size's, for the same kit
+        wall = float(r["wall_seconds"])
+        r["vs_previous_size"] = (round(wall / previous[r["kit"]], 2)
+                                 if r["kit"] in previous else None)
+        previous[r["kit"]] = wall
+    table(results, {"kit": lambda r: r["kit"], "attempts": lambda r: r["attempts"],
+                    "wall": lambda r: f"{r['wall_seconds']} s", "CPU": lambda r: f"{r['cpu_seconds']} s",
+                    "peak RSS": lambda r: f"{r['peak_rss_mib']} MiB",
+                    "per attempt": lambda r: f"{1000 * r['wall_seconds'] / r['attempts']:.0f} ms",
+                    "vs previous size": lambda r: f"{r['vs_previous_size']}x" if r['vs_previous_size'] else "-",
+                    "load": lambda r: r["load"]}, args.json)
     return 0
 
 

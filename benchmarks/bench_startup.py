@@ -9,20 +9,19 @@ machine state. Not a test: the figures go to benchmarks/README.md.
 
 Examples:
   .venv/bin/python benchmarks/bench_startup.py
-  .venv/bin/python benchmarks/bench_startup.py --runs 7 --kit /tmp/base --json
+  .venv/bin/python benchmarks/bench_startup.py --runs 7 --kit /tmp/base
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from measure import KIT_ROOT, kit_python, load
+from measure import kit_python, kits, load, parser, table
 
 
 def scripts(kit: Path) -> list[Path]:
@@ -40,43 +39,33 @@ def once(kit: Path, script: Path) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="\n".join(__doc__.splitlines()[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__ or "")
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--kit", type=Path, default=None, help="another checkout, timed in turn")
-    p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    kits = [KIT_ROOT] + ([args.kit.resolve()] if args.kit else [])
+    checkouts = kits(args)
     rows = []
-    for script in scripts(KIT_ROOT):
-        present = [k for k in kits if (k / script).is_file()]
+    for script in scripts(checkouts[0]):
+        present = [k for k in checkouts if (k / script).is_file()]
         for kit in present:
             once(kit, script)  # warm-up: the page cache and .pyc files
         times: dict[Path, list[float]] = {k: [] for k in present}
         for _ in range(args.runs):
             for kit in present:
                 times[kit].append(once(kit, script))
-        row = {"script": str(script), "median_seconds": round(statistics.median(times[KIT_ROOT]), 3)}
-        if len(present) > 1:
-            other = present[1]
-            row["other_median_seconds"] = round(statistics.median(times[other]), 3)
+        row: dict[str, Any] = {"script": str(script), "load": load()}
+        for n, kit in enumerate(present):
+            row[f"kit{n}_median_seconds"] = round(statistics.median(times[kit]), 3)
+        if len(present) > 1:  # pair by pair, so a drift of the machine's speed cancels out
             row["ratio"] = round(statistics.median(
-                a / b for a, b in zip(times[KIT_ROOT], times[other], strict=True)), 2)
+                a / b for a, b in zip(times[present[0]], times[present[1]], strict=True)), 2)
         rows.append(row)
         print(f"{script}: {row}", file=sys.stderr)
-    doc = {"load": load(), "runs": args.runs, "kits": [str(k) for k in kits], "scripts": rows}
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(f"load average at the end: {doc['load']}")
-    other = " | other kit | ratio" if len(kits) > 1 else ""
-    print(f"| script | median --help{other} |")
-    print("|---|---:" + ("|---:|---:" if len(kits) > 1 else "") + "|")
-    for r in rows:
-        extra = (f" | {r.get('other_median_seconds', '-')} s | {r.get('ratio', '-')}"
-                 if len(kits) > 1 else "")
-        print(f"| `{r['script']}` | {r['median_seconds']} s{extra} |")
+    columns = {"script": lambda r: f"`{r['script']}`"}
+    for n, kit in enumerate(checkouts):
+        columns[f"median --help, {kit}"] = lambda r, n=n: f"{r.get(f'kit{n}_median_seconds', '-')} s"
+    if len(checkouts) > 1:
+        columns["ratio"] = lambda r: r.get("ratio", "-")
+    table(rows, {**columns, "load": lambda r: r["load"]}, args.json)
     return 0
 
 

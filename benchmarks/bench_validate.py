@@ -16,32 +16,23 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from measure import KIT_ROOT, kit_python, load, measure, write_run
+from measure import kit_python, kits, load, measure, parser, table, write_run
 
 SCRIPT = Path("skills") / "eval-answer" / "scripts" / "validate.py"
 BYTES_PER_EVENT_GUESS = 950
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="\n".join(__doc__.splitlines()[1:]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__ or "")
     p.add_argument("--events", type=int, nargs="+", default=[200_000, 1_000_000],
                    help="tool_call events per generated ledger (default 200,000 and 1,000,000)")
     p.add_argument("--attempts", type=int, default=10_000)
-    p.add_argument("--kit", type=Path, action="append", default=[],
-                   help="another checkout to measure on the same ledgers (repeatable)")
-    p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: temporary)")
-    p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    kits = [KIT_ROOT, *[k.resolve() for k in args.kit]]
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-validate-"))
     scratch.mkdir(parents=True, exist_ok=True)
     need = max(args.events) * BYTES_PER_EVENT_GUESS
@@ -55,7 +46,7 @@ def main() -> int:
             print(f"generating {events:,} tool_call events ...", file=sys.stderr)
             _, run_dir = write_run(shape, args.attempts, events)
             size = (run_dir / "events.jsonl").stat().st_size
-            for kit in kits:
+            for kit in kits(args):
                 print(f"validate.py, {kit} (load {load()}) ...", file=sys.stderr)
                 r = measure([kit_python(kit), str(kit / SCRIPT), str(run_dir), "--json"], kit)
                 results.append({"kit": str(kit), "tool_call_events": events,
@@ -64,15 +55,11 @@ def main() -> int:
     finally:
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print("| kit | tool_call events | ledger | wall | CPU | peak RSS | load |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    for r in results:
-        print(f"| {r['kit']} | {r['tool_call_events']:,} | {r['ledger_mib']} MiB | "
-              f"{r['wall_seconds']} s | {r['cpu_seconds']} s | {r['peak_rss_mib']} MiB | "
-              f"{r['load']} |")
+    table(results, {"kit": lambda r: r["kit"], "tool_call events": lambda r: f"{r['tool_call_events']:,}",
+                    "ledger": lambda r: f"{r['ledger_mib']} MiB",
+                    "wall": lambda r: f"{r['wall_seconds']} s", "CPU": lambda r: f"{r['cpu_seconds']} s",
+                    "peak RSS": lambda r: f"{r['peak_rss_mib']} MiB", "load": lambda r: r["load"]},
+          args.json)
     return 0
 
 

@@ -9,6 +9,7 @@ measured side by side, on the same generated inputs, in one session.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -16,6 +17,7 @@ import re
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +139,33 @@ def write_run(root: Path, attempts: int, calls: int, phase: str = "baseline") ->
                 lines.append({**first, "event_id": uuid.uuid4().hex, "verdict": "match"})
             fh.write("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
     return set_dir, run_dir
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser (its docstring as help) with the flags every one takes: --kit
+    (repeatable), --dir and --json."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0],
+                                epilog="\n".join(doc.splitlines()[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kit", type=Path, action="append", default=[],
+                   help="another checkout to measure on the same inputs (repeatable)")
+    p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def kits(args: argparse.Namespace) -> list[Path]:
+    """This checkout, then every --kit."""
+    return [KIT_ROOT, *[k.resolve() for k in args.kit]]
+
+
+def table(rows: list[dict[str, Any]], columns: dict[str, Callable[[dict[str, Any]], object]],
+          as_json: bool) -> None:
+    """Print the rows as one JSON document, or as a Markdown table of `columns` (title -> cell)."""
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|")
+    for r in rows:
+        print("| " + " | ".join(str(cell(r)) for cell in columns.values()) + " |")

@@ -84,24 +84,23 @@ def test_scoring_voids_exactly_the_contaminated_and_records_the_vocabulary(tmp_p
     assert (result.reason == "contaminated") is (contaminated or recorded is None)
 
 
+def scored_attempt(contaminated: object, verdict: str) -> list[dict]:
+    """One attempt of q1 recording `contaminated`, and its score."""
+    key = {"qid": "q1", "sample": None, "phase": "baseline"}
+    return [{"kind": "attempt", **key, "contaminated": contaminated},
+            {"kind": "score", **key, "verdict": verdict}]
+
+
 @pytest.mark.parametrize(("value", "contaminated"), TABLE)
 def test_diagnose_selection_excludes_exactly_the_contaminated(value, contaminated):
-    events = [{"kind": "attempt", "qid": "q1", "sample": None, "phase": "baseline",
-               "contaminated": value},
-              {"kind": "score", "qid": "q1", "sample": None, "phase": "baseline",
-               "verdict": "no_match"}]
-    selection = select_cases(events, {"q1": "dev"})
+    selection = select_cases(scored_attempt(value, "no_match"), {"q1": "dev"})
     assert ([b.reason for b in selection.excluded] == [R_CONTAMINATED]) is contaminated
     assert (len(selection.failed) == 1) is not contaminated
 
 
 @pytest.mark.parametrize(("value", "contaminated"), TABLE)
 def test_summary_counts_exactly_the_contaminated_and_says_so_per_case(value, contaminated):
-    events = [{"kind": "attempt", "qid": "q1", "sample": None, "phase": "baseline",
-               "contaminated": value},
-              {"kind": "score", "qid": "q1", "sample": None, "phase": "baseline",
-               "verdict": "match"}]
-    s = summarize_events({"runId": "r1", "phase": "baseline"}, events)
+    s = summarize_events({"runId": "r1", "phase": "baseline"}, scored_attempt(value, "match"))
     assert (s.incomplete is not None and s.incomplete.contaminated == ["q1"]) is contaminated
     assert (s.pass_rate is not None) is not contaminated
     [row_line] = [ln for ln in render_markdown(s).splitlines() if ln.startswith("| q1 |")]
