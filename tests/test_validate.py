@@ -359,3 +359,15 @@ def test_validate_and_validate_set_print_one_report_shape(tmp_path):
     assert set(runs[0]) == {"dir", "status", "exit_code", "events", "errors", "warnings"}
     assert set(one_set) == {"dir", "status", "exit_code", "cases", "errors", "warnings"}
     assert (runs[0]["status"], one_set["status"]) == ("ok", "ok")
+
+
+def test_kind_spelled_with_escapes_is_an_error(tmp_path):
+    # Readers find voids (and the kinds they read) by their plain spelling before decoding.
+    run = make_run(tmp_path)
+    [a] = run.append([attempt()])
+    with run.events_path.open("a") as fh:
+        fh.write('{"kind": "\\u0076oid", "event_id": "v1", "at": "2026-11-30T12:00:00Z", '
+                 f'"target_event_id": "{a["event_id"]}", "reason": "x"}}\n')
+    assert validate_run(run.dir).errors == [
+        "events.jsonl:2: kind: 'void' is written with JSON escapes; write it plainly (readers "
+        "find it by its spelling)"]

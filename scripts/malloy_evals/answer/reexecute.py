@@ -263,11 +263,12 @@ def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | 
     run = Run.open(run_dir)
     es = load_set(set_dir)
     check_qid(qid)
-    if run.attempt(qid, sample) is None:
+    attempt = run.attempt(qid, sample)
+    if attempt is None:
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
     with open_endpoint(es, mcp_url=mcp_url, local=local) as endpoint:
-        return reexecute_attempt(run, es, qid, sample, endpoint)
+        return reexecute_attempt(run, es, qid, sample, endpoint, attempt=attempt)
 
 
 def render_text(result: ReexecuteResult) -> str:

@@ -129,6 +129,12 @@ class _LedgerCheck:
             return
         self.events += 1
         self._schema(event, number)
+        for name in ("kind", "tool"):
+            value = event.get(name)
+            if isinstance(value, str) and value.isidentifier() \
+                    and f'"{value}"'.encode() not in raw:
+                self.error(number, f"{name}: {value!r} is written with JSON escapes; write it "
+                                   "plainly (readers find it by its spelling)")
         eid = event.get("event_id")
         repeated = isinstance(eid, str) and eid in self.line_of
         if repeated:
