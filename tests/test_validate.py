@@ -369,5 +369,5 @@ def test_kind_spelled_with_escapes_is_an_error(tmp_path):
         fh.write('{"kind": "\\u0076oid", "event_id": "v1", "at": "2026-11-30T12:00:00Z", '
                  f'"target_event_id": "{a["event_id"]}", "reason": "x"}}\n')
     assert validate_run(run.dir).errors == [
-        "events.jsonl:2: kind: 'void' is written with JSON escapes; write it plainly (readers "
-        "find it by its spelling)"]
+        ("events.jsonl:2: kind: 'void' is written with JSON escapes; write it plainly (readers "
+         "find it by its spelling)")]
