@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
-import json.scanner
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -373,7 +372,8 @@ def collect_states(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, Atte
 # its kinds. execute_query calls, issues and voids are never decoded.
 _NEEDLES = (b'"get_context"', b'"attempt"', b'"score"', b'"retrieval_score"')
 # The decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+_scan_once: Callable[[str, int], tuple[Any, int]] = (
+    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
 
 
 def _cut_hits(line: bytes) -> bytes:

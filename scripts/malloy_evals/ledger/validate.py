@@ -136,9 +136,10 @@ class _LedgerCheck:
                 self.error(number, f"{name}: {value!r} is written with JSON escapes; write it "
                                    "plainly (readers find it by its spelling)")
         eid = event.get("event_id")
-        repeated = isinstance(eid, str) and eid in self.line_of
+        first = self.line_of.get(eid) if isinstance(eid, str) else None
+        repeated = first is not None
         if repeated:
-            self.error(number, f"event_id {eid!r} repeats line {self.line_of[eid]}")
+            self.error(number, f"event_id {eid!r} repeats line {first}")
         refusal = self.rules.refusal(event, lambda target: target in self.line_of)
         if refusal is not None:
             target = event.get("target_event_id")

@@ -197,7 +197,7 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
     def work(att: dict[str, Any]) -> AttemptOutcome:
         qid, sample = att["qid"], att.get("sample")
         started = time.monotonic()
-        old = live_scores.get((qid, sample, run.phase))
+        old = live_scores.get(run.key(qid, sample))
         action, stale = plan_action(old, current_pins(eval_set, qid, judge_pins), rescore)
         if action == ACTION_SKIP:
             elapsed = time.monotonic() - started
