@@ -7,6 +7,7 @@ import json
 import pytest
 from judge_support import CASES, FakeProvider, make_run, make_set, verdict
 from malloy_evals.answer.scoring import score_attempt
+from malloy_evals.checks.contamination.rules import ContaminationResult
 from malloy_evals.core import vocab
 from malloy_evals.diagnose.selection import R_CONTAMINATED, select_cases
 from malloy_evals.judge.decision import evaluate
@@ -43,6 +44,16 @@ def test_truth_table_of_is_contaminated(value, contaminated):
     (None, None), ("maybe", None), (0, None)])
 def test_contamination_value_reads_legacy_strings_as_the_booleans(value, read):
     assert vocab.contamination_value(value) == read
+
+
+@pytest.mark.parametrize(("value", "contaminated"), [
+    pytest.param(True, True, id="true"), pytest.param("unknown", True, id="unknown"),
+    pytest.param(False, False, id="false")])
+def test_check_contamination_exits_1_on_exactly_the_contaminated(value, contaminated):
+    # The check itself only ever says true, false or "unknown".
+    result = ContaminationResult(contaminated=value, reasons=[], host_tool_uses=0,
+                                 reported_calls=None)
+    assert (result.exit_code == 1) is contaminated
 
 
 @pytest.mark.parametrize(("value", "contaminated"), TABLE)
