@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from malloy_evals.ledger import events as ledger_events
 from malloy_evals.ledger import live as ledger_live
 from malloy_evals.ledger.events import AttemptKey, attempt_key
@@ -141,3 +143,34 @@ def test_stream_decodes_only_lines_holding_a_needle_and_applies_voids(tmp_path):
 def test_missing_ledger_is_an_empty_view(tmp_path):
     assert LiveView.read(tmp_path / "events.jsonl").events == []
     assert list(stream_live(tmp_path / "events.jsonl")) == []
+
+
+def test_hand_written_ids_of_any_type_never_break_the_view():
+    view = LiveView.of_events([{"kind": "attempt", "event_id": ["a", "list"], "qid": "q1",
+                                "sample": None, "phase": "baseline"},
+                               {"kind": "void", "event_id": {"an": "object"}, "target_event_id": 7}])
+    assert [e["event_id"] for e in view.attempts()] == [["a", "list"]]
+
+
+_value = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                      lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.sampled_from(["kind", "event_id", "qid", "sample",
+                                                         "phase", "target_event_id", "tool"]),
+                                        inner, max_size=5),
+                      max_leaves=12)
+_event = st.fixed_dictionaries(
+    {"kind": st.sampled_from(["attempt", "tool_call", "score", "void", "issue"]) | _value},
+    optional={"event_id": st.sampled_from(["a", "b"]) | _value, "qid": _value,
+              "sample": _value, "phase": _value, "target_event_id": st.sampled_from(["a", "b"])})
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(lines=st.lists(_event | _value, max_size=8), tail=st.binary(max_size=40))
+def test_any_ledger_content_gives_a_view_and_a_stream(tmp_path_factory, lines, tail):
+    path = tmp_path_factory.mktemp("r") / "events.jsonl"
+    path.write_bytes("".join(json.dumps(x) + "\n" for x in lines).encode() + tail)
+    view = LiveView.read(path)
+    streamed = list(stream_live(path))
+    assert view.events == streamed  # one rule, whichever reader
+    assert all(a.get("kind") == "attempt" for a in view.attempts())

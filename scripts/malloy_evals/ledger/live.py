@@ -37,8 +37,10 @@ Decode = Callable[[bytes, int, bool], "tuple[dict[str, Any] | None, LineProblem 
 
 
 def is_live(event: Mapping[str, Any], voided: set[str] | Mapping[str, Any]) -> bool:
-    """The live rule: not a void, and not named by any void (`voided`: every void's target)."""
-    return event.get("kind") != "void" and event.get("event_id") not in voided
+    """The live rule: not a void, and not named by any void (`voided`: every void's target, a
+    string; an id of another type, hand-written, can be named by none)."""
+    eid = event.get("event_id")
+    return event.get("kind") != "void" and not (isinstance(eid, str) and eid in voided)
 
 
 def void_target(event: Mapping[str, Any]) -> str | None:
