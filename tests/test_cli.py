@@ -182,3 +182,24 @@ def test_a_name_the_input_does_not_have_is_exit_3_naming_the_file():
         cli.check_known(["q1", "q9"], {"q1"}, where="cases.jsonl")
     assert exc.value.exit_code == 3
     assert str(exc.value) == "cases.jsonl: --only names qids not in the set: q9"
+
+
+# The SDKs a script needs only to talk to a server or the API; importing them cost `--help` about
+# a second (serve_local.py imported the MCP server, which imported the SDK at the top).
+SDKS = ("mcp", "mcp_types", "anthropic", "pydantic", "starlette", "httpx")
+
+
+def test_no_script_imports_an_sdk_to_answer_help():
+    scripts = sorted(KIT.glob("skills/*/scripts/*.py")) + sorted(KIT.glob("scripts/*.py"))
+    probe = (
+        "import contextlib, io, runpy, sys\n"
+        f"for path in {[str(p) for p in scripts]!r}:\n"
+        "    sys.argv = [path, '--help']\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        runpy.run_path(path, run_name='__main__')\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {SDKS!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=KIT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert len(scripts) > 20

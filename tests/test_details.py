@@ -33,8 +33,8 @@ def _attempt(qid="bk_total_revenue", sample=None, **fields):
 
 
 def _one(run, eval_set, key=("bk_total_revenue", None)):
-    events = run.live()
-    return d.attempt_details(run, eval_set, events, [key], d.issues_of(events))[0]
+    view = run.view()
+    return d.attempt_details(run, eval_set, view, [run.key(*key)], d.issues_of(view.events))[0]
 
 
 def test_a_secret_in_the_answer_query_and_calls_shows_as_redacted(run, eval_set):
@@ -150,7 +150,7 @@ def test_golden_rows_come_from_the_sets_file_capped_with_their_count(run, eval_s
 
 def test_an_attempt_without_a_set_still_has_its_answer(run):
     run.append([_attempt(answer_text="ninety thousand")])
-    a = d.attempt_details(run, None, run.live(), [("bk_total_revenue", None)])[0]
+    a = d.attempt_details(run, None, run.view(), [run.key("bk_total_revenue", None)])[0]
     assert (a.question, a.golden, a.answer.text) == (None, None, "ninety thousand")
 
 

@@ -27,11 +27,12 @@ TABLE = codes.load_codes()
 # ---------------------------------------------------------------- selection (pure)
 
 def attempt(qid, sample=None, **kw):
-    return {"kind": "attempt", "qid": qid, "sample": sample, **kw}
+    return {"kind": "attempt", "qid": qid, "sample": sample, "phase": "baseline", **kw}
 
 
 def score(qid, verdict, sample=None, **kw):
-    return {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict, **kw}
+    return {"kind": "score", "qid": qid, "sample": sample, "phase": "baseline", "verdict": verdict,
+            **kw}
 
 
 EVENTS = [
@@ -47,7 +48,7 @@ EVENTS = [
     attempt("h1"), score("h1", "no_match"),                       # holdout
 ]
 SPLITS = {q: "dev" for q in ("f1", "f2", "f3", "p1", "r1", "n1", "c1", "u1", "u2")} | {"h1": "holdout"}
-MISSES = {("r1", None): True, ("p1", None): False}
+MISSES = {("r1", None, "baseline"): True, ("p1", None, "baseline"): False}
 
 
 def select(**kw):
@@ -76,10 +77,10 @@ def test_contaminated_and_unscored_are_excluded_with_their_reason():
 
 
 def test_a_verdict_a_person_settled_is_the_one_selection_reads():
-    settled = [{"kind": "human_verdict", "qid": "n1", "sample": None, "verdict": "no_match",
-                "why": "list price", "settled_by": "Dana"},
-               {"kind": "human_verdict", "qid": "f1", "sample": None, "verdict": "match",
-                "why": "rows agree", "settled_by": "Dana"}]
+    settled = [{"kind": "human_verdict", "qid": "n1", "sample": None, "phase": "baseline",
+                "verdict": "no_match", "why": "list price", "settled_by": "Dana"},
+               {"kind": "human_verdict", "qid": "f1", "sample": None, "phase": "baseline",
+                "verdict": "match", "why": "rows agree", "settled_by": "Dana"}]
     s = diagnose_selection.select_cases(EVENTS + settled, SPLITS, retrieval_misses=MISSES)
     assert [b.qid for b in s.failed] == ["f2", "f3", "n1"]
     assert "f1" in [b.qid for b in s.passed]
@@ -549,8 +550,8 @@ def test_narrowed_rerun_voids_only_own_issues_sharing_a_diagnosed_qid():
         {"kind": "issue", "event_id": "b", "qids": ["q3"], "diagnosed_by": "diagnose.py x"},
         {"kind": "issue", "event_id": "c", "qids": ["q1"], "diagnosed_by": "a person"},
     ]
-    assert [v["target_event_id"] for v in diagnose_issues.own_issue_voids(events, {"q1"})] == ["a"]
-    assert [v["target_event_id"] for v in diagnose_issues.own_issue_voids(events, None)] == ["a", "b"]
+    assert [e["event_id"] for e in diagnose_issues.own_issues(events, {"q1"})] == ["a"]
+    assert [e["event_id"] for e in diagnose_issues.own_issues(events, None)] == ["a", "b"]
 
 
 def test_only_naming_an_unknown_case_exits_3_naming_the_cases_file(tmp_path, capsys):

@@ -34,7 +34,7 @@ from malloy_evals.answer.harness.plan import (
 )
 from malloy_evals.core.errors import UsageError
 from malloy_evals.judge.providers.select import make_provider
-from malloy_evals.ledger.events import live_view
+from malloy_evals.ledger.live import live_view
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.workflow.run_scorer import score_run
 

@@ -20,10 +20,10 @@ from malloy_evals.ledger.events import (
     LedgerError,
     check_qid,
     effective_verdict,
-    live_view,
     parse_ledger,
     sample_segment,
 )
+from malloy_evals.ledger.live import live_view
 from malloy_evals.ledger.run import Run
 
 # ------------------------------------------------------------------------------------------
@@ -720,8 +720,8 @@ def test_index_keeps_ids_not_events(tmp_path):
     [s] = run.append([score()])
     index = run._index
     assert len(index.ids) == 501
-    assert index.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
-    assert index.void_ids == set() and index.voided == set()
+    assert index.rules.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
+    assert index.rules.void_ids == set() and index.rules.voided == {}
 
 
 # ------------------------------------------------------------------------------------------
@@ -771,3 +771,19 @@ def test_a_persons_verdict_covers_only_the_attempt_it_judged():
 
 def test_no_score_means_no_verdict_whoever_settled():
     assert effective_verdict(None, _human("match")).verdict is None
+
+
+def test_supersede_voids_first_with_each_named_reason_then_appends_in_one_batch(tmp_path):
+    run = make_run(tmp_path)
+    [s, r] = run.append([score(), retrieval()])
+    done = run.supersede([s, r], [score(verdict="no_match"), retrieval()], "re-scored",
+                         reasons={r["event_id"]: "attribution re-decided"})
+    assert [(v["target_event_id"], v["reason"]) for v in done.voids] == [
+        (s["event_id"], "re-scored"), (r["event_id"], "attribution re-decided")]
+    assert [e["kind"] for e in done.events] == ["score", "retrieval_score"]
+    assert run.score("q1", None)["verdict"] == "no_match"
+    # Refused whole: a second supersede of the same old score writes nothing at all.
+    lines = run.events_path.read_bytes()
+    with pytest.raises(LedgerError, match="already voided"):
+        run.supersede([s], [score(verdict="match")], "again")
+    assert run.events_path.read_bytes() == lines

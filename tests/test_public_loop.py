@@ -10,6 +10,7 @@ import pytest
 from malloy_evals.core.errors import InputError
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import LedgerError, parse_ledger, read_ledger
+from malloy_evals.ledger.live import LiveView, live_view, stream_live
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import validate_run
 
@@ -112,3 +113,36 @@ def test_a_long_first_line_without_an_id_is_still_recognised(tmp_path):
     path.write_bytes(lines({"kind": "attempt", "answer_text": "x" * 5000, "event_id": "e1"}))
     assert not public_loop.ledger_is_public(path)
     assert not public_loop.ledger_is_public(tmp_path / "absent.jsonl")
+
+
+def test_every_reader_of_the_ledger_reads_a_public_ledger_as_the_same_kit_events():
+    path = PUBLIC_RUN / "events.jsonl"
+    read = read_ledger(path)
+    view = LiveView.read(path)
+    assert read.public_lines and all(e["event_id"].startswith(public_loop.ID_PREFIX)
+                                     for e in read.events)
+    # The whole-file reader, the live view and the streaming reader decode line by line through
+    # one LineDecoder: the same events, call places and ids, whichever reads.
+    assert view.events == list(stream_live(path)) == live_view(read.events)
+    assert view.attempts() == Run.open(PUBLIC_RUN).attempts()
+    [key, *_] = view.latest("attempt")
+    assert [c["call_index"] for c in view.tool_calls(key)] == list(range(len(view.tool_calls(key))))
+
+
+def test_a_kit_void_of_a_public_line_is_applied_by_the_live_view(tmp_path):
+    path = tmp_path / "events.jsonl"
+    attempt = {"kind": "attempt", "qid": "q1", "sample": None, "phase": "loop", "submitted": True}
+    void = {"kind": "void", "event_id": "v1", "at": "2026-01-01T00:00:00Z",
+            "target_event_id": "line-1", "reason": "x"}
+    path.write_bytes(lines(attempt, {**attempt, "qid": "q2"}, void))
+    assert [a["qid"] for a in LiveView.read(path).attempts()] == ["q2"]
+    assert [a["qid"] for a in stream_live(path) if a["kind"] == "attempt"] == ["q2"]
+
+
+def test_an_unplaceable_public_line_stops_the_live_view_and_the_stream_naming_it(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(lines({"kind": "tool_call", "qid": "q1", "tool": "get_context"}))
+    for reader in (LiveView.read, lambda p: list(stream_live(p))):
+        with pytest.raises(InputError, match=r"events.jsonl:1: public-loop line: tool_call has no "
+                                             r"`phase`"):
+            reader(path)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError
-from malloy_evals.ledger.events import live_view
+from malloy_evals.ledger.live import live_view
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.workflow import run_scorer as rs

@@ -175,7 +175,7 @@ def test_example_run_validates_with_no_problem_and_holds_every_kind():
 
 def test_example_set_validates_with_no_problem():
     report = check_set(EXAMPLES / "set")
-    assert (report.errors, report.warnings, report.cases) == ([], [], 3)
+    assert (report.errors, report.warnings, report.count) == ([], [], 3)
     for file, name in (("cases.jsonl", "case"), ("judge-regressions.jsonl", "judge_regression"),
                        ("judge-calibration.jsonl", "judge_calibration")):
         for line in (EXAMPLES / "set" / file).read_text().splitlines():

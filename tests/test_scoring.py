@@ -19,7 +19,7 @@ from judge_support import (
     write_prediction,
 )
 from malloy_evals.answer.reexecute import reexecute_attempt
-from malloy_evals.answer.scoring import attempt_key, score_attempt
+from malloy_evals.answer.scoring import judge_recording_key, score_attempt
 from malloy_evals.core import paths
 from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.judge import doctrine as J_doctrine
@@ -124,7 +124,7 @@ def test_replay_hit_scores_and_pins_the_recordings_source(world, tmp_path):
     run, es = world
     rec_dir = tmp_path / "recordings"
     (tmp_path / "r.jsonl").write_text(json.dumps(
-        {"key": attempt_key(run, "q_rev", None), "replies": [verdict()]}) + "\n")
+        {"key": judge_recording_key(run, "q_rev", None), "replies": [verdict()]}) + "\n")
     recorder = make_provider(f"hand:{tmp_path / 'r.jsonl'}", role="judge", set_dir=None,
                              record_dir=rec_dir)
     score(run, es, provider=recorder, append=False)
@@ -138,7 +138,7 @@ def test_replay_of_a_stale_recording_fails_closed_and_writes_no_score(world, tmp
     run, es = world
     rec_dir = tmp_path / "recordings"
     rec_dir.mkdir()
-    (rec_dir / f"{attempt_key(run, 'q_rev', None)}.json").write_text(json.dumps(
+    (rec_dir / f"{judge_recording_key(run, 'q_rev', None)}.json").write_text(json.dumps(
         {"request_digest": "0" * 64, "prompt_version": J_doctrine.prompt_version(J_doctrine.load_doctrine()),
          "source": "hand-authored", "samples": [verdict()]}))
     with pytest.raises(RecordingStale):
@@ -215,7 +215,7 @@ def test_judge_script_before_reexecute_exits_3_naming_the_missing_step(tmp_path)
 
 def _recorded_replies(run, tmp_path):
     replies = tmp_path / "replies.jsonl"
-    replies.write_text(json.dumps({"key": attempt_key(run, "q_rev", None),
+    replies.write_text(json.dumps({"key": judge_recording_key(run, "q_rev", None),
                                    "replies": [verdict()]}) + "\n")
     return replies
 
@@ -428,7 +428,7 @@ def test_a_rerecorded_attempt_is_reexecuted_even_with_the_same_query(tmp_path):
 def _recorded(run, es, tmp_path):
     """A hand-authored recording for q_rev, written through the same request path."""
     replies = tmp_path / "replies.jsonl"
-    replies.write_text(json.dumps({"key": attempt_key(run, "q_rev", None),
+    replies.write_text(json.dumps({"key": judge_recording_key(run, "q_rev", None),
                                    "replies": [verdict()]}) + "\n")
     rec = tmp_path / "rec"
     score(run, es, provider=make_provider(f"hand:{replies}", role="judge", set_dir=None,

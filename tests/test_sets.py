@@ -164,7 +164,7 @@ def test_public_golden_fields_are_schema_fields_the_case_reads(tmp_path):
 
 def test_a_set_in_the_public_loops_format_validates_as_published_with_warnings_only():
     report = check_set(Path(__file__).resolve().parent / "fixtures" / "public_loop" / "set")
-    assert report.errors == [] and report.exit_code == 0 and report.cases == 5
+    assert report.errors == [] and report.exit_code == 0 and report.count == 5
     assert "cases.jsonl:1: golden.receipts: unknown field" in report.warnings
 
 
@@ -238,7 +238,7 @@ def test_broken_json_line_is_an_error_naming_its_line(tmp_path):
     d = write_set(tmp_path, [], raw_cases='{"qid": "q1", "question": "a"}\n\n{"qid": "q2",\n')
     report = check_set(d)
     assert [e.split(":")[:2] for e in report.errors] == [["cases.jsonl", "3"]]
-    assert report.cases == 1
+    assert report.count == 1 and report.counted == "cases"
 
 
 def test_missing_set_json_and_required_fields_are_errors(tmp_path):

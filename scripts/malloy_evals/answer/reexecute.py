@@ -231,10 +231,12 @@ def prediction_csv(envelope: dict[str, Any]) -> str:
 
 
 def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
-                      endpoint: QueryEndpoint) -> ReexecuteResult:
+                      endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None
+                      ) -> ReexecuteResult:
     """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
-    same attempt writes prediction.2.csv). Query errors come back as data."""
-    attempt = run.attempt(qid, sample)
+    same attempt writes prediction.2.csv). Query errors come back as data. `attempt` is its live
+    attempt event when the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt = attempt if attempt is not None else run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
@@ -276,14 +278,15 @@ def _identity(endpoint: Any) -> dict[str, Any]:
             "served_revision": getattr(endpoint, "served_revision", None)}
 
 
-def fresh_reexecution(run: Any, qid: str, sample: int | None,
-                      endpoint: Any) -> ReexecuteResult | None:
+def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
+                      attempt: dict[str, Any] | None = None) -> ReexecuteResult | None:
     """The attempt's latest re-execution when it ran this attempt's final query through this
     endpoint serving this same model, so scoring need not run the query again; else None.
 
     An endpoint that cannot say which model it serves (no model sha, no served revision) never
-    matches: the same URL may serve another model by now."""
-    attempt = run.attempt(qid, sample)
+    matches: the same URL may serve another model by now. `attempt` is its live attempt event when
+    the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt = attempt if attempt is not None else run.attempt(qid, sample)
     path = latest_artifact(run.artifact_dir(qid, sample), PROVENANCE_STEM, PROVENANCE_SUFFIX)
     if attempt is None or path is None:
         return None
@@ -315,11 +318,12 @@ def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | 
     run = Run.open(run_dir)
     es = load_set(set_dir, model_dir)
     check_qid(qid)
-    if run.attempt(qid, sample) is None:
+    attempt = run.attempt(qid, sample)
+    if attempt is None:
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     with open_endpoint(es, mcp_url=mcp_url, local=local) as endpoint:
-        return reexecute_attempt(run, es, qid, sample, endpoint)
+        return reexecute_attempt(run, es, qid, sample, endpoint, attempt=attempt)
 
 
 def render_text(result: ReexecuteResult) -> str:

@@ -634,12 +634,7 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
     transcript_path = run.relpath(written[0])
 
     contamination = _contamination(parsed, eval_set, run_dir, record.attempt["reported_calls"])
-    key = (qid, sample, run.phase)
-    events = run.live()
-    voids = [{"kind": "void", "target_event_id": e["event_id"],
-              "reason": f"attempt re-recorded from {source.name}"}
-             for e in events
-             if e.get("kind") in _SUPERSEDED_KINDS and (e.get("qid"), e.get("sample"), e.get("phase")) == key]
+    earlier = run.view().of_key(run.key(qid, sample), _SUPERSEDED_KINDS)
     attempt = {"kind": "attempt", "qid": qid, "sample": sample, "phase": run.phase,
                **record.attempt,
                "question_sha": case.question_sha,
@@ -648,11 +643,11 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
                **contamination}
     calls = [{"kind": "tool_call", "qid": qid, "sample": sample, "phase": run.phase, **c}
              for c in record.tool_calls]
-    written_events = run.append([*voids, attempt, *calls])
-    attempt_event = written_events[len(voids)]
+    done = run.supersede(earlier, [attempt, *calls], f"attempt re-recorded from {source.name}")
+    attempt_event = done.events[0]
     return RecordedAttempt(
         qid=qid, sample=sample, phase=run.phase, attempt_event_id=attempt_event["event_id"],
-        tool_calls=len(calls), voided=len(voids), submitted=attempt["submitted"],
+        tool_calls=len(calls), voided=len(done.voids), submitted=attempt["submitted"],
         final_query=attempt["final_query"], final_query_source=attempt["final_query_source"],
         contaminated=attempt.get("contaminated"), transcript_path=transcript_path,
         warnings=list(parsed.warnings))

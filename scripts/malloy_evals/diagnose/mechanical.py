@@ -71,9 +71,8 @@ def cluster_failures(run_dir: Path, set_dir: Path) -> MechanicalResult:
 
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
-    events = run.live()
     warnings: list[str] = []
-    rows = _retrieval_rows(run, events, Path(set_dir), warnings)
+    rows = _retrieval_rows(run, run.view(), eval_set, warnings)
     clusters = mechanical_clusters(rows.values(),
                                    {q: c.question for q, c in eval_set.cases.items()})
     path = run.dir / MECHANICAL_FILE

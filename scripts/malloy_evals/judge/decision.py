@@ -17,6 +17,7 @@ from typing import Any
 
 from malloy_evals.checks.must_not_use import check_must_not_use
 from malloy_evals.core.errors import UnmeasuredError
+from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
 from malloy_evals.judge.doctrine import Doctrine, judge_prompt_sha, judge_version_pin, load_doctrine
 from malloy_evals.judge.packet import Submission, build_packet, build_request, source_definitions
 from malloy_evals.judge.providers.base import (
@@ -30,7 +31,8 @@ from malloy_evals.judge.verdict import call_judge, post_process
 from malloy_evals.ledger.artifacts import PredictionView
 from malloy_evals.sets.eval_set import golden_value
 
-GATED_STATUSES = ("provisional", "invalid", "ambiguous", "verified_wrong")
+# Every golden status but `verified` stops an attempt before the judge (a missing status is verified).
+GATED_STATUSES = tuple(s for s in GOLDEN_STATUSES if s != "verified")
 
 # reexecutor(run, eval_set, qid, sample) -> PredictionView; injected by tests and calibration.
 Reexecutor = Callable[[Any, Any, str, Any], "PredictionView"]
@@ -149,7 +151,7 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
     doctrine = doctrine or load_doctrine()
     pins = _pins(doctrine, case, provider, key)
 
-    tainted = contaminated is True or contaminated == "unknown"
+    tainted = is_contaminated(contaminated)
 
     def null(reason: str, **extra: Any) -> Decision:
         return Decision(verdict=None, reason=reason, contaminated=contaminated, **pins, **extra)

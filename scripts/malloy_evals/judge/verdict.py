@@ -14,8 +14,9 @@ from typing import Any
 
 from malloy_evals.core import paths
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS, is_contaminated
 from malloy_evals.core.words import shown
-from malloy_evals.judge.doctrine import GOLD_STATUSES, JUDGE_VERDICTS, SKILL
+from malloy_evals.judge.doctrine import SKILL
 from malloy_evals.judge.providers.base import LlmReply, LlmRequest, json_objects
 
 AGREEMENT_FILE = paths.SKILLS_DIR / SKILL / "reference" / "agreement-phrases.md"
@@ -265,7 +266,7 @@ def post_process(parsed: JudgeReply, *, veto_hits: list[str] | tuple[str, ...] =
         why = CONTRADICTION_PREFIX + why
     if veto_hits:
         verdict = "no_match"  # mechanical and certain: it beats the judge's doubt as well
-    if contaminated is True or contaminated == "unknown":
+    if is_contaminated(contaminated):
         verdict, reason = None, "contaminated"
     return FinalVerdict(verdict=verdict, reason=reason, why=why, confidence=parsed.confidence,
                         column_pairing=parsed.column_pairing, gold_status=parsed.gold_status,

@@ -18,9 +18,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from malloy_evals.core import vocab
 from malloy_evals.core.findings import LineProblem
 
 ID_PREFIX = "line-"  # a public line's event id: `line-<its line number>` (stable: append-only)
@@ -103,12 +103,13 @@ def refusal(action: str) -> str:
 def contaminated_value(value: Any) -> Any:
     """The kit's form of a `contaminated` value: true, false or "unknown".
 
-    The public loop wrote "true" / "false" strings; any other string it could not settle, which
-    counts as contaminated there too, so it reads as "unknown" (contaminated in every aggregate).
+    The public loop wrote "true" / "false" strings (read by `vocab.contamination_value`, the kit's
+    one reading of the word); any other string it could not settle, which counts as contaminated
+    there too, so it reads as "unknown" (contaminated in every aggregate).
     """
     if isinstance(value, str):
-        text = value.strip().lower()
-        return {"true": True, "false": False}.get(text, "unknown")
+        kit = vocab.contamination_value(value)
+        return vocab.CONTAMINATION_UNKNOWN if kit is None else kit
     return value
 
 
@@ -120,16 +121,6 @@ def _ranked(summary: Any) -> Any:
     if not isinstance(summary, dict):
         return summary
     return {RANKED_RENAMES.get(k, _snake(k)): v for k, v in summary.items()}
-
-
-@dataclass
-class Normalised:
-    """The result of normalising one ledger's events."""
-
-    events: list[dict[str, Any]]
-    line_numbers: list[int]
-    problems: list[LineProblem] = field(default_factory=list)
-    public_lines: list[int] = field(default_factory=list)
 
 
 def normalise_event(obj: Mapping[str, Any], line: int) -> dict[str, Any] | str:
@@ -166,31 +157,26 @@ def normalise_event(obj: Mapping[str, Any], line: int) -> dict[str, Any] | str:
     return out
 
 
-def normalise_events(events: list[dict[str, Any]], line_numbers: list[int],
-                     file: str) -> Normalised:
-    """A whole ledger's events with every public-loop line turned into a kit event.
+class Normaliser:
+    """Public-loop lines as kit events, one at a time in ledger order, for one pass over a ledger.
 
-    Kit lines pass through untouched. A public tool_call without a `call_index` gets its place
-    among its attempt's calls, in ledger order (what the kit's recorder writes). A line that
-    cannot be placed is left out and reported as a problem naming its line.
-    """
-    out = Normalised([], [])
-    calls: dict[tuple[Any, Any, Any], int] = {}
-    for event, line in zip(events, line_numbers, strict=True):
-        if not is_public_line(event):
-            out.events.append(event)
-            out.line_numbers.append(line)
-            continue
+    A public tool_call without a `call_index` gets its place among its attempt's calls, in ledger
+    order (what the kit's recorder writes), so the normaliser counts the calls it has seen."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self._calls: dict[tuple[Any, Any, Any], int] = {}
+
+    def take(self, event: Mapping[str, Any], line: int) -> tuple[dict[str, Any] | None,
+                                                                  LineProblem | None]:
+        """The kit event for the public line `event` at `line`, or the problem naming the line
+        when it cannot be placed."""
         result = normalise_event(event, line)
         if isinstance(result, str):
-            out.problems.append(LineProblem(file, line, f"{PROBLEM_PREFIX}: {result}"))
-            continue
+            return None, LineProblem(self.file, line, f"{PROBLEM_PREFIX}: {result}")
         if result["kind"] == "tool_call":
             key = (result.get("qid"), result.get("sample"), result.get("phase"))
-            index = calls.get(key, 0)
-            calls[key] = index + 1
+            index = self._calls.get(key, 0)
+            self._calls[key] = index + 1
             result.setdefault("call_index", index)
-        out.events.append(result)
-        out.line_numbers.append(line)
-        out.public_lines.append(line)
-    return out
+        return result, None

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.report import details as d
-from malloy_evals.report.figures import CaseRow, _is_contaminated, attempt_label
+from malloy_evals.report.figures import CaseRow, attempt_label
 from malloy_evals.report.html import (
     Html,
     anchor_id,
@@ -221,7 +222,7 @@ def _checks(a: d.AttemptDetail, caps: Caps) -> Html:
                        ("why", inline(r.why, caps.text) if r.why else None))
                  if r else el("p", "No retrieval row.", class_="note"))
     contaminated = (el("p", "contaminated: " + shown(a.contaminated),
-                       class_="err" if _is_contaminated(a.contaminated) else None)
+                       class_="err" if is_contaminated(a.contaminated) else None)
                     if a.contaminated is not None else el("p", "not checked", class_="note"))
     return el("div", el("div", el("h4", "Retrieval"), retrieval),
               el("div", el("h4", "Contamination"), contaminated,

@@ -18,7 +18,8 @@ from typing import Any
 from malloy_evals.answer.transcripts import redact_json, redact_secrets
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
-from malloy_evals.ledger.events import latest_issue_status
+from malloy_evals.ledger.events import AttemptKey, latest_issue_status
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.sets.eval_set import golden_value
 
 # What one attempt's section may hold. Real answers and queries sit far below these; a page for a
@@ -372,22 +373,11 @@ def issues_of(events: Iterable[Mapping[str, Any]]) -> list[Issue]:
     return out
 
 
-def attempt_details(run: Any, eval_set: Any, events: Iterable[Mapping[str, Any]],
-                    keys: Sequence[tuple[str, Any]], issues: Sequence[Issue] = ()
-                    ) -> list[AttemptDetail]:
-    """One detail per attempt key (qid, sample), in the order given (the summary's case order)."""
-    by_key: dict[tuple[str, Any], dict[str, Any]] = {}
-    for e in events:
-        kind = e.get("kind")
-        if kind not in ("attempt", "score", "retrieval_score", "tool_call"):
-            continue
-        # Keyed as the summary keys its rows, so every row finds its evidence.
-        qid, sample = str(e.get("qid")), e.get("sample")
-        slot = by_key.setdefault((qid, sample), {"calls": []})
-        if kind == "tool_call":
-            slot["calls"].append(e)
-        else:
-            slot[kind] = e  # the latest live event of its kind wins, as the summary reads it
+def attempt_details(run: Any, eval_set: Any, view: LiveView, keys: Sequence[AttemptKey],
+                    issues: Sequence[Issue] = ()) -> list[AttemptDetail]:
+    """One detail per attempt key, in the order given (the summary's case order), each read from
+    the pass's live view of the ledger: its latest live attempt, score and retrieval row, and its
+    live tool calls."""
     issue_ids: dict[str, list[str]] = {}
     for issue in issues:
         for q in issue.qids:
@@ -395,9 +385,12 @@ def attempt_details(run: Any, eval_set: Any, events: Iterable[Mapping[str, Any]]
     set_dir = getattr(eval_set, "dir", None)
     out = []
     goldens: dict[str, Golden | None] = {}  # a case's golden is read once, whatever its samples
-    for qid, sample in keys:
+    for key in keys:
+        qid, sample = key.qid, key.sample
         # One redaction pass per attempt: its attempt, calls, score and retrieval row together.
-        slot = redacted(by_key.get((qid, sample), {"calls": []}))
+        slot = redacted({"attempt": view.attempt(key), "score": view.score(key),
+                         "retrieval_score": view.retrieval_score(key),
+                         "calls": view.of_key(key, ("tool_call",))})
         att = slot.get("attempt") or {}
         score = slot.get("score")
         case = _case(eval_set, qid)

@@ -20,16 +20,16 @@ from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import InputError, KitError
+from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
 from malloy_evals.diagnose.issues import open_issues
-from malloy_evals.ledger.events import effective_verdict
+from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
+from malloy_evals.ledger.live import LiveView
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
 
-DECIDED_VERDICTS = ("match", "no_match")
-VERDICT_ORDER = ("match", "no_match", "near_match", "needs_human", None)
-
-AttemptKey = tuple[str, Any]  # (qid, sample); a run holds one phase, so these two identify an attempt
+# The verdict counts in the order a summary shows them: the two decisions first, then the rest.
+VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,18 +173,8 @@ def attempt_label(qid: str, sample: Any) -> str:
     return qid if sample is None else f"{qid}#{sample}"
 
 
-def _key(event: Mapping[str, Any]) -> AttemptKey:
-    return (str(event.get("qid")), event.get("sample"))
-
-
-def _sort_key(key: AttemptKey) -> tuple[str, int]:
-    qid, sample = key
-    return (qid, -1 if sample is None else int(sample))
-
-
-def _is_contaminated(value: Any) -> bool:
-    # "unknown" counts as contaminated in every aggregate (SPEC 5.1).
-    return value is True or value == "unknown"
+def _sort_key(key: AttemptKey) -> tuple[str, int, str]:
+    return (key.qid, -1 if key.sample is None else key.sample, key.phase)
 
 
 def _null_reason_head(reason: str | None) -> str:
@@ -243,9 +233,11 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
     groups: dict[AttemptKey, _Attempt] = {}
     for e in events:
         kind = e.get("kind")
-        if kind not in ("attempt", "score", "retrieval_score", "tool_call", "human_verdict"):
+        key = well_formed_key(e)
+        if kind not in ("attempt", "score", "retrieval_score", "tool_call", "human_verdict") \
+                or key is None:
             continue
-        g = groups.setdefault(_key(e), _Attempt())
+        g = groups.setdefault(key, _Attempt())
         if kind == "attempt":
             g.attempt = dict(e)
         elif kind == "score":
@@ -310,10 +302,10 @@ def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
                     host_logged: frozenset[AttemptKey] = frozenset()) -> list[str]:
     """The re-record command per attempt, then the one re-score command (SPEC 9). An attempt
     recorded from a host tool-use log is re-recorded the same way (`host_logged`)."""
-    cmds = [commands.record_attempt(run_dir, set_dir, qid, sample,
-                                    host_log=(qid, sample) in host_logged)
-            for qid, sample in attempts]
-    cmds.append(commands.rescore(run_dir, set_dir, sorted({q for q, _ in attempts}),
+    cmds = [commands.record_attempt(run_dir, set_dir, key.qid, key.sample,
+                                    host_log=key in host_logged)
+            for key in attempts]
+    cmds.append(commands.rescore(run_dir, set_dir, sorted({key.qid for key in attempts}),
                                  judge_spec=judge_spec, endpoint=endpoint_flag))
     return [str(c) for c in cmds]
 
@@ -364,7 +356,7 @@ def summarize_events(
     host_logged: list[AttemptKey] = []
     for key in keys:
         g = groups[key]
-        qid, sample = key
+        qid, sample = key.qid, key.sample
         label = attempt_label(qid, sample)
         att = g.attempt or {}
         if str(att.get("transcript_path") or "").endswith("host-log.json"):
@@ -380,12 +372,12 @@ def summarize_events(
 
         is_truncated = bool(att.get("truncated")) or reason == "answerer_truncated"
         contam_value = att.get("contaminated")
-        if score is not None and _is_contaminated(score.get("contaminated")):
+        if score is not None and is_contaminated(score.get("contaminated")):
             contam_value = score.get("contaminated")
-        is_contaminated = _is_contaminated(contam_value) or reason == "contaminated"
+        voided_by_contamination = is_contaminated(contam_value) or reason == "contaminated"
         if is_truncated:
             truncated.append(key)
-        if is_contaminated:
+        if voided_by_contamination:
             contaminated.append(key)
 
         # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
@@ -442,19 +434,15 @@ def summarize_events(
             judge_verdict=effective.judge_verdict if effective.settled_by else None,
         ))
 
-    verdict_counts = {
-        "match": verdicts["match"], "no_match": verdicts["no_match"],
-        "near_match": verdicts["near_match"], "needs_human": verdicts["needs_human"],
-        "null": verdicts["null"],
-    }
+    verdict_counts = {**{v: verdicts[v] for v in VERDICT_ORDER}, "null": verdicts["null"]}
 
     incomplete = None
     if truncated or contaminated:
         bad = sorted(set(truncated) | set(contaminated), key=_sort_key)
         incomplete = Incomplete(
-            truncated=[attempt_label(*k) for k in truncated],
-            contaminated=[attempt_label(*k) for k in contaminated],
-            qids=sorted({q for q, _ in bad}),
+            truncated=[attempt_label(k.qid, k.sample) for k in truncated],
+            contaminated=[attempt_label(k.qid, k.sample) for k in contaminated],
+            qids=sorted({key.qid for key in bad}),
             commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
                                      host_logged=frozenset(host_logged)),
         )
@@ -568,15 +556,17 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
 
 def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str | Path | None = None,
               *, judge_spec: str | None = None, endpoint_flag: str | None = None,
-              run_label: str | None = None, set_label: str | None = None) -> RunSummary:
+              run_label: str | None = None, set_label: str | None = None,
+              view: LiveView | None = None) -> RunSummary:
     """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade.
 
     `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
     a relative one that does not reach the same folder from the kit's root (where the printed
-    `.venv/bin/python skills/...` commands run) is printed absolute.
+    `.venv/bin/python skills/...` commands run) is printed absolute. `view` is the live view the
+    pass already holds (read here when not given).
     """
     report = load_coverage_report(coverage_report)
-    events = list(run.live())
+    events = (view or run.view()).events
     return summarize_events(
         _run_info(run), events, eval_set, coverage_report=report,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),

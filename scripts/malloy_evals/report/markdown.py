@@ -8,8 +8,9 @@ from typing import Any
 
 from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
 from malloy_evals.core.words import number_or_na
-from malloy_evals.report.figures import CaseRow, RunSummary, _is_contaminated, attempt_label
+from malloy_evals.report.figures import CaseRow, RunSummary, attempt_label
 
 
 def _pct(x: float | None) -> str:
@@ -35,9 +36,9 @@ def case_notes(row: CaseRow) -> list[str]:
         notes.append("excluded: golden verified_wrong")
     if row.truncated:
         notes.append("truncated")
-    if _is_contaminated(row.contaminated):
-        notes.append(f"contaminated ({row.contaminated})" if row.contaminated == "unknown"
-                     else "contaminated")
+    if is_contaminated(row.contaminated):
+        unknown = contamination_value(row.contaminated) == CONTAMINATION_UNKNOWN
+        notes.append(f"contaminated ({CONTAMINATION_UNKNOWN})" if unknown else "contaminated")
     if row.must_not_use_hits:
         notes.append("veto: " + ", ".join(row.must_not_use_hits))
     if row.settled_by:

@@ -18,6 +18,7 @@ from typing import Any
 
 from malloy_evals.core import commands
 from malloy_evals.core.errors import InputError
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import details as d
 from malloy_evals.report.attempt_section import (
@@ -29,6 +30,7 @@ from malloy_evals.report.attempt_section import (
 from malloy_evals.report.charts import Bar, bar_chart
 from malloy_evals.report.details import redacted
 from malloy_evals.report.figures import (
+    VERDICT_ORDER,
     CaseRow,
     RunSummary,
     attempt_label,
@@ -59,7 +61,7 @@ PAGE_FILE = "report.html"
 # the aim is under 2 MB for a 500-attempt run, with room to spare.
 PAGE_BUDGET = 1_900_000
 SIDE_FILES = ("RESULTS.md", "summary.json", "events.jsonl")
-VERDICTS = ("match", "no_match", "near_match", "needs_human", "null")
+VERDICTS = (*VERDICT_ORDER, "null")  # the summary's verdict counts, in its order
 
 
 @dataclass(frozen=True)
@@ -391,11 +393,13 @@ def find_set(run_dir: Path, set_name: str | None) -> Path | None:
 
 def write_run_page(run_dir: str | Path, set_dir: str | Path | None = None, *,
                    coverage: str | Path | None = None, summary: RunSummary | None = None,
-                   run: Any = None, eval_set: Any = None) -> RunPage:
+                   run: Any = None, eval_set: Any = None, view: LiveView | None = None
+                   ) -> RunPage:
     """Write `report.html` into the run folder.
 
     `summary` is the summary score_run just wrote (its page then shows exactly what summary.json
-    says); without it the summary is computed here by the same `summarize`.
+    says); without it the summary is computed here by the same `summarize`. `view` is the live
+    view the pass already holds (read here when not given).
     """
     run = run if run is not None else Run.open(run_dir)
     info = dict(run.info)
@@ -403,13 +407,13 @@ def write_run_page(run_dir: str | Path, set_dir: str | Path | None = None, *,
         set_dir = find_set(Path(run_dir), info.get("setName"))
     if eval_set is None and set_dir is not None:
         eval_set = load_set(set_dir)
-    events = run.live()
+    view = view if view is not None else run.view()  # the one read of the ledger for this page
     if summary is None:
         summary = summarize(run, eval_set, coverage, run_label=str(run_dir),
-                            set_label=str(set_dir) if set_dir is not None else None)
-    issues = d.issues_of(events)
-    attempts = d.attempt_details(run, eval_set, events,
-                                 [(r.qid, r.sample) for r in summary.cases], issues)
+                            set_label=str(set_dir) if set_dir is not None else None, view=view)
+    issues = d.issues_of(view.events)
+    attempts = d.attempt_details(run, eval_set, view,
+                                 [run.key(r.qid, r.sample) for r in summary.cases], issues)
     set_label = str(set_dir) if set_dir is not None else (
         str(eval_set.dir) if eval_set is not None else None)
     target = Path(run.dir) / PAGE_FILE

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core import schemas, vocab
-from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError
-from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.errors import InputError
+from malloy_evals.core.findings import FolderReport, LineProblem
 
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
@@ -244,33 +244,6 @@ class EvalSet:
     def recordings_dir(self, role: str) -> Path:
         """`<set>/recordings/<role>/` (judge, coverage, diagnose)."""
         return self.dir / "recordings" / role
-
-
-@dataclass(frozen=True)
-class SetReport:
-    """What check_set found in one set folder (validate_set.py)."""
-
-    dir: str
-    readable: bool
-    cases: int
-    errors: list[str]
-    warnings: list[str]
-
-    @property
-    def status(self) -> str:
-        if not self.readable:
-            return "unreadable"
-        return "invalid" if self.errors else "ok"
-
-    @property
-    def exit_code(self) -> int:
-        if not self.readable:
-            return EXIT_UNMEASURED
-        return EXIT_FINDING if self.errors else EXIT_OK
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dir": self.dir, "status": self.status, "cases": self.cases,
-                "errors": self.errors, "warnings": self.warnings, "exit_code": self.exit_code}
 
 
 # --------------------------------------------------------------------------------------------
@@ -542,16 +515,16 @@ def _check_fixtures(set_dir: Path, scan: _Scan) -> None:
                 scan.problem(file, number, f"qid: {qid!r} is not a case of cases.jsonl", warning=True)
 
 
-def check_set(set_dir: str | Path) -> SetReport:
+def check_set(set_dir: str | Path) -> FolderReport:
     """Every error and warning of a set folder (validate_set.py); an unreadable folder is exit 3."""
     d = Path(set_dir)
     try:
         scan = _scan(d)
         _check_fixtures(d, scan)
     except InputError as exc:
-        return SetReport(str(set_dir), False, 0, [str(exc)], [])
-    return SetReport(str(set_dir), True, len(scan.cases), [str(p) for p in scan.errors],
-                     [str(p) for p in scan.warnings])
+        return FolderReport(str(set_dir), False, "cases", 0, [str(exc)], [])
+    return FolderReport(str(set_dir), True, "cases", len(scan.cases),
+                        [str(p) for p in scan.errors], [str(p) for p in scan.warnings])
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,20 +30,17 @@ from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
 from malloy_evals.core import commands, schemas
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.vocab import JUDGE_VERDICTS
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
-from malloy_evals.ledger.events import (
-    MECHANICAL_NULL_REASONS,
-    attempt_key,
-    effective_verdict,
-    latest_by_key,
-)
+from malloy_evals.ledger.events import MECHANICAL_NULL_REASONS, attempt_key, effective_verdict
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import attempt_label, summarize
 from malloy_evals.report.markdown import write_results
 from malloy_evals.sets.eval_set import EvalSet, golden_value, load_set, rewrite_jsonl
 
-SETTLE_VERDICTS = ("match", "near_match", "no_match")
+SETTLE_VERDICTS = JUDGE_VERDICTS  # a person settles with a verdict the judge itself could give
 DOUBTED = ("suspect", "verified_wrong")
 REFUSAL_TAG = "answerable-sounds-unanswerable"
 ROWS_SHOWN = 10           # rows of a table in a review card; the count says how many there are
@@ -239,28 +236,26 @@ def review_queue(run_dir: str | Path, set_dir: str | Path, *,
     """Every live attempt a person should settle, in qid order, with what they need to decide."""
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
-    events = run.live()
-    scores = latest_by_key(events, "score")
-    humans = latest_by_key(events, "human_verdict")
+    view = run.view()  # the one read of the ledger for this queue
     fixtures = _fixtures(eval_set) if include_disagreements else []
     items: list[ReviewItem] = []
     settled = 0
-    for attempt in sorted(run.attempts(events), key=lambda a: (
+    for attempt in sorted(view.attempts(), key=lambda a: (
             str(a.get("qid")), -1 if a.get("sample") is None else int(a["sample"]))):
         key = attempt_key(attempt)
-        score = scores.get(key)
+        score = view.score(key)
         if score is None:
             continue
-        eff = effective_verdict(score, humans.get(key), attempt)
+        eff = effective_verdict(score, view.human_verdict(key), attempt)
         if eff.settled_by is not None:
             settled += 1
             continue
         reasons = _queue_reasons(eff.verdict, eff.gold_status)
-        qid, sample = key[0], key[1]
+        qid, sample = key.qid, key.sample
         case = eval_set.cases.get(qid)
         if case is None:
             continue  # a case no longer in the set: nothing to judge it against
-        sub = attempt_submission(run, attempt, qid, sample)
+        sub = attempt_submission(run, attempt, qid, sample, view)
         elsewhere = []
         if fixtures:
             sha = prediction_sha(sub.answer_text, sub.final_query)
@@ -425,12 +420,12 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
         raise InputError(run.events_path, 1, public_loop.refusal("review.py --settle"))
     eval_set = load_set(set_dir)
     case = eval_set.case(qid)
-    events = run.live()
-    attempt = run.attempt(qid, sample, events)
+    view = run.view()  # the one read of the ledger for this settlement
+    attempt = run.attempt(qid, sample, view)
     if attempt is None:
         raise InputError(run.events_path, None, f"no live attempt {attempt_label(qid, sample)} "
                                                 f"in this run")
-    score = run.score(qid, sample, events)
+    score = run.score(qid, sample, view)
     if score is None:
         raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live score: "
                                                 "score it first (score_run.py), then settle it")
@@ -440,12 +435,11 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
             f"{attempt_label(qid, sample)} is null {score.get('reason')}: that is decided by a "
             "rule, not a judgement, so a person's verdict cannot replace it (re-record the "
             "attempt, or fix or promote the golden, then re-score)"))
-    key = (qid, sample, run.phase)
-    old = latest_by_key(events, "human_verdict").get(key)
+    old = view.human_verdict(run.key(qid, sample))
     gold = gold_status or "verified"  # settling against the golden as written vouches for it
     protects = protects or default_protects(case, score.get("verdict"), score.get("gold_status"),
                                             verdict)
-    sub = attempt_submission(run, attempt, qid, sample)
+    sub = attempt_submission(run, attempt, qid, sample, view)
     sha = prediction_sha(sub.answer_text, sub.final_query)
     fixture_id = f"{qid}.{sha[:8]}"
     rows, _count, _error = _prediction_rows(run, qid, sample, score)
@@ -462,42 +456,49 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
              "gold_status": gold, "judge_verdict": score.get("verdict"),
              "score_event_id": score.get("event_id"),
              "attempt_event_id": attempt.get("event_id"), "fixture_id": fixture_id}
-    batch: list[dict[str, Any]] = []
-    if old is not None:
-        batch.append({"kind": "void", "target_event_id": old["event_id"],
-                      "reason": f"re-settled by {by.strip()}"})
-    batch.append(event)
-    batch += _retrieval_row_for(run, qid, sample, events, verdict)
+    stale, fresh = _retrieval_row_for(run, view, qid, sample, verdict)
     schemas.check("judge_regression", fixture)  # before the ledger moves: nothing half-written
-    written = next(e for e in run.append(batch) if e["kind"] == "human_verdict")
+    # One batch: the earlier settlement and the retrieval row voided, their successors appended.
+    done = run.supersede([*([old] if old is not None else []), *stale], [event, *fresh],
+                         f"re-settled by {by.strip()}", reasons=_row_void_reasons(stale))
+    written = next(e for e in done.events if e["kind"] == "human_verdict")
     action = _write_fixture(eval_set, fixture)
+    view.refresh()
     summary, md, js = _rewrite_results(run, eval_set, run_label or str(run_dir),
-                                       set_label or str(set_dir))
+                                       set_label or str(set_dir), view)
     return SettleResult(qid, sample, verdict, score.get("verdict"), by.strip(), protects,
                         written["event_id"], old["event_id"] if old else None, fixture_id,
                         action, str(eval_set.regressions_path), str(md), str(js),
                         summary.headline, summary.settled_by_person)
 
 
-def _retrieval_row_for(run: Run, qid: str, sample: int | None, events: list[dict[str, Any]],
-                       verdict: str | None) -> list[dict[str, Any]]:
-    """The void and the new retrieval_score that carry a changed verdict into the attempt's
-    retrieval row (its attribution depends on whether it failed); nothing when it has no row or
-    the row already carries that verdict. Delivery is unchanged: nothing is re-measured."""
-    row = run.retrieval_score(qid, sample, events)
+# Why a settlement (or its undoing) supersedes an attempt's retrieval row.
+ROW_VOID_REASON = "verdict settled by a person: attribution re-decided"
+
+
+def _retrieval_row_for(run: Run, view: LiveView, qid: str, sample: int | None,
+                       verdict: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The attempt's retrieval row to supersede and the new retrieval_score that carries a
+    changed verdict into it (its attribution depends on whether it failed); nothing when it has
+    no row or the row already carries that verdict. Delivery is unchanged: nothing is
+    re-measured."""
+    row = run.retrieval_score(qid, sample, view)
     if row is None or row.get("verdict") == verdict:
-        return []
+        return [], []
     fresh = row_fields(reattribute(row, verdict))
-    return [{"kind": "void", "target_event_id": row["event_id"],
-             "reason": "verdict settled by a person: attribution re-decided"},
-            {"kind": "retrieval_score", **fresh, "phase": run.phase}]
+    return [row], [{"kind": "retrieval_score", **fresh, "phase": run.phase}]
 
 
-def _rewrite_results(run: Run, eval_set: EvalSet, run_label: str, set_label: str
-                     ) -> tuple[Any, Path, Path]:
-    """The run's summary again, written as RESULTS.md and summary.json (coverage figures kept)."""
+def _row_void_reasons(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    return {row["event_id"]: ROW_VOID_REASON for row in rows}
+
+
+def _rewrite_results(run: Run, eval_set: EvalSet, run_label: str, set_label: str,
+                     view: LiveView) -> tuple[Any, Path, Path]:
+    """The run's summary again, written as RESULTS.md and summary.json (coverage figures kept),
+    from the pass's live view (refreshed with what it appended)."""
     summary = summarize(run, eval_set, _previous_coverage(run), run_label=run_label,
-                        set_label=set_label)
+                        set_label=set_label, view=view)
     md, js = write_results(run.dir, summary)
     return summary, md, js
 
@@ -531,16 +532,16 @@ def unsettle(run_dir: str | Path, set_dir: str | Path, target: str, *, why: str,
     qid, sample = parse_target(target)
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
-    events = run.live()
-    human = latest_by_key(events, "human_verdict").get((qid, sample, run.phase))
+    view = run.view()  # the one read of the ledger for this pass
+    human = view.human_verdict(run.key(qid, sample))
     if human is None:
         raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live "
                                                 "human_verdict to void")
-    score = run.score(qid, sample, events)
+    score = run.score(qid, sample, view)
     judge = score.get("verdict") if score else None
-    batch = [{"kind": "void", "target_event_id": human["event_id"], "reason": why.strip()},
-             *_retrieval_row_for(run, qid, sample, events, judge)]
-    run.append(batch)
+    stale, fresh = _retrieval_row_for(run, view, qid, sample, judge)
+    run.supersede([human, *stale], fresh, why.strip(), reasons=_row_void_reasons(stale))
+    view.refresh()
     fixture_id = human.get("fixture_id")
     removed = False
     for line, fx in _fixtures(eval_set):
@@ -551,7 +552,7 @@ def unsettle(run_dir: str | Path, set_dir: str | Path, target: str, *, why: str,
             removed = True
             break
     summary, md, js = _rewrite_results(run, eval_set, run_label or str(run_dir),
-                                       set_label or str(set_dir))
+                                       set_label or str(set_dir), view)
     return UnsettleResult(qid, sample, human["event_id"], judge, fixture_id, removed, str(md),
                           str(js), summary.headline)
 

@@ -7,8 +7,9 @@ rubric_sha, judge_prompt_sha) is skipped; a score with any other pin (or every s
 score that records a transient failure (judge_error, environment_failure, budget_exhausted) is
 retried too, counted as `re-scored (retry)`: resuming a run must finish what did not finish.
 
-After scoring: `score_retrieval --append`, then `summary.summarize`, printed and written as
-RESULTS.md and summary.json, and the run.json pins updated through the ledger.
+After scoring: retrieval (`retrieval.score_view`, appended), then `figures.summarize`, printed and
+written as RESULTS.md and summary.json, and the run.json pins updated through the ledger. The
+ledger is read once for the whole pass: one live view, refreshed with what the pass appended.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
-from malloy_evals.answer.retrieval import score_retrieval
+from malloy_evals.answer.retrieval import score_view
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.endpoint.package import package_sha
@@ -32,7 +33,7 @@ from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.decision import golden_gate
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger import public_loop
-from malloy_evals.ledger.events import latest_by_key
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import (
     RunSummary,
@@ -58,8 +59,8 @@ ACTION_RETRY = "re-scored (retry)"
 ACTION_FORCED = "re-scored (--rescore)"
 
 # score_one(run, eval_set, qid, sample) -> the score event to append (not yet written), or a str
-# saying why nothing is to be written (a dry run). score_attempts appends it, in one batch with the
-# void of the old score, so a scoring that raises leaves the old score standing.
+# saying why nothing is to be written (a dry run). score_attempts appends it, superseding the old
+# score in one batch, so a scoring that raises leaves the old score standing.
 ScoreOne = Callable[[Any, Any, str, Any], "dict[str, Any] | str"]
 
 
@@ -185,13 +186,14 @@ def current_pins(eval_set: Any, qid: str, judge_pins: dict[str, Any]) -> dict[st
 def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dict[str, Any], *,
                    only: Sequence[str] | None = None, rescore: bool = False, parallel: int = 4,
                    progress: Callable[[str], None] = cli.progress,
-                   dry_run: bool = False) -> list[AttemptOutcome]:
+                   dry_run: bool = False, view: LiveView | None = None) -> list[AttemptOutcome]:
     """Score (or skip) every selected attempt, in parallel; one progress line per attempt.
-    With `dry_run` nothing is appended, not even a score decided without a judge call."""
+    With `dry_run` nothing is appended, not even a score decided without a judge call. `view` is
+    the pass's live view of the ledger (read here when not given); never a ledger scan per attempt."""
 
-    events = run.live()
-    live_scores = latest_by_key(events, "score")  # one pass; never a ledger scan per attempt
-    attempts = sorted(select_attempts(run.attempts(events), only, Path(run.dir)),
+    view = view or run.view()
+    live_scores = view.latest("score")
+    attempts = sorted(select_attempts(view.attempts(), only, Path(run.dir)),
                       key=lambda a: (str(a.get("qid")), -1 if a.get("sample") is None
                                      else int(a["sample"])))
     total = len(attempts)
@@ -207,7 +209,7 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
     def work(att: dict[str, Any]) -> AttemptOutcome:
         qid, sample = att["qid"], att.get("sample")
         started = time.monotonic()
-        old = live_scores.get((qid, sample, run.phase))
+        old = live_scores.get(run.key(qid, sample))
         action, stale = plan_action(old, current_pins(eval_set, qid, judge_pins), rescore)
         if action == ACTION_SKIP:
             elapsed = time.monotonic() - started
@@ -223,12 +225,9 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
                 report(qid, sample, f"not scored: {event}", elapsed)
                 return AttemptOutcome(qid, sample, "not scored", None, None, elapsed,
                                       error=event, stale_pins=stale)
-            batch = []
-            if old is not None:
-                why = (f"re-scored: stale pins {', '.join(stale)}" if stale
-                       else f"re-scored ({action})")
-                batch.append({"kind": "void", "target_event_id": old["event_id"], "reason": why})
-            event = run.append([*batch, event])[-1]
+            why = (f"re-scored: stale pins {', '.join(stale)}" if stale
+                   else f"re-scored ({action})")
+            event = run.supersede([old] if old is not None else [], [event], why).events[0]
         except KitError as exc:
             elapsed = time.monotonic() - started
             report(qid, sample, f"error: {exc}", elapsed)
@@ -261,26 +260,31 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
                endpoint_flag: str | None, pins: dict[str, Any],
                outcomes: list[AttemptOutcome], run_label: str | None = None,
                set_label: str | None = None, provider_stats: dict[str, Any] | None = None,
-               dry_run: bool = False) -> RunScoreResult:
-    """Retrieval (--append), the summary, RESULTS.md + summary.json, and the run.json pins.
-    A dry run computes the summary from what the ledger already holds and writes nothing."""
+               dry_run: bool = False, view: LiveView | None = None) -> RunScoreResult:
+    """Retrieval (appended), the summary, RESULTS.md + summary.json, and the run.json pins.
+    A dry run computes the summary from what the ledger already holds and writes nothing.
+    `view` is the pass's live view: refreshed here, never read again from the start."""
 
+    view = view or run.view()
+    view.refresh()
     if dry_run:
         s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                              endpoint_flag=endpoint_flag, run_label=run_label,
-                              set_label=set_label)
+                      endpoint_flag=endpoint_flag, run_label=run_label,
+                      set_label=set_label, view=view)
         return RunScoreResult(
             run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
             outcomes=outcomes, retrieval_rows=0, summary=s, results_md=None, summary_json=None,
             pins={}, provider_stats=provider_stats, dry_run=True)
-    result = score_retrieval(run.dir, eval_set.dir, coverage=coverage, append=True)
+    result = score_view(run, eval_set, view, coverage=coverage, append=True)
+    view.refresh()
     # run.json names every judge behind the live scores, not only the one of this pass.
-    pins = {**pins, "judgeModel": _judge_model(run, pins.get("judgeModel"))}
+    pins = {**pins, "judgeModel": _judge_model(view, pins.get("judgeModel"))}
     run_pins = {k: v for k, v in pins.items() if v is not None}
     if run_pins:
         run.update_info(**run_pins)  # before the summary, which prints the judge it names
     s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                          endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label)
+                  endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label,
+                  view=view)
     md, js = write_results(run.dir, s)
     derived: dict[str, Any] = {"status": s.status}
     if s.cost.get("judge_usd") is not None:
@@ -291,7 +295,7 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
     run_pins.update(derived)
     # The page renders this very summary, so it says exactly what summary.json says.
     page = write_run_page(run_label or run.dir, set_label or eval_set.dir, summary=s, run=run,
-                          eval_set=eval_set)
+                          eval_set=eval_set, view=view)
     return RunScoreResult(
         run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
         outcomes=outcomes, retrieval_rows=len(result.rows), summary=s, results_md=str(md),
@@ -371,7 +375,8 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     eval_set = load_set(set_dir, model_dir)
     if coverage is not None:
         load_coverage_report(coverage)  # fail on an unreadable report before any work
-    qids = [str(a.get("qid")) for a in select_attempts(run.attempts(), only, Path(run.dir))]
+    view = run.view()  # the one read of the ledger for this pass
+    qids = [str(a.get("qid")) for a in select_attempts(view.attempts(), only, Path(run.dir))]
     drifted = check_drift(eval_set, qids, progress)
     if drifted and not allow_drift:
         return DriftRefusal(str(run_dir), drifted, str(set_dir))
@@ -382,14 +387,15 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
-                                           endpoint=endpoint, doctrine=doctrine, append=False)
+                                           endpoint=endpoint, doctrine=doctrine, append=False,
+                                           view=view)
             return result.event if result.event is not None else (
                 result.message or result.status)
 
         dry_run = bool(getattr(judge, "dry_run", False))
         outcomes = score_attempts(run, eval_set, score_one, judge_pins, only=only,
                                   rescore=rescore, parallel=parallel, progress=progress,
-                                  dry_run=dry_run)
+                                  dry_run=dry_run, view=view)
         model_sha = _model_sha(eval_set, endpoint, local)
         served = {"mcpUrl": mcp_url, "servedRevision": endpoint.served_revision,
                   "environment": endpoint.environment, "package": endpoint.package,
@@ -405,7 +411,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     return finish_run(run, eval_set, coverage=coverage, judge_spec=judge_spec,
                       endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes,
                       run_label=str(run_dir), set_label=str(set_dir),
-                      provider_stats=provider_stats(judge), dry_run=dry_run)
+                      provider_stats=provider_stats(judge), dry_run=dry_run, view=view)
 
 
 def current_judge_pins(doctrine: Any) -> dict[str, Any]:
@@ -415,12 +421,11 @@ def current_judge_pins(doctrine: Any) -> dict[str, Any]:
             "judge_prompt_sha": judge_mod.judge_prompt_sha()}
 
 
-def _judge_model(run: Any, fallback: str | None) -> str | None:
+def _judge_model(view: LiveView, fallback: str | None) -> str | None:
     """The judge run.json names: the one judge of the live scores, or `mixed: ...` with each
     judge's count when several scored (a host for one attempt, hand replies for others); the
     provider's model (`fallback`) while nothing is scored."""
-    scores = [e for e in run.live() if e.get("kind") == "score"]
-    return judges_text(judge_counts(scores), fallback)
+    return judges_text(judge_counts(view.latest("score").values()), fallback)
 
 
 def _model_sha(eval_set: Any, endpoint: Any, local: bool) -> str | None:

@@ -21,18 +21,6 @@ from malloy_evals.core import cli
 from malloy_evals.ledger.validate import ValidationReport, validate_runs
 
 
-def render(report: ValidationReport) -> str:
-    """One line per folder, then its problems."""
-    lines: list[str] = []
-    for r in report.runs:
-        counts = f"{len(r.errors)} error(s), {len(r.warnings)} warning(s)"
-        detail = "could not be read" if not r.readable else f"{r.events} events; {counts}"
-        lines.append(f"{r.dir}: {r.status} ({detail})")
-        lines += [f"  error: {e}" for e in r.errors]
-        lines += [f"  warning: {w}" for w in r.warnings]
-    return "\n".join(lines)
-
-
 def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     p.add_argument("run_dirs", nargs="+", type=cli.existing_dir, metavar="RUN_DIR",
@@ -44,7 +32,7 @@ def build_parser() -> cli.ScriptParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     report = validate_runs(args.run_dirs)
-    cli.emit(report, as_json=args.json, render=render)
+    cli.emit(report, as_json=args.json, render=ValidationReport.render)
     return report.exit_code
 
 

@@ -49,8 +49,10 @@ from malloy_evals.core.errors import (
     UnmeasuredError,
     UsageError,
 )
+from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
 from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
@@ -155,7 +157,7 @@ def outcome_words(o: AttemptOutcome) -> str:
         state = "submitted"
     else:
         state = "not submitted"
-    if o.contaminated not in (False, None):
+    if is_contaminated(o.contaminated):
         state += ", contaminated"
     turns = ("turns unknown" if o.num_turns is None
              else f"{o.num_turns} turn{'' if o.num_turns == 1 else 's'}")
@@ -224,6 +226,7 @@ class _Context:
     claude: str | None = None                 # the claude executable (claude-code)
     allowed: list[str] = field(default_factory=list)  # Claude Code names of the allowed tools
     api: api_loop.ApiAnswerer | None = None
+    view: LiveView | None = None              # the run's live view, refreshed under shared.lock
 
 
 @contextmanager
@@ -332,7 +335,8 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
     if spec.model and spec.model != run.info.get("answererModel"):
         progress(f"warning: run.json names answerer model {run.info.get('answererModel')!r}; "
                  f"this command answers with {spec.model!r}")
-    live = run.attempts()
+    view = run.view()  # the one read of the ledger for this pass; refreshed as attempts are recorded
+    live = view.attempts()
     plan = plan_attempts(eval_set, {(a["qid"], a.get("sample")) for a in live},
                          samples=options.samples, only=options.only, redo=options.redo,
                          split=options.split)
@@ -366,7 +370,7 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
             ctx = _Context(run=run, eval_set=eval_set, options=options,
                            prompt=render_prompt(template, eval_set), mcp_url=url,
                            protected=protected, log=log, shared=shared, progress=progress,
-                           claude=claude, allowed=allowed, api=api)
+                           claude=claude, allowed=allowed, api=api, view=view)
             log.write("start", answerer=spec.label, command=redact_secrets(spec.template or ""),
                       mcp_url=url, local=options.local, prompt=str(prompt_path),
                       prompt_sha=prompt_sha, samples=options.samples, planned=len(plan.todo),
@@ -579,7 +583,7 @@ def _record(ctx: _Context, planned: PlannedAttempt, try_no: int, space: isolatio
         written = ctx.run.write_artifact(planned.qid, planned.sample, "stderr.txt",
                                          redact_secrets(stderr))
         stderr_path = ctx.run.relpath(written)
-    attempt = ctx.run.attempt(planned.qid, planned.sample) or {}
+    attempt = _recorded_attempt(ctx, planned) or {}
     seconds = time.monotonic() - started
     outcome = AttemptOutcome(planned.qid, planned.sample, "recorded", try_no,
                              attempt_event_id=rec.attempt_event_id, submitted=rec.submitted,
@@ -595,6 +599,17 @@ def _record(ctx: _Context, planned: PlannedAttempt, try_no: int, space: isolatio
     return outcome
 
 
+def _recorded_attempt(ctx: _Context, planned: PlannedAttempt) -> dict[str, Any] | None:
+    """The attempt just recorded, from the run's one live view (taking in only what was appended
+    since it was last read), never a fresh read of the whole ledger per attempt."""
+    key = ctx.run.key(planned.qid, planned.sample)
+    if ctx.view is None:
+        return ctx.run.attempt(planned.qid, planned.sample)
+    with ctx.shared.lock:  # one thread at a time takes in the appended bytes
+        ctx.view.refresh()
+        return ctx.view.attempt(key)
+
+
 # ---------------------------------------------------------------- the text rendering
 
 def render_text(result: HarnessResult) -> str:
@@ -608,7 +623,7 @@ def render_text(result: HarnessResult) -> str:
         lines.append("  nothing to do: every selected attempt is recorded (--redo QIDS runs "
                      "chosen ones again)")
     truncated = [o for o in result.outcomes if o.truncated]
-    contaminated = [o for o in result.outcomes if o.contaminated not in (False, None)]
+    contaminated = [o for o in result.outcomes if is_contaminated(o.contaminated)]
     if truncated:
         lines.append("  truncated: " + ", ".join(attempt_label(o.qid, o.sample) for o in truncated)
                      + " (the run will read INCOMPLETE; --redo them, perhaps with a larger "

@@ -75,6 +75,7 @@ from malloy_evals.checks.contamination.touches import Touch, _Seen, _State
 from malloy_evals.checks.contamination.uses import _see
 from malloy_evals.checks.toollog import ToolLog, ToolUse, read_tool_uses
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
+from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.core.words import shown
 
 Rule = Literal["eval-area", "model-file", "recursive-read", "script-may-read", "under-report",
@@ -114,7 +115,7 @@ class ContaminationResult:
     @property
     def exit_code(self) -> int:
         # "unknown" counts as contaminated in every aggregate, so it is a finding too.
-        return EXIT_OK if self.contaminated is False else EXIT_FINDING
+        return EXIT_FINDING if is_contaminated(self.contaminated) else EXIT_OK
 
 
 @dataclass(frozen=True)
