@@ -9,7 +9,8 @@ PYTHON  ?= python3
 test: setup
 	$(PY) -m pytest -q
 
-# Scores the sample set's two recorded runs offline into a scratch folder outside the checkout.
+# Scores the sample set's recorded runs offline into a scratch folder outside the checkout, then
+# measures the A/A noise band and compares the candidate arm with the baseline.
 demo: setup
 	$(PY) scripts/demo.py
 

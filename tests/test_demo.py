@@ -5,9 +5,14 @@ intended (evals/bookshop/runs/EXPECTED.*, spelled out below)."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
+import shlex
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -70,6 +75,15 @@ LEAKY_CASCADE = {
                   "not retrieved": 1},
     "total": 5, "passes": 1,
 }
+# The live leg (scripts/demo.py LIVE_CASES): the scripted answerer answers two cases right, filters
+# 2024 revenue by ship_date (the case's mustNotUse vetoes it), and declines the margin question
+# naming the missing cost data.
+LIVE_VERDICTS = {
+    ("bk_total_revenue", None): ("match", None),
+    ("bk_revenue_by_genre", None): ("match", None),
+    ("bk_revenue_2024", None): ("no_match", None),
+    ("bk_profit_margin", None): ("match", None),
+}
 LEAKY_INCOMPLETE = {
     "truncated": ["bk_best_month"],
     "contaminated": ["bk_member_count", "bk_revenue_by_genre", "bk_total_revenue"],
@@ -85,8 +99,11 @@ def demo_output(tmp_path_factory) -> dict:
     proc = subprocess.run([sys.executable, str(DEMO), "--scratch", str(scratch), "--keep-going"],
                           cwd=KIT, check=False, capture_output=True, text=True, timeout=600)
     out = {"proc": proc, "scratch": scratch}
-    for name in ("baseline", "leaky"):
+    for name in ("baseline", "leaky", "baseline-2", "candidate", "live"):
         path = scratch / "runs" / name / "summary.json"
+        out[name] = json.loads(path.read_text()) if path.is_file() else None
+    for name, path in (("band", scratch / "noise-band.json"),
+                       ("compare", scratch / "compare" / "compare.json")):
         out[name] = json.loads(path.read_text()) if path.is_file() else None
     return out
 
@@ -195,3 +212,193 @@ def test_demo_leaky_diagnoses_only_the_clean_pass_that_retrieval_missed(needs_no
     issues = _live_issues(demo_output["scratch"] / "runs" / "leaky")
     assert [(i["qids"], i["primary_code"], i["owner"]) for i in issues] == [
         (["bk_revenue_2024"], "NEVER-ASKED", "agent-skill")]
+
+
+# ------------------------------------------------------------------ did the change help?
+# evals/bookshop/runs/EXPECTED.* states each new attempt's intended verdict: baseline-2 is a second
+# session of the baseline arm (A/A) in which three answers came out differently; candidate is the
+# same answerer served model-candidate/ (the refunds rule written into the model).
+
+BASELINE_2_VERDICTS = {**BASELINE_VERDICTS,
+                       ("bk_channel_mix", None): ("match", None),
+                       ("bk_gross_bookings", None): ("match", None),
+                       ("bk_revenue_by_region", None): ("no_match", None)}
+CANDIDATE_VERDICTS = {**BASELINE_VERDICTS,
+                      ("bk_refunded_amount", None): ("match", None),
+                      ("bk_channel_mix", None): ("match", None),
+                      ("bk_cancellation_rate", None): ("no_match", None),
+                      ("bk_shipped_march_2025", None): ("match", None),
+                      ("bk_stock_on_hand", None): ("match", None)}
+
+
+def test_second_baseline_session_scores_as_intended(needs_node, demo_output):
+    doc = demo_output["baseline-2"]
+    assert _verdicts(doc) == BASELINE_2_VERDICTS
+    assert doc["headline"] == "pass rate 71.4% (10/14; 95% CI 45.4-88.3%)"
+    vetoes = [(v["qid"], v["hits"]) for v in doc["vetoes"]]
+    assert ("bk_revenue_by_region", ["orders.ship_region"]) in vetoes
+
+
+def test_candidate_scores_as_intended_against_its_own_model(needs_node, demo_output):
+    from malloy_evals.endpoint.package import package_sha
+
+    doc = demo_output["candidate"]
+    assert _verdicts(doc) == CANDIDATE_VERDICTS
+    assert doc["headline"] == "pass rate 75.0% (12/16; 95% CI 50.5-89.8%)"
+    info = json.loads((demo_output["scratch"] / "runs" / "candidate" / "run.json").read_text())
+    # --model pins the package the candidate was served, not the set's model/.
+    assert info["modelSha"] == package_sha(KIT / "evals" / "bookshop" / "model-candidate")
+    assert info["modelSha"] != package_sha(KIT / "evals" / "bookshop" / "model")
+
+
+def test_demo_measures_the_aa_band_from_the_two_baseline_sessions(needs_node, demo_output):
+    band = demo_output["band"]
+    assert [(p["runs"], p["flipped"]) for p in band["pairs"]] == [
+        (["baseline", "baseline-2"], ["bk_channel_mix", "bk_gross_bookings", "bk_revenue_by_region"])]
+    assert band["band"] == {"max_flips": 3, "mean_flips": 3.0}
+    assert band["cases"] == 14  # the 14 cases decided (match or no_match) in both sessions
+
+
+def test_demo_comparison_every_flip_the_delta_and_the_band_decision(needs_node, demo_output):
+    doc = demo_output["compare"]
+    assert doc["comparable"] is True and doc["differences"] == []
+    assert (doc["fixed"], doc["broken"]) == (["bk_channel_mix", "bk_refunded_amount"],
+                                            ["bk_cancellation_rate"])
+    assert [(m["qid"], m["base"], m["candidate"]) for m in doc["moved"]] == [
+        ("bk_shipped_march_2025", "neither", "pass"), ("bk_stock_on_hand", "null", "pass")]
+    # Over the 14 cases decided in both: base 9 pass, candidate 9 - 1 + 2 = 10.
+    assert doc["cases_compared"] == 14
+    assert doc["base_pass_rate"] == round(9 / 14, 6)
+    assert doc["candidate_pass_rate"] == round(10 / 14, 6)
+    assert doc["delta_points"] == round(100 / 14, 4)
+    # The per-case differences are +1 (twice), -1 (once) and 0 (11 times). Enumerating the
+    # bootstrap of their mean over 14 draws (multinomial 2/14, 1/14, 11/14): P(mean <= -3/14) =
+    # 0.0178 and P(mean <= -2/14) = 0.0659, so the 2.5th percentile is -2/14; P(mean <= 3/14) =
+    # 0.929 and P(mean <= 4/14) = 0.978, so the 97.5th is 4/14.
+    assert doc["delta_ci"] == [round(-100 * 2 / 14, 4), round(100 * 4 / 14, 4)]
+    # 2 fixed, 1 broken: 2 * (C(3,0) + C(3,1)) / 2^3 = 1, capped at 1.
+    assert doc["mcnemar_p"] == 1.0
+    assert doc["band"]["max_flips"] == 3 and doc["beyond_band"] is False  # 3 flips, not > 3
+    assert doc["targets"] == {"bk_refunded_amount": "fixed"}
+    assert doc["non_target_broken"] == ["bk_cancellation_rate"] and doc["regression"] is False
+    assert doc["verdict"].startswith("no detectable difference: +7.1 points (95% CI ")
+    assert "targets 1/1 fixed" in doc["verdict"]
+
+
+def test_demo_prints_the_verdict_and_writes_compare_md(needs_node, demo_output):
+    doc = demo_output["compare"]
+    assert doc["verdict"] in demo_output["proc"].stdout
+    md = (demo_output["scratch"] / "compare" / "COMPARE.md").read_text()
+    assert f"**{doc['verdict']}**" in md
+
+
+def test_live_leg_answers_records_and_scores_its_cases_as_intended(needs_node, demo_output):
+    doc = demo_output["live"]
+    assert doc["status"] == "complete" and doc["answerer_model"] == "scripted-answerer"
+    assert _verdicts(doc) == LIVE_VERDICTS
+    vetoed = {c["qid"]: c["must_not_use_hits"] for c in doc["cases"]}["bk_revenue_2024"]
+    assert vetoed == ["ship_date"]
+    # The attempts were made by the harness just now: each has its transcript and a try line.
+    run = demo_output["scratch"] / "runs" / "live"
+    tries = [json.loads(line) for line in (run / "harness.jsonl").read_text().splitlines()]
+    assert sorted(t["qid"] for t in tries if t.get("outcome") == "recorded") == sorted(
+        q for q, _ in LIVE_VERDICTS)
+    assert "the verdicts replay hand-authored judge replies" in demo_output["proc"].stdout
+
+
+# ---------------------------------------------------------------- following the README
+
+
+def _readme_commands(run_dir: str) -> list[str]:
+    """The README's main command block, as a reader copies it: the lines that need no API key."""
+    text = (KIT / "README.md").read_text()
+    block = text[text.index("The main ones"):]
+    block = block[block.index("```bash") + len("```bash"):]
+    block = block[:block.index("```")]
+    return [line.replace("runs/r1", run_dir) for line in block.strip().splitlines()
+            if line.strip() and "# needs" not in line]
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=KIT, check=False, capture_output=True, text=True)
+
+
+def test_readme_runs_go_to_a_root_runs_folder_git_ignores_and_set_runs_stay_tracked():
+    # Issue 16 item 10: the README makes runs under /runs/ at the root; the sample set's own
+    # evals/*/runs/ are committed, so only the root folder is ignored.
+    if _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: nothing to ignore")
+    assert _git("check-ignore", "-q", "runs/r1/events.jsonl").returncode == 0
+    assert _git("check-ignore", "-q", "evals/bookshop/runs/baseline/events.jsonl").returncode == 1
+    assert _git("check-ignore", "-q", "evals/other/runs/r1/events.jsonl").returncode == 1
+
+
+def test_following_the_readme_runs_every_command_and_leaves_the_checkout_clean(needs_node):
+    # Issue 16 item 10: the README's examples named qids and files the sample set does not have
+    # (`--qid q01`, `--transcript q01.jsonl`), and what they wrote showed up in `git status`.
+    if _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: nothing to compare")
+    name = f"readme-{uuid.uuid4().hex[:8]}"
+    before = _git("status", "--porcelain", "--untracked-files=all").stdout
+    try:
+        for line in _readme_commands(f"runs/{name}"):
+            argv = shlex.split(line)
+            assert argv[0] == ".venv/bin/python"
+            proc = subprocess.run([sys.executable, *argv[1:]], cwd=KIT, check=False,
+                                  capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, f"{line}\n{proc.stderr}"
+        summary = json.loads((KIT / "runs" / name / "summary.json").read_text())
+        assert summary["verdicts"]["match"] == 1 and summary["verdicts"]["no_match"] == 1
+        assert _git("status", "--porcelain", "--untracked-files=all").stdout == before
+    finally:
+        shutil.rmtree(KIT / "runs" / name, ignore_errors=True)
+        if (KIT / "runs").is_dir() and not any((KIT / "runs").iterdir()):
+            (KIT / "runs").rmdir()
+
+
+def _copies(doc: str) -> set[str]:
+    """What the docstring's own `cp -r SRC... DEST` lines make: DEST, or DEST/<name> of each
+    source when DEST ends in `/`."""
+    made = set()
+    for line in doc.splitlines():
+        words = line.split("#")[0].split()
+        if words[:2] == ["cp", "-r"] and len(words) > 3:
+            *sources, dest = words[2:]
+            made |= ({dest.rstrip("/") + "/" + Path(src).name for src in sources}
+                     if dest.endswith("/") else {dest})
+    return made
+
+
+def _help_examples() -> list[tuple[str, str, set[str]]]:
+    """(script, command line, the copies its docstring makes) for every example in a script's
+    usage docstring."""
+    out = []
+    for script in sorted([*KIT.glob("skills/*/scripts/*.py"), *KIT.glob("scripts/*.py")]):
+        doc = ast.get_docstring(ast.parse(script.read_text())) or ""
+        copies = _copies(doc)
+        out += [(script.name, line.strip(), copies) for line in doc.splitlines()
+                if line.strip().startswith(".venv/bin/python")]
+    return out
+
+
+def test_help_examples_name_only_qids_and_files_the_sample_set_has():
+    # Issue 16 item 10: --help examples used `--qid q01`, `--transcript q01.jsonl`,
+    # `runs/baseline-01` and `final.malloy`, none of which exist.
+    qids = {json.loads(line)["qid"] for line in
+            (KIT / "evals" / "bookshop" / "cases.jsonl").read_text().splitlines() if line.strip()}
+    examples = _help_examples()
+    assert len(examples) > 30
+    for script, line, copies in examples:
+        if "# needs" in line:  # your own set, a running server or an API key: said so
+            continue
+        argv = shlex.split(line, comments=True)  # as a shell reads it: the comment is no word
+        for flag, value in itertools.pairwise(argv):
+            if flag in ("--qid", "--only") and "evals/bookshop" in argv:
+                assert set(value.split(",")) <= qids, f"{script}: {line}"
+            if flag in ("--transcript", "--host-log", "--answer-file", "--log", "--replies",
+                        "--query-file", "--set") or (flag == "--run" and value.startswith("evals/")):
+                assert value in copies or (KIT / value).exists(), \
+                    f"{script}: {value} does not exist: {line}"
+        positional = [a for prev, a in itertools.pairwise(argv[1:])
+                      if a.startswith("evals/") and not prev.startswith("--")]
+        assert all((KIT / a).exists() for a in positional), f"{script}: {line}"

@@ -425,6 +425,22 @@ def test_serve_local_missing_package_dir_is_usage_error(tmp_path):
     assert proc.returncode == 2 and "is not a folder" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_serve_local_missing_package_dir_is_a_usage_error_without_node_too(tmp_path):
+    # The bug: the Node check ran before the usage check, so without Node this was exit 3.
+    no_node = {**os.environ, "PATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/x={tmp_path / 'nope'}"],
+                          env=no_node, check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "is not a folder" in proc.stderr and "node" not in proc.stderr
+
+
+def test_serve_local_without_node_is_exit_3_naming_it_once_the_command_line_is_right(tmp_path):
+    no_node = {**os.environ, "PATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}"],
+                          env=no_node, check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "node is not on PATH" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_serving_on_a_port_already_held_exits_3_before_saying_serving(http_server):
     port = http_server[1].rsplit(":", 1)[1]
     proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}",
@@ -473,3 +489,46 @@ def test_package_that_cannot_load_is_marked_an_environment_fault(tmp_path):
     endpoint = Endpoint([served])
     result = endpoint.execute_query("samples", "mini", "shop.malloy", query="run: x -> { }")
     assert result.is_error and _payload(result)["environmentFault"] is True
+
+
+@pytest.mark.parametrize("args, message", [
+    pytest.param([], "give --package ENV/PKG=DIR or --set SET", id="nothing_to_serve"),
+    pytest.param(["--package", f"samples/mini={MINI_MODEL}", "--model", str(MINI_MODEL)],
+                 "give --set SET with it", id="model_without_set"),
+])
+def test_serve_local_flag_mistakes_exit_2(args, message):
+    proc = subprocess.run([sys.executable, str(SERVE), *args], check=False, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_serve_local_set_with_model_serves_the_candidate_package(tmp_path):
+    import shutil
+
+    _guard()
+    copy = tmp_path / "mini"
+    shutil.copytree(MINI, copy)
+    cand = copy / "model-candidate"
+    shutil.copytree(copy / "model", cand)
+    (cand / "shop.malloy").write_text((cand / "shop.malloy").read_text() + "\n// candidate\n")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(SERVE), "--set", str(copy), "--model", str(cand),
+                             "--http", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "did not start"
+                time.sleep(0.1)
+        body = PublisherRest(f"http://127.0.0.1:{port}").package("samples", "mini")
+        assert body["sourceContentSha"] == package_sha(cand) != package_sha(copy / "model")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

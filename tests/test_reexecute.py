@@ -280,3 +280,55 @@ def test_endpoint_fault_is_unmeasured_not_the_answerers_error(run):
         reexecute_attempt(run, MINI, "rev_by_region", None, BrokenEndpoint())
     assert not run.artifact_dir("rev_by_region", None).exists() or not any(
         run.artifact_dir("rev_by_region", None).iterdir())
+
+
+# ---------- --model DIR: a candidate package standing in for model/ ----------
+
+
+def _candidate_copy(tmp_path):
+    """A copy of the mini set with `model-candidate/` beside `model/`, one measure added."""
+    import shutil
+
+    copy = tmp_path / "mini"
+    shutil.copytree(MINI, copy)
+    cand = copy / "model-candidate"
+    shutil.copytree(copy / "model", cand)
+    text = (cand / "shop.malloy").read_text()
+    (cand / "shop.malloy").write_text(
+        text + "\n#(doc) Lines in the candidate model only.\n"
+               "source: order_lines is orders extend { measure: line_total is count() }\n")
+    return copy, cand
+
+
+def test_local_endpoint_with_model_dir_serves_that_package_and_pins_its_sha(needs_node, tmp_path):
+    from malloy_evals.endpoint.package import package_sha
+    from malloy_evals.sets.eval_set import load_set
+
+    copy, cand = _candidate_copy(tmp_path)
+    with open_endpoint(load_set(copy, cand), local=True, timeout=60) as ep:
+        envelope = ep.execute(query="run: order_lines -> { aggregate: line_total }")
+    assert ep.model_sha == package_sha(cand) != package_sha(copy / "model")
+    assert "line_total" in json.dumps(envelope)
+
+
+def test_model_dir_with_mcp_url_is_a_usage_error(tmp_path):
+    from malloy_evals.core.errors import UsageError
+    from malloy_evals.sets.eval_set import load_set
+
+    copy, cand = _candidate_copy(tmp_path)
+    with pytest.raises(UsageError, match="--model"), \
+            open_endpoint(load_set(copy, cand), mcp_url="http://127.0.0.1:1/mcp"):
+        pass
+
+
+@pytest.mark.parametrize("extra", [
+    pytest.param(["--mcp-url", "http://127.0.0.1:1/mcp", "--model", "evals/bookshop/model"],
+                 id="model_with_mcp_url"),
+    pytest.param(["--local", "--model", "no/such/folder"], id="model_folder_missing"),
+])
+def test_script_model_flag_mistakes_exit_2(extra):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--run", "r", "--set", "s", "--qid", "q",
+                           *extra], check=False, capture_output=True, text=True, timeout=60,
+                          cwd=KIT_ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "--model" in proc.stderr

@@ -5,6 +5,10 @@ a null, and for every attempt that reaches the judge the reply a hand-authored j
 should hold (a judge_verdict object). The judge recordings and the demo test are checked
 against it.
 
+It also writes the authored judge replies of the two runs added for comparisons
+(recordings/judge/_authored.baseline-2.jsonl and _authored.candidate.jsonl), from which
+scripts/author_recordings.py makes their recordings.
+
 Example:
   .venv/bin/python evals/bookshop/authoring/build_expected.py
 """
@@ -93,15 +97,70 @@ leaky = [
    final_query_source="declared", pattern="one clean attempt",
    why="A clean right answer, so the leaky run still has a judged attempt; the run is INCOMPLETE anyway."),
 ]
+
+
+def derive(run_id, attempts, changed):
+    """A run whose attempts are `attempts` except the ones in `changed` (by qid)."""
+    by_qid = {x["qid"]: x for x in changed}
+    return [by_qid.get(x["qid"], x) for x in attempts]
+
+
+CHANNEL_MATCH = a("bk_channel_mix", "match", judge=j("match", 9, {"channel": "channel", "revenue": "revenue"}, "The by_channel view returns web 50,431.09, app 27,290.25 and marketplace 13,242.50, the golden revenue per channel (PREFERRED); the shares given are the same split, and the order counts per channel are CREDITED."),
+   final_query_source="named_view", final_query="run: order_items -> by_channel", pattern="named view run this time",
+   why="The same answerer ran the by_channel view it only named in the baseline session; right split.")
+# A second session of the baseline arm (A/A: same answerer, model and judge). Three answers come out
+# differently, which is what a noise band measures.
+base2 = derive("baseline-2", base, [
+ CHANNEL_MATCH,
+ a("bk_gross_bookings", "match", judge=j("match", 9, {"gross_revenue": "gross_revenue"}, "Re-executed gross_revenue 105572.36 equals the golden 105,572.36 at cents: every order line, cancelled and returned orders included (PREFERRED)."),
+   final_query_source="declared", pattern="right measure this time",
+   why="This session used gross_revenue, which counts every order; the baseline session used revenue."),
+ a("bk_revenue_by_region", "no_match", judge=j("no_match", 9, {"region": "ship_region", "revenue": "revenue"}, "The rows are revenue by orders.ship_region (North America 42,208.00 ...), where parcels went, not the customer's home region: the rubric's WRONG clause. The golden North America is 44,245.88."),
+   must_not_use_hits=["orders.ship_region"], final_query_source="declared", pattern="the ship-region trap, this time",
+   why="This session grouped by orders.ship_region, a mustNotUse entry (dotted form): no_match, and the veto agrees with the judge."),
+])
+# The candidate arm: the same answerer served model-candidate/, where refunded_amount writes down the
+# refunds rule the baseline's diagnosis named (RULE_UNWRITTEN on bk_refunded_amount).
+cand = derive("candidate", base, [
+ a("bk_refunded_amount", "match", judge=j("match", 9, {"refunded": "refunded_amount"}, "Re-executed refunded_amount 7845.21 equals the golden 7,845.21: what customers paid on orders with status returned (PREFERRED); cancelled orders are left out, as the rubric asks."),
+   final_query_source="declared", pattern="the target, fixed by the model change",
+   why="The candidate model has the measure refunded_amount; the answerer found it and ran it."),
+ CHANNEL_MATCH,
+ a("bk_cancellation_rate", "no_match", judge=j("no_match", 9, {"cancellation_rate": "cancellation_rate"}, "cancellation_rate 0.1352 adds returned orders to the cancellations: the rubric's WRONG clause. The golden is 0.0588 (147 of 2,500)."),
+   final_query_source="declared", pattern="a case the session broke (not the model change)",
+   why="This session counted returned orders as cancelled; nothing in the model change touches order status."),
+ a("bk_shipped_march_2025", "match", judge=j("match", 9, {"revenue": "revenue"}, "Re-executed revenue 6624.69 on orders whose ship_date falls in March 2025 equals the golden 6,624.69 (PREFERRED): cancelled and returned orders excluded."),
+   final_query_source="declared", pattern="out of neither (not a flip)",
+   why="The net revenue measure by ship date: the PREFERRED figure, where the baseline session gave the DIVERGENT one (near_match)."),
+ a("bk_stock_on_hand", "match", judge=j("match", 9, {}, "Golden is unanswerable (no inventory data). The answer declines and says the model has no inventory or stock data (PREFERRED); copies sold are offered only as an alternative, not as stock."),
+   final_query_source=None, final_query=None, pattern="out of null (not a flip)",
+   why="A refusal that names the missing data, where the baseline session submitted nothing (null not_submitted)."),
+])
+comparisons = {
+ "aa": {"runs": ["baseline", "baseline-2"], "flipped": ["bk_channel_mix", "bk_gross_bookings", "bk_revenue_by_region"], "band": {"max_flips": 3, "mean_flips": 3.0}, "cases": 14},
+ "candidate": {"base": ["baseline"], "candidate": ["candidate"], "targets": ["bk_refunded_amount"],
+   "fixed": ["bk_channel_mix", "bk_refunded_amount"], "broken": ["bk_cancellation_rate"],
+   "moved": {"bk_shipped_march_2025": ["neither", "pass"], "bk_stock_on_hand": ["null", "pass"]},
+   "cases_compared": 14, "base_pass_rate": "9/14", "candidate_pass_rate": "10/14", "delta_points": "+7.1 (100 * 1/14)",
+   "beyond_band": False, "verdict": "no detectable difference: the target is fixed, but 3 flips are what two sessions of the baseline arm also show"},
+}
+
 doc = {
- "about": "The verdict each recorded attempt is meant to get, and the judge reply a hand-authored recording should hold for the attempts that reach the judge (judge_reply follows reference/schemas/judge_verdict.schema.json). Judge recording keys: <runId>.<qid>.<sample> with sample written _ (e.g. baseline.bk_total_revenue._). Checked at 13:11 UTC by scoring scratch copies of both runs with scripts/demo.py (score_run.py --judge replay --local over the hand-authored recordings made from these replies by author_recordings.py): every verdict, judge verdict and confidence below came out as written.",
+ "about": "The verdict each recorded attempt is meant to get, and the judge reply a hand-authored recording should hold for the attempts that reach the judge (judge_reply follows reference/schemas/judge_verdict.schema.json). Judge recording keys: <runId>.<qid>.<sample> with sample written _ (e.g. baseline.bk_total_revenue._). Checked by scoring scratch copies of the runs with scripts/demo.py (score_run.py --judge replay --local over the hand-authored recordings made from these replies by author_recordings.py; the candidate run with --model evals/bookshop/model-candidate): every verdict, judge verdict and confidence below came out as written, and so did the comparisons at the end.",
  "runs": {
   "baseline": {"runId": "baseline", "phase": "baseline", "status": "complete", "attempts": base,
     "summary": {"attempts": 18, "match": 9, "no_match": 5, "near_match": 1, "needs_human": 1, "null": {"not_submitted": 1, "golden_provisional": 1},
                 "pass_rate": "64.3% (9/14; 95% CI 38.8-83.7%)", "judge_calls": 16}},
   "leaky": {"runId": "leaky", "phase": "baseline", "status": "INCOMPLETE", "attempts": leaky,
     "summary": {"attempts": 5, "match": 1, "null": {"contaminated": 3, "answerer_truncated": 1}, "incomplete_because": "1 truncated (bk_best_month), 3 contaminated (bk_total_revenue, bk_revenue_by_genre, bk_member_count)", "judge_calls": 4, "note": "the three contaminated attempts are still judged (SPEC 5.5 keeps the judge read in judge_verdict) and then voided to null contaminated"}},
+  "baseline-2": {"runId": "baseline-2", "phase": "baseline", "status": "complete", "attempts": base2,
+    "summary": {"attempts": 18, "match": 10, "no_match": 4, "near_match": 1, "needs_human": 1, "null": {"not_submitted": 1, "golden_provisional": 1},
+                "pass_rate": "71.4% (10/14; 95% CI 45.4-88.3%)", "judge_calls": 16}},
+  "candidate": {"runId": "candidate", "phase": "loop", "status": "complete", "attempts": cand, "model": "model-candidate",
+    "summary": {"attempts": 18, "match": 12, "no_match": 4, "needs_human": 1, "null": {"golden_provisional": 1},
+                "pass_rate": "75.0% (12/16; 95% CI 50.5-89.8%)", "judge_calls": 17}},
  },
+ "comparisons": comparisons,
 }
 (R / "EXPECTED.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 lines = ["# What each recorded attempt should score", "",
@@ -125,4 +184,16 @@ for name, run in doc["runs"].items():
             js = "not called"
         lines.append(f"| `{x['qid']}` | {x['pattern']} | **{v}** | {js} | {x['why']} |")
     lines += ["", "Counts: " + json.dumps(s, ensure_ascii=False), ""]
+lines += ["## Comparisons", "",
+          "`baseline` and `baseline-2` are two sessions of one arm (A/A): the cases that flip between them are the",
+          "noise band. `candidate` is the same answerer served `model-candidate/`, where the refunds rule is written.", "",
+          "```json", json.dumps(comparisons, indent=2, ensure_ascii=False), "```", ""]
 (R / "EXPECTED.md").write_text("\n".join(lines))
+
+# The authored judge replies of the runs added for comparisons, one line per judged attempt, for
+# scripts/author_recordings.py (the baseline and leaky files were written before this script did).
+REC = R.parent / "recordings" / "judge"
+for run_id, attempts in (("baseline-2", base2), ("candidate", cand)):
+    out = [json.dumps({"key": f"{run_id}.{x['qid']}._", "replies": [x["judge_reply"]]}, ensure_ascii=False)
+           for x in attempts if x.get("judge_reply")]
+    (REC / f"_authored.{run_id}.jsonl").write_text("\n".join(out) + "\n")

@@ -6,13 +6,19 @@ hand. Every MCP tool result is not: each call is sent to the kit's local endpoin
 rows the model gives. Non-MCP tool results (Read, Bash) are canned. The leaky run's sessions that
 ran in the checkout say @KIT_ROOT@ for it; scripts/make_sample_runs.py fills that in.
 
-Re-running rewrites transcripts/ (the _meta reference ids in results change every run); rebuild
-the runs afterwards with scripts/make_sample_runs.py --force, and update runs/EXPECTED.*.
+Runs: `baseline` and `leaky`; `baseline-2`, a second session of the baseline arm (A/A: same
+answerer, model and judge); `candidate`, the same answerer served model-candidate/ (the refunds
+rule written into the model). Each run's calls go to the package its answerer was served.
+
+Re-running rewrites transcripts/ (the _meta reference ids in results change every run), so
+rebuild only the runs you changed (--only RUN); rebuild them afterwards with
+scripts/make_sample_runs.py --force --only RUN, and update runs/EXPECTED.*.
 
 Examples:
-  .venv/bin/python evals/bookshop/authoring/build_transcripts.py
+  .venv/bin/python evals/bookshop/authoring/build_transcripts.py --only candidate
   .venv/bin/python evals/bookshop/authoring/build_transcripts.py /tmp/bookshop-transcripts
 """
+import argparse
 import asyncio
 import json
 import sys
@@ -214,6 +220,77 @@ ATTEMPTS = {
     },
 }
 
+Q_SHIP_REGION = "run: order_items -> {\n  group_by: orders.ship_region\n  aggregate: revenue\n}"
+Q_GROSS = "run: order_items -> { aggregate: gross_revenue }"
+Q_CANCEL_RETURNED = ("run: orders -> {\n  aggregate:\n    order_count\n"
+                     "    cancelled_or_returned is count() { where: status = 'cancelled' or status = 'returned' }\n"
+                     "    cancellation_rate is count() { where: status = 'cancelled' or status = 'returned' } / count()\n}")
+Q_MARCH_NET = ("run: order_items -> {\n  where: orders.ship_date >= @2025-03-01 and orders.ship_date < @2025-04-01\n"
+               "  aggregate: revenue\n}")
+Q_REFUNDS = "run: order_items -> { aggregate: refunded_amount }"
+
+# The channel split answered with the view's numbers (baseline-2 and candidate: the same answerer
+# runs the view it only named in the baseline session).
+CHANNEL_RUN = {"steps": [
+    gc("sales channel revenue"),
+    say("There is a `by_channel` view on order_items with revenue per channel. I'll run it."),
+    ex(sourceName="order_items", queryName="by_channel"),
+], "answer": ("Revenue by sales channel (the `by_channel` view):\n\n"
+              "| channel | revenue | orders |\n|---|---:|---:|\n"
+              "| web | 50,431.09 | 1,376 |\n| app | 27,290.25 | 750 |\n| marketplace | 13,242.50 | 374 |\n\n"
+              "The website brings in a little over half of revenue (55%), the app 30% and the marketplace 15%.")}
+
+# A second session of the baseline arm (A/A): same answerer, same model/, same judge. Most answers
+# come out as before; three do not, which is the noise a change has to beat.
+ATTEMPTS["baseline-2"] = {
+    **ATTEMPTS["baseline"],
+    "bk_channel_mix": CHANNEL_RUN,
+    "bk_gross_bookings": {"steps": [
+        gc("gross bookings all orders"),
+        say("gross_revenue on order_items counts every order, cancelled and returned included; revenue drops those."),
+        ex(Q_GROSS),
+    ], "answer": ("Gross bookings across every order, cancelled and returned ones included, were **$105,572.36**.\n\n"
+               + block(Q_GROSS))},
+    "bk_revenue_by_region": {"steps": [
+        gc("revenue by region"),
+        ex(Q_SHIP_REGION),
+    ], "answer": ("Revenue by region:\n\n- North America: $42,208.00\n- Europe: $23,644.49\n"
+               "- Asia Pacific: $13,981.32\n- Latin America: $11,130.03\n\n" + block(Q_SHIP_REGION))},
+}
+
+# The candidate arm: the same answerer against model-candidate/, where the refunds rule the
+# baseline's diagnosis asked for is written as the measure refunded_amount.
+ATTEMPTS["candidate"] = {
+    **ATTEMPTS["baseline"],
+    "bk_refunded_amount": {"steps": [
+        gc("refund amount returned orders"),
+        say("order_items has a `refunded_amount` measure: what customers paid on returned orders, which were refunded in full."),
+        ex(Q_REFUNDS),
+    ], "answer": ("We have refunded **$7,845.21** to customers for returned orders: what they had paid for those orders, "
+               "refunded in full. Cancelled orders were never charged, so they are not included.\n\n" + block(Q_REFUNDS))},
+    "bk_channel_mix": CHANNEL_RUN,
+    "bk_cancellation_rate": {"steps": [
+        gc("order status cancelled"),
+        ex(Q_CANCEL_RETURNED),
+    ], "answer": ("**13.52%** of orders get cancelled: 338 of 2,500 orders did not stay with the customer "
+               "(cancelled before shipping, or returned after).\n\n" + block(Q_CANCEL_RETURNED))},
+    "bk_shipped_march_2025": {"steps": [
+        gc("revenue ship date"),
+        ex(Q_MARCH_NET),
+    ], "answer": ("Orders shipped in March 2025 brought in **$6,624.69** of revenue, counted by ship date "
+               "(cancelled and returned orders excluded).\n\n" + block(Q_MARCH_NET))},
+    "bk_stock_on_hand": {"steps": [
+        gc("stock inventory copies on hand"),
+        gc("The Iron Crossing"),
+    ], "answer": ("I can't answer this: the bookshop model has no inventory or stock data, only the catalogue "
+               "and what was sold. It could tell you how many copies of The Iron Crossing were sold, but not "
+               "how many are left in stock.")},
+}
+
+# The package each run's answerer was served (model/ unless named here).
+MODEL_OF_RUN = {"candidate": "model-candidate"}
+SESSION_OF_RUN = {"baseline": 1, "leaky": 2, "baseline-2": 3, "candidate": 4}
+
 # Host-log attempt (no transcript): the answerer reported more calls than the host logged.
 HOST_LOGS = {
     "leaky": {
@@ -236,73 +313,79 @@ def dump_content(result):
     return blocks
 
 
-async def build():
-    """Replay every session's MCP calls against the local endpoint and write the transcripts."""
-    params = StdioServerParameters(command=sys.executable,
-                                   args=[str(KIT / "skills/eval-answer/scripts/serve_local.py"),
-                                         "--package", f"samples/bookshop={KIT}/evals/bookshop/model"])
-    async with Client(params, read_timeout_seconds=120) as client:
-        for run, attempts in ATTEMPTS.items():
-            (OUT / run).mkdir(parents=True, exist_ok=True)
-            for n, (qid, spec) in enumerate(attempts.items()):
-                lines = []
-                cwd = spec.get("cwd", ANALYST_CWD)
-                session = f"5e551{n:03d}-b00c-4a11-9e00-{ {'baseline': 1, 'leaky': 2}[run]:012d}"
-                lines.append({"type": "system", "subtype": "init", "cwd": cwd, "session_id": session,
-                              "tools": ["Bash", "Read", "Grep", "Glob", f"{PUB}malloy_getContext", f"{PUB}malloy_executeQuery"],
-                              "mcp_servers": [{"name": "publisher", "status": "connected"}],
-                              "model": "claude-sonnet-4-5", "permissionMode": "default"})
-                turns = 0
-                mid = 0
-                for step in spec["steps"]:
-                    mid += 1
-                    msg_id = f"msg_{qid}_{mid:02d}"
-                    if step[0] == "text":
-                        lines.append({"type": "assistant", "message": {"id": msg_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                                      "content": [{"type": "text", "text": step[1]}],
-                                      "usage": {"input_tokens": 40, "output_tokens": 60, "cache_read_input_tokens": 3000}}, "session_id": session})
-                        continue
-                    turns += 1
-                    use_id = f"toolu_{run}_{qid}_{mid:02d}"
-                    if step[0] == "mcp":
-                        name = PUB + step[1]
-                        args = step[2]
-                        r = await client.call_tool(step[1], args)
-                        content = dump_content(r)
-                        is_error = bool(r.is_error)
-                    else:
-                        name, args, content, is_error = step[1], step[2], step[3], step[4]
-                        if content is None:
-                            content = canned(name, args)
-                    lines.append({"type": "assistant", "message": {"id": msg_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                                  "content": [{"type": "tool_use", "id": use_id, "name": name, "input": args}],
-                                  "usage": {"input_tokens": 30, "output_tokens": 80, "cache_read_input_tokens": 3200}}, "session_id": session})
-                    lines.append({"type": "user", "message": {"role": "user", "content": [
-                        {"type": "tool_result", "tool_use_id": use_id, "content": content, "is_error": is_error}]}, "session_id": session})
-                    print(run, qid, name, "ERROR" if is_error else "ok", file=sys.stderr)
-                answer = spec.get("answer")
-                if spec.get("truncated"):
-                    lines.append({"type": "result", "subtype": "error_max_turns", "is_error": True, "duration_ms": 61250,
-                                  "num_turns": 8, "session_id": session, "total_cost_usd": 0.0912,
-                                  "usage": {"input_tokens": 410, "output_tokens": 1320, "cache_read_input_tokens": 28100, "cache_creation_input_tokens": 5200}})
-                else:
-                    if answer:
-                        lines.append({"type": "assistant", "message": {"id": f"msg_{qid}_final", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                                      "content": [{"type": "text", "text": answer}],
-                                      "usage": {"input_tokens": 60, "output_tokens": 220, "cache_read_input_tokens": 4100}}, "session_id": session})
-                    cost = round(0.018 + 0.011 * turns + len(answer or "") / 100000, 4)
-                    lines.append({"type": "result", "subtype": "success", "is_error": False,
-                                  "duration_ms": 9000 + 4100 * turns + 7 * len(answer or ""), "num_turns": turns + 1,
-                                  "result": answer or "", "session_id": session, "total_cost_usd": cost,
-                                  "usage": {"input_tokens": 120 + 35 * turns, "output_tokens": 150 + 90 * turns + len(answer or "") // 4,
-                                            "cache_read_input_tokens": 3000 * (turns + 1), "cache_creation_input_tokens": 4800}})
-                (OUT / run / f"{qid}.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
-    for run, logs in HOST_LOGS.items():
-        for qid, spec in logs.items():
-            uses = [{"name": PUB + s[1], "input": s[2]} for s in spec["tool_uses"]]
-            (OUT / run / f"{qid}.hostlog.json").write_text(json.dumps(
-                {"toolUses": uses, "reportedCalls": spec["reported"], "cwd": ANALYST_CWD}, indent=2) + "\n")
-            (OUT / run / f"{qid}.answer.md").write_text(spec["answer"] + "\n")
+async def build(runs):
+    """Replay the named runs' MCP calls against the local endpoint (over the package each run's
+    answerer was served) and write their transcripts."""
+    for run in runs:
+        model = KIT / "evals/bookshop" / MODEL_OF_RUN.get(run, "model")
+        params = StdioServerParameters(command=sys.executable,
+                                       args=[str(KIT / "skills/eval-answer/scripts/serve_local.py"),
+                                             "--package", f"samples/bookshop={model}"])
+        async with Client(params, read_timeout_seconds=120) as client:
+            await build_run(client, run, ATTEMPTS[run])
+
+
+async def build_run(client, run, attempts):
+    """One run's transcripts, every MCP result the endpoint's real reply."""
+    (OUT / run).mkdir(parents=True, exist_ok=True)
+    for n, (qid, spec) in enumerate(attempts.items()):
+        lines = []
+        cwd = spec.get("cwd", ANALYST_CWD)
+        session = f"5e551{n:03d}-b00c-4a11-9e00-{SESSION_OF_RUN[run]:012d}"
+        lines.append({"type": "system", "subtype": "init", "cwd": cwd, "session_id": session,
+                      "tools": ["Bash", "Read", "Grep", "Glob", f"{PUB}malloy_getContext", f"{PUB}malloy_executeQuery"],
+                      "mcp_servers": [{"name": "publisher", "status": "connected"}],
+                      "model": "claude-sonnet-4-5", "permissionMode": "default"})
+        turns = 0
+        mid = 0
+        for step in spec["steps"]:
+            mid += 1
+            msg_id = f"msg_{qid}_{mid:02d}"
+            if step[0] == "text":
+                lines.append({"type": "assistant", "message": {"id": msg_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                              "content": [{"type": "text", "text": step[1]}],
+                              "usage": {"input_tokens": 40, "output_tokens": 60, "cache_read_input_tokens": 3000}}, "session_id": session})
+                continue
+            turns += 1
+            use_id = f"toolu_{run}_{qid}_{mid:02d}"
+            if step[0] == "mcp":
+                name = PUB + step[1]
+                args = step[2]
+                r = await client.call_tool(step[1], args)
+                content = dump_content(r)
+                is_error = bool(r.is_error)
+            else:
+                name, args, content, is_error = step[1], step[2], step[3], step[4]
+                if content is None:
+                    content = canned(name, args)
+            lines.append({"type": "assistant", "message": {"id": msg_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                          "content": [{"type": "tool_use", "id": use_id, "name": name, "input": args}],
+                          "usage": {"input_tokens": 30, "output_tokens": 80, "cache_read_input_tokens": 3200}}, "session_id": session})
+            lines.append({"type": "user", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": use_id, "content": content, "is_error": is_error}]}, "session_id": session})
+            print(run, qid, name, "ERROR" if is_error else "ok", file=sys.stderr)
+        answer = spec.get("answer")
+        if spec.get("truncated"):
+            lines.append({"type": "result", "subtype": "error_max_turns", "is_error": True, "duration_ms": 61250,
+                          "num_turns": 8, "session_id": session, "total_cost_usd": 0.0912,
+                          "usage": {"input_tokens": 410, "output_tokens": 1320, "cache_read_input_tokens": 28100, "cache_creation_input_tokens": 5200}})
+        else:
+            if answer:
+                lines.append({"type": "assistant", "message": {"id": f"msg_{qid}_final", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                              "content": [{"type": "text", "text": answer}],
+                              "usage": {"input_tokens": 60, "output_tokens": 220, "cache_read_input_tokens": 4100}}, "session_id": session})
+            cost = round(0.018 + 0.011 * turns + len(answer or "") / 100000, 4)
+            lines.append({"type": "result", "subtype": "success", "is_error": False,
+                          "duration_ms": 9000 + 4100 * turns + 7 * len(answer or ""), "num_turns": turns + 1,
+                          "result": answer or "", "session_id": session, "total_cost_usd": cost,
+                          "usage": {"input_tokens": 120 + 35 * turns, "output_tokens": 150 + 90 * turns + len(answer or "") // 4,
+                                    "cache_read_input_tokens": 3000 * (turns + 1), "cache_creation_input_tokens": 4800}})
+        (OUT / run / f"{qid}.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+    for qid, spec in HOST_LOGS.get(run, {}).items():
+        uses = [{"name": PUB + s[1], "input": s[2]} for s in spec["tool_uses"]]
+        (OUT / run / f"{qid}.hostlog.json").write_text(json.dumps(
+            {"toolUses": uses, "reportedCalls": spec["reported"], "cwd": ANALYST_CWD}, indent=2) + "\n")
+        (OUT / run / f"{qid}.answer.md").write_text(spec["answer"] + "\n")
 
 
 def canned(name, args):
@@ -322,6 +405,11 @@ def canned(name, args):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:  # an optional other output folder, to try changes without touching the set
-        OUT = Path(sys.argv[1])
-    asyncio.run(build())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=OUT,
+                        help="another output folder, to try changes without touching the set")
+    parser.add_argument("--only", action="append", choices=sorted(ATTEMPTS), metavar="RUN",
+                        help="write only this run's transcripts (repeatable; default: all)")
+    args = parser.parse_args()
+    OUT = args.out
+    asyncio.run(build(args.only or list(ATTEMPTS)))

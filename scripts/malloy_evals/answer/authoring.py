@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer.reexecute import open_endpoint
-from malloy_evals.answer.scoring import attempt_key, score_attempt
+from malloy_evals.answer.scoring import judge_recording_key, score_attempt
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, KitError
 from malloy_evals.judge.calibration import (
     CalibrationReport,
@@ -49,10 +49,13 @@ class AuthorReport:
 
 def author_judge_recordings(eval_set: Any, replies: Path, *, out_dir: Path | None = None,
                             samples: int = 3, repeat: int = 1, run_dir: Path | None = None,
-                            mcp_url: str | None = None, local: bool = False) -> AuthorReport:
+                            mcp_url: str | None = None, local: bool = False,
+                            model_dir: Path | None = None) -> AuthorReport:
     """Write hand-authored judge recordings for every key of `replies` by running the real code
     paths (calibration, regressions, and optionally a run's attempts in a scratch copy) with the
-    hand provider under --record, so each recording carries the digest a replay will compute."""
+    hand provider under --record, so each recording carries the digest a replay will compute.
+    With `model_dir`, the run's attempts are re-executed against and judged with that package
+    folder (the model the run was answered against) instead of the set's model/."""
     import shutil
     import tempfile
 
@@ -74,19 +77,23 @@ def author_judge_recordings(eval_set: Any, replies: Path, *, out_dir: Path | Non
             copy = Path(scratch) / "run"
             shutil.copytree(run_dir, copy)
             run = Run.open(copy)
+            if model_dir is not None:
+                eval_set = eval_set.with_model(model_dir)
             with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
-                for attempt in run.attempts():
+                view = run.view()
+                for attempt in run.attempts(view):
                     qid, sample = attempt["qid"], attempt.get("sample")
-                    if attempt_key(run, qid, sample) not in keys:
+                    key = judge_recording_key(run, qid, sample)
+                    if key not in keys:
                         continue
                     try:
                         result = score_attempt(run, eval_set, qid, sample, provider=provider,
-                                               endpoint=endpoint)
-                        runs.append({"key": attempt_key(run, qid, sample),
+                                               endpoint=endpoint, view=view)
+                        runs.append({"key": key,
                                      "status": result.status, "verdict": result.verdict,
                                      "reason": result.reason})
                     except KitError as exc:
-                        runs.append({"key": attempt_key(run, qid, sample), "status": "error",
+                        runs.append({"key": key, "status": "error",
                                      "message": str(exc)})
     written = sorted(p.stem for p in out.glob("*.json") if p.stem in keys)
     return AuthorReport(str(out), written, calibration, regressions, runs)

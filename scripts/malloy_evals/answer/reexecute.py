@@ -2,7 +2,8 @@
 
 The kit never trusts the rows an answerer reports: it takes the attempt's final query from the
 ledger, runs it itself against the served model (a real Publisher by `--mcp-url`, or the kit's
-own endpoint over the set's `model/` package with `--local`), and writes what came back to the
+own endpoint over the set's `model/` package with `--local`, or over another package folder
+with `--local --model DIR`), and writes what came back to the
 attempt's artifacts: `prediction.csv` (the rows) and `envelope.json` (the raw payload). A query
 the server refuses is a result, recorded as `reexecute_error.json`, never an exception; only an
 unreachable server raises (could not measure).
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import paths
+from malloy_evals.core import cli, paths
+from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import (
     EXIT_OK,
     EXIT_UNMEASURED,
@@ -33,6 +35,7 @@ from malloy_evals.core.errors import (
     UsageError,
 )
 from malloy_evals.core.redact import redact_url
+from malloy_evals.core.words import sample_words
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
@@ -44,6 +47,7 @@ from malloy_evals.endpoint.mcp_client import (
 )
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import server_query_timeout
+from malloy_evals.ledger.artifacts import latest_artifact
 from malloy_evals.ledger.events import check_qid
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import EvalSet, load_set
@@ -51,6 +55,9 @@ from malloy_evals.sets.eval_set import EvalSet, load_set
 PREDICTION_FILE = "prediction.csv"
 ENVELOPE_FILE = "envelope.json"
 ERROR_FILE = "reexecute_error.json"
+# What one re-execution ran, where, against which model, and what it wrote: lets a later step
+# (score_attempt after reexecute.py) reuse it instead of running the same query again.
+PROVENANCE_STEM, PROVENANCE_SUFFIX = "reexecution", ".json"
 # `run: source -> view` (names optionally backtick-quoted): how a named view is recorded (SPEC 3).
 _NAMED_VIEW = re.compile(r"^\s*run\s*:\s*`?([A-Za-z_][\w]*)`?\s*->\s*`?([A-Za-z_][\w]*)`?\s*;?\s*$")
 _ISO_MIDNIGHT = re.compile(r"^(\d{4}-\d{2}-\d{2})T00:00:00(?:\.0+)?Z$")
@@ -85,8 +92,9 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
     and stop it on exit. Environment, package and model path come from set.json."""
 
     es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
-    if bool(mcp_url) == bool(local):
-        raise UsageError("give exactly one of --mcp-url URL or --local")
+    cli.require_one_endpoint(mcp_url, local)
+    if mcp_url and es.served_model is not None:
+        raise UsageError(cli.MODEL_WITH_MCP_URL)
     env, pkg, model = es.environment, es.target_package, es.target_model_path
     model_sha = revision = None
     if mcp_url:
@@ -101,8 +109,7 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
         # The endpoint's own limit per query is shorter than this client's wait, so a query
         # over budget comes back as the endpoint's query error (the answerer's failure), never
         # as this client giving up (an environment failure).
-        command = [sys.executable, str(script), "--package",
-                   f"{env}/{pkg}={es.model_dir.resolve()}",
+        command = [sys.executable, str(script), "--package", es.package_spec,
                    "--timeout", str(server_query_timeout(timeout))]
         client = connect(command=command, timeout=timeout)
         label = "local"
@@ -144,6 +151,7 @@ class ReexecuteResult:
     suggestions: list[str] = field(default_factory=list)
     limit_hit: bool = False
     endpoint: str = ""
+    reused: bool = False              # an earlier re-execution of the same call, model and endpoint
 
     @property
     def ok(self) -> bool:
@@ -234,13 +242,15 @@ def prediction_csv(envelope: dict[str, Any]) -> str:
 
 
 def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
-                      endpoint: QueryEndpoint) -> ReexecuteResult:
+                      endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None
+                      ) -> ReexecuteResult:
     """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
-    same attempt writes prediction.2.csv). Query errors come back as data."""
-    attempt = run.attempt(qid, sample)
+    same attempt writes prediction.2.csv). Query errors come back as data. `attempt` is its live
+    attempt event when the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt = attempt if attempt is not None else run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     call = final_call(attempt, endpoint.model_path)
     if call is None:
         return ReexecuteResult(qid, sample, "no_query", {}, error="the attempt has no final query",
@@ -253,16 +263,60 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
             # The endpoint could not run anything (package not loaded, runner gone): not the
             # answerer's failure, and not a result: scoring records an environment failure.
             raise UnmeasuredError(f"{endpoint.label}: {exc.message}") from None
-        return _query_error(run, qid, sample, sent, exc, endpoint.label)
+        result = _query_error(run, qid, sample, sent, exc, endpoint.label)
     except McpProtocolError as exc:
-        return _query_error(run, qid, sample, sent, exc, endpoint.label)
-    env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
-    pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
-    rows = envelope.get("rows") or []
-    return ReexecuteResult(qid, sample, "ok", sent, row_count=len(rows),
-                           columns=result_columns(envelope), prediction_path=run.relpath(pred_path),
-                           envelope_path=run.relpath(env_path),
-                           limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label)
+        result = _query_error(run, qid, sample, sent, exc, endpoint.label)
+    else:
+        env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
+        pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
+        rows = envelope.get("rows") or []
+        result = ReexecuteResult(qid, sample, "ok", sent, row_count=len(rows),
+                                 columns=result_columns(envelope),
+                                 prediction_path=run.relpath(pred_path),
+                                 envelope_path=run.relpath(env_path),
+                                 limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label)
+    run.write_artifact(qid, sample, PROVENANCE_STEM + PROVENANCE_SUFFIX,
+                       {"attempt_event_id": attempt.get("event_id"), **_identity(endpoint),
+                        "result": to_jsonable(result)})
+    return result
+
+
+def _identity(endpoint: Any) -> dict[str, Any]:
+    """Which endpoint answered and which model it served, as far as the endpoint can tell."""
+    return {"endpoint": getattr(endpoint, "label", None),
+            "model_sha": getattr(endpoint, "model_sha", None),
+            "served_revision": getattr(endpoint, "served_revision", None)}
+
+
+def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
+                      attempt: dict[str, Any] | None = None) -> ReexecuteResult | None:
+    """The attempt's latest re-execution when it ran this attempt's final query through this
+    endpoint serving this same model, so scoring need not run the query again; else None.
+
+    An endpoint that cannot say which model it serves (no model sha, no served revision) never
+    matches: the same URL may serve another model by now. `attempt` is its live attempt event when
+    the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt = attempt if attempt is not None else run.attempt(qid, sample)
+    path = latest_artifact(run.artifact_dir(qid, sample), PROVENANCE_STEM, PROVENANCE_SUFFIX)
+    if attempt is None or path is None:
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    identity = _identity(endpoint)
+    call = final_call(attempt, endpoint.model_path)
+    sent = {k: v for k, v in (call or {}).items() if v is not None}
+    stored = doc.get("result") if isinstance(doc, dict) else None
+    if (not isinstance(stored, dict) or doc.get("attempt_event_id") != attempt.get("event_id")
+            or (identity["model_sha"], identity["served_revision"]) == (None, None)
+            or any(doc.get(k) != v for k, v in identity.items()) or stored.get("call") != sent):
+        return None
+    written = [stored.get(k) for k in ("prediction_path", "envelope_path", "error_path")]
+    if not any(written) or any(p and not run.resolve(p).is_file() for p in written):
+        return None
+    fields = {f: stored[f] for f in ReexecuteResult.__dataclass_fields__ if f in stored}
+    return ReexecuteResult(**{**fields, "reused": True})
 
 
 def _query_error(run: Any, qid: str, sample: int | None, sent: dict[str, Any],
@@ -277,17 +331,20 @@ def _query_error(run: Any, qid: str, sample: int | None, sent: dict[str, Any],
 
 
 def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None,
-              mcp_url: str | None = None, local: bool = False) -> ReexecuteResult:
-    """The script's whole job: open the run and set, connect, re-run one attempt, disconnect."""
+              mcp_url: str | None = None, local: bool = False,
+              model_dir: str | Path | None = None) -> ReexecuteResult:
+    """The script's whole job: open the run and set, connect, re-run one attempt, disconnect.
+    `model_dir` (--model) serves that package folder instead of the set's model/."""
 
     run = Run.open(run_dir)
-    es = load_set(set_dir)
+    es = load_set(set_dir, model_dir)
     check_qid(qid)
-    if run.attempt(qid, sample) is None:
+    attempt = run.attempt(qid, sample)
+    if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     with open_endpoint(es, mcp_url=mcp_url, local=local) as endpoint:
-        return reexecute_attempt(run, es, qid, sample, endpoint)
+        return reexecute_attempt(run, es, qid, sample, endpoint, attempt=attempt)
 
 
 def render_text(result: ReexecuteResult) -> str:

@@ -113,9 +113,9 @@ def skeleton(text: str) -> str:
 # data posing as a section: a fake "prediction:" in a query's block comment, or a pasted
 # "1. GOLDEN:" or "`RUBRIC:`" inside the answer. The fence alone does not stop a judge from
 # reading such a line as the kit's, so it is marked.
-_HEADINGS = ("question", "case", "golden", "canonical query", "rubric", "must state",
-             "must not use", "answer", "queries the answerer ran", "final query", "prediction",
-             "model sources")
+_HEADINGS = ("question", "case", "golden", "alternate readings", "clarifying question",
+             "canonical query", "rubric", "must state", "must not use", "answer",
+             "queries the answerer ran", "final query", "prediction", "model sources")
 _HEADING_LINE = re.compile(r"(?m)^([\s>#*_/|\-+.:;,()\[\]`'\"0-9\x01]*)(" + "|".join(
     r"\W*".join("\x01*".join(word) for word in h.split()) for h in _HEADINGS) + r")(?![\w\x01])")
 ANSWERER_MARK = "(answerer text)"
@@ -211,13 +211,22 @@ def source_definitions(model_text: str, final_query: str | None,
 
 
 def golden_view(case: Any, value: Any) -> dict:
-    """The golden as the packet carries it: kind, status, value (rows capped), canonical query."""
+    """The golden as the packet carries it: kind, status, value (rows capped), canonical query,
+    and, when the case has them, its alternate readings and whether it allows a clarifying
+    question."""
     kind = case.golden_kind
     view: dict[str, Any] = {"kind": kind, "status": case.golden_status,
                             "canonicalQuery": case.canonical_query}
+    if case.alternates:
+        view["alternates"] = [{k: a.get(k) for k in ("assumption", "accept", "value", "note")}
+                              for a in case.alternates]
+    if case.clarify_ok:
+        view["clarify"] = "preferred" if case.clarify_preferred else "allowed"
     if kind == "rows" and isinstance(value, list):
         view["row_count"] = len(value)
         view["rows"] = value[:ROW_CAP]
+        if case.ordered:
+            view["ordered"] = True
     elif kind == "scalar":
         view["value"] = value
     elif kind == "unanswerable" or kind == "criteria":
@@ -266,7 +275,8 @@ def render_packet(packet: dict) -> str:
     if g["kind"] == "rows" and "rows" in g:
         shown = len(g["rows"])
         out.append(f"{head}; {g['row_count']} rows" + (f", first {shown} shown" if
-                                                         shown < g["row_count"] else ""))
+                                                         shown < g["row_count"] else "")
+                   + ("; ranked: their order is part of the key" if g.get("ordered") else ""))
         out.append(_rows_json(g["rows"]) or "(no rows)")
     elif g["kind"] == "unanswerable":
         out.append(f"{head}\n(unanswerable: no honest value exists in this model; judge a refusal "
@@ -275,6 +285,18 @@ def render_packet(packet: dict) -> str:
         out.append(f"{head}\n(criteria: no value; the RUBRIC clauses are the whole key)")
     else:
         out.append(f"{head}\n{json.dumps(g.get('value'), ensure_ascii=False)}")
+    if g.get("alternates"):
+        out += ["", "ALTERNATE READINGS (the evaluators' own; the rubric wins where they differ):"]
+        for alt in g["alternates"]:
+            mark = {True: "accepted", False: "rejected"}.get(alt.get("accept"), "unmarked")
+            line = f"- {mark}: {alt.get('assumption') or '(no assumption stated)'}"
+            if alt.get("value") is not None:
+                line += f"; gives {_cap(json.dumps(alt['value'], ensure_ascii=False), 4000, 'value')}"
+            if alt.get("note"):
+                line += f" ({alt['note']})"
+            out.append(line)
+    if g.get("clarify"):
+        out += ["", f"CLARIFYING QUESTION: {g['clarify']} for this case"]
     if g.get("canonicalQuery"):
         out += ["", "CANONICAL QUERY (run on the truth package):", g["canonicalQuery"]]
     out += ["", "RUBRIC:", packet["rubric"] or "(none)"]

@@ -11,15 +11,16 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import jsonl, schemas, vocab
-from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError
-from malloy_evals.core.findings import LineProblem
+from malloy_evals.core import files, jsonl, schemas, vocab
+from malloy_evals.core.errors import InputError
+from malloy_evals.core.findings import FolderReport, LineProblem
 
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
@@ -114,6 +115,27 @@ class Case:
         return g.get("canonicalQuery")
 
     @property
+    def alternates(self) -> list[dict[str, Any]]:
+        """golden.alternates: other readings, accepted (`accept: true`) or rejected traps."""
+        g = self.golden or {}
+        return [a for a in (g.get("alternates") or []) if isinstance(a, dict)]
+
+    @property
+    def clarify_ok(self) -> bool:
+        """Whether a clarifying question that names the missing detail answers this case."""
+        return bool((self.golden or {}).get("clarifyOk")) or self.clarify_preferred
+
+    @property
+    def clarify_preferred(self) -> bool:
+        """Whether a clarifying question is the preferred answer to this case."""
+        return bool((self.golden or {}).get("clarifyPreferred"))
+
+    @property
+    def ordered(self) -> bool:
+        """Whether a rows golden is ranked: its row order is part of the key."""
+        return bool((self.golden or {}).get("ordered"))
+
+    @property
     def tags(self) -> list[str]:
         return list(self.raw.get("tags") or [])
 
@@ -132,6 +154,9 @@ class EvalSet:
     cases: dict[str, Case]
     warnings: list[str]
     dataset_sha: str  # sha256 over set.json's bytes then cases.jsonl's bytes
+    # Another package folder standing in for `model/` (`--model DIR`): a candidate model is
+    # served, judged against and pinned from here, while cases and goldens stay the set's.
+    served_model: Path | None = None
 
     def case(self, qid: str) -> Case:
         """The case `qid`; InputError naming cases.jsonl when there is none."""
@@ -170,8 +195,24 @@ class EvalSet:
 
     @property
     def model_dir(self) -> Path:
-        """The Malloy package under test (`<set>/model/`)."""
-        return self.dir / "model"
+        """The Malloy package under test: `<set>/model/`, or the folder `--model DIR` named."""
+        return self.served_model if self.served_model is not None else self.dir / "model"
+
+    @property
+    def package_spec(self) -> str:
+        """`ENV/PKG=DIR`: how serve_local.py takes this set's package under test."""
+        return f"{self.environment}/{self.target_package}={self.model_dir.resolve()}"
+
+    def with_model(self, directory: str | Path) -> EvalSet:
+        """This set with `directory` serving as its model package (a candidate model beside
+        `model/`); InputError when the folder lacks the set's targetModelPath."""
+        folder = Path(directory)
+        if not folder.is_dir():
+            raise InputError(folder, None, "not a folder (--model takes a Malloy package folder)")
+        if not (folder / self.target_model_path).is_file():
+            raise InputError(folder, None, f"has no {self.target_model_path} (the set's "
+                                           "targetModelPath): not a package of this set's model")
+        return replace(self, served_model=folder.resolve())
 
     @property
     def model_file(self) -> Path:
@@ -201,33 +242,6 @@ class EvalSet:
     def recordings_dir(self, role: str) -> Path:
         """`<set>/recordings/<role>/` (judge, coverage, diagnose)."""
         return self.dir / "recordings" / role
-
-
-@dataclass(frozen=True)
-class SetReport:
-    """What check_set found in one set folder (validate_set.py)."""
-
-    dir: str
-    readable: bool
-    cases: int
-    errors: list[str]
-    warnings: list[str]
-
-    @property
-    def status(self) -> str:
-        if not self.readable:
-            return "unreadable"
-        return "invalid" if self.errors else "ok"
-
-    @property
-    def exit_code(self) -> int:
-        if not self.readable:
-            return EXIT_UNMEASURED
-        return EXIT_FINDING if self.errors else EXIT_OK
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dir": self.dir, "status": self.status, "cases": self.cases,
-                "errors": self.errors, "warnings": self.warnings, "exit_code": self.exit_code}
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,7 +376,7 @@ def _check_golden(set_dir: Path, scan: _Scan, golden: dict[str, Any], number: in
             where = f" (line {exc.line})" if exc.line else ""
             scan.problem(CASES_FILE, number, f"golden.path: {exc.message}{where}")
     kind, status = golden.get("kind"), golden.get("status") or "verified"
-    if kind in VALUE_KINDS and status == "verified" and "value" not in golden and not path:
+    if kind in VALUE_KINDS and status == "verified" and golden.get("value") is None and not path:
         scan.problem(CASES_FILE, number, f"golden: a verified {kind} golden has neither value nor "
                                          "path; the judge will see no answer key", warning=True)
 
@@ -459,15 +473,17 @@ def golden_value(case: Case, set_dir: str | Path) -> Any:
     return None
 
 
-def load_set(set_dir: str | Path) -> EvalSet:
-    """Load a set folder; raises InputError naming file and line on its first error."""
+def load_set(set_dir: str | Path, model_dir: str | Path | None = None) -> EvalSet:
+    """Load a set folder; raises InputError naming file and line on its first error. With
+    `model_dir`, that package folder stands in for the set's `model/` (see `with_model`)."""
     d = Path(set_dir)
     scan = _scan(d)
     if scan.errors:
         first = scan.errors[0]
         raise InputError(d / first.file, first.line, first.message)
     assert scan.config is not None
-    return EvalSet(d, scan.config, scan.cases, [str(w) for w in scan.warnings], scan.dataset_sha)
+    es = EvalSet(d, scan.config, scan.cases, [str(w) for w in scan.warnings], scan.dataset_sha)
+    return es if model_dir is None else es.with_model(model_dir)
 
 
 def _check_fixtures(set_dir: Path, scan: _Scan) -> None:
@@ -497,13 +513,48 @@ def _check_fixtures(set_dir: Path, scan: _Scan) -> None:
                 scan.problem(file, number, f"qid: {qid!r} is not a case of cases.jsonl", warning=True)
 
 
-def check_set(set_dir: str | Path) -> SetReport:
+def check_set(set_dir: str | Path) -> FolderReport:
     """Every error and warning of a set folder (validate_set.py); an unreadable folder is exit 3."""
     d = Path(set_dir)
     try:
         scan = _scan(d)
         _check_fixtures(d, scan)
     except InputError as exc:
-        return SetReport(str(set_dir), False, 0, [str(exc)], [])
-    return SetReport(str(set_dir), True, len(scan.cases), [str(p) for p in scan.errors],
-                     [str(p) for p in scan.warnings])
+        return FolderReport(str(set_dir), False, "cases", 0, [str(exc)], [])
+    return FolderReport(str(set_dir), True, "cases", len(scan.cases),
+                        [str(p) for p in scan.errors], [str(p) for p in scan.warnings])
+
+
+# --------------------------------------------------------------------------------------------
+# Rewriting authored JSON-lines files in place, one line at a time
+
+
+def dump_like(obj: Any, like: bytes | None = None) -> bytes:
+    """`obj` as one JSON line written the way `like` (a line of the same file) is written: compact
+    or with spaces after `:` and `,`, escaped to ASCII or not. A person's file keeps its style."""
+    text = (like or b"").decode("utf-8", "replace")
+    compact = bool(text) and '": ' not in text and '", "' not in text
+    return json.dumps(obj, ensure_ascii="\\u" in text,
+                      separators=(",", ":") if compact else (", ", ": ")).encode("utf-8")
+
+
+def rewrite_jsonl(path: str | Path, replace: dict[int, Any] | None = None,
+                  append: list[Any] | None = None) -> None:
+    """Replace the given 1-based lines of a JSON-lines file (None drops the line) and append
+    objects after the last, keeping every other byte as it was (line endings included); atomic."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    lines: list[bytes | None] = list(data.split(b"\n"))  # last item b"" after a final newline
+    style = next((line for line in lines if line and line.strip()), None)
+    for number, obj in (replace or {}).items():
+        old = lines[number - 1] or b""
+        ending = b"\r" if old.endswith(b"\r") else b""
+        lines[number - 1] = None if obj is None else dump_like(obj, old) + ending
+    out = b"\n".join(line for line in lines if line is not None)
+    for obj in append or []:
+        if out and not out.endswith(b"\n"):
+            out += b"\n"
+        out += dump_like(obj, style) + b"\n"
+    # A temporary file beside it, renamed over it: a link planted in its place is replaced,
+    # never written through.
+    files.replace(path, out)
