@@ -104,3 +104,32 @@ def test_append_to_a_planted_pipe_is_refused_without_blocking(places):
     os.mkfifo(root / "events.jsonl")
     with pytest.raises(InputError, match="pipe"):
         files.open_append(root / "events.jsonl", root)
+
+
+def test_copy_tree_copies_files_and_folders_and_skips_links_and_pipes(places, tmp_path):
+    root, outside = places
+    (outside / "secret.txt").write_text("outside")
+    src = tmp_path / "src"
+    (src / "model").mkdir(parents=True)
+    (src / "set.json").write_text("{}")
+    (src / "model" / "m.malloy").write_text("source: x is y\n")
+    (src / "linked.txt").symlink_to(outside / "secret.txt")
+    (src / "linked-folder").symlink_to(outside)
+    os.mkfifo(src / "model" / "pipe")
+    skipped = files.copy_tree(src, root / "copy")
+    assert sorted(p.relative_to(root / "copy").as_posix() for p in (root / "copy").rglob("*")) == [
+        "model", "model/m.malloy", "set.json"]
+    assert (root / "copy" / "model" / "m.malloy").read_text() == "source: x is y\n"
+    assert (skipped.links, skipped.special) == (["linked-folder", "linked.txt"], ["model/pipe"])
+
+
+def test_copy_tree_never_writes_through_a_link_in_the_copys_place(places, tmp_path):
+    root, outside = places
+    src = tmp_path / "src"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "t.csv").write_text("a\n1\n")
+    (root / "copy").mkdir()
+    (root / "copy" / "data").symlink_to(outside)
+    with pytest.raises(InputError, match="cannot copy into it"):
+        files.copy_tree(src, root / "copy")
+    assert list(outside.iterdir()) == []

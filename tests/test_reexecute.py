@@ -107,6 +107,19 @@ def test_second_reexecution_is_write_once(needs_node, run, endpoint):
     assert second.envelope_path.endswith("/envelope.2.json")
 
 
+# Regression (hostile input, writes through links): reexecution.json, which scoring reads back to
+# skip re-running a query, was written through a link planted in its place.
+def test_reexecution_record_is_never_written_through_a_planted_link(needs_node, run, endpoint,
+                                                                     tmp_path):
+    run.append([_attempt("rev_by_region", "run: orders -> by_region", final_query_source="named_view")])
+    folder = run.artifact_dir("rev_by_region", None)
+    folder.mkdir(parents=True)
+    (folder / "reexecution.json").symlink_to(tmp_path / "stolen.json")
+    with pytest.raises(InputError, match="symbolic link"):
+        reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert not (tmp_path / "stolen.json").exists()
+
+
 def test_query_error_is_recorded_not_raised(needs_node, run, endpoint):
     run.append([_attempt("rev_by_region", "run: orders -> { group_by: nope }")])
     result = reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)

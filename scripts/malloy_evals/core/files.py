@@ -24,6 +24,7 @@ import os
 import stat
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from malloy_evals.core.errors import InputError
@@ -193,6 +194,73 @@ def open_append(path: Path, root: Path) -> int:
                                      "device): the kit never appends to one")
     os.set_blocking(fd, True)
     return fd
+
+
+@dataclass(frozen=True)
+class CopySkipped:
+    """What copy_tree left out: symbolic links (never followed) and entries that are not plain
+    files or folders (a pipe, a socket, a device), by path relative to the source."""
+
+    links: list[str]
+    special: list[str]
+
+
+def copy_tree(source: Path, target: Path) -> CopySkipped:
+    """Copy the folder `source` into the folder `target` (made when missing; both roots taken as
+    given) without following a link on either side: each folder below is opened relative to its
+    parent without following links, each file is read without following a link and created
+    exclusively. Links and special files are skipped and returned, never copied."""
+    skipped = CopySkipped([], [])
+    Path(target).mkdir(parents=True, exist_ok=True)
+    src_fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with folder(Path(target)) as dst_fd:
+            _copy_level(src_fd, dst_fd, Path(), skipped)
+    except OSError as exc:  # something appeared in the copy's place meanwhile (a link included)
+        raise InputError(target, None, f"cannot copy into it: {exc.strerror or exc}") from None
+    finally:
+        os.close(src_fd)
+    skipped.links.sort()
+    skipped.special.sort()
+    return skipped
+
+
+def _copy_level(src_fd: int, dst_fd: int, rel: Path, skipped: CopySkipped) -> None:
+    for entry in sorted(os.scandir(src_fd), key=lambda e: e.name):
+        where = str(rel / entry.name)
+        if entry.is_symlink():
+            skipped.links.append(where)
+        elif entry.is_dir(follow_symlinks=False):
+            child_src = os.open(entry.name, _DIR_FLAGS, dir_fd=src_fd)
+            try:
+                child_dst = _open_dir(entry.name, dst_fd, create=True)
+                try:
+                    _copy_level(child_src, child_dst, rel / entry.name, skipped)
+                finally:
+                    os.close(child_dst)
+            finally:
+                os.close(child_src)
+        elif not (entry.is_file(follow_symlinks=False) and _copy_file(entry.name, src_fd, dst_fd)):
+            skipped.special.append(where)
+
+
+def _copy_file(name: str, src_fd: int, dst_fd: int) -> bool:
+    """Copy one plain file between two folder fds; False (nothing written) when it is not one."""
+    fd_in = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                    dir_fd=src_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd_in).st_mode):  # swapped for a pipe since it was listed
+            return False
+        os.set_blocking(fd_in, True)
+        fd_out = os.open(name, _NEW_FILE_FLAGS, 0o644, dir_fd=dst_fd)
+        try:
+            while os.sendfile(fd_out, fd_in, None, 1 << 20):
+                pass
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+    return True
 
 
 def is_real_dir(path: Path) -> bool:

@@ -181,11 +181,11 @@ def _sort_key(key: AttemptKey) -> tuple[str, int, str]:
     return (key.qid, -1 if key.sample is None else key.sample, key.phase)
 
 
-def _null_reason_head(reason: str | None) -> str:
+def _null_reason_head(reason: Any) -> str:
     """`judge_error: timeout` counts under `judge_error`; the row keeps the full text."""
     if not reason:
         return "(no reason)"
-    return reason.split(":", 1)[0].strip()
+    return str(reason).split(":", 1)[0].strip()  # a ledger someone else wrote may hold anything
 
 
 def _set_status(eval_set: Any, qid: str) -> str | None:
@@ -211,11 +211,12 @@ def _case_golden(eval_set: Any, qid: str) -> dict[str, Any] | None:
     return golden if isinstance(golden, Mapping) else None
 
 
-def _sum_known(values: Iterable[float | int | None]) -> tuple[float | None, int]:
-    """Sum of the known values and how many were unknown; None when every value is unknown."""
+def _sum_known(values: Iterable[Any]) -> tuple[float | None, int]:
+    """Sum of the known values and how many were unknown; None when every value is unknown (a
+    value that is not a number, in a ledger another program wrote, is unknown too)."""
     total, known, unknown = 0.0, 0, 0
     for v in values:
-        if v is None:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             unknown += 1
         else:
             total += float(v)
@@ -264,15 +265,20 @@ def _call_counts(g: _Attempt) -> tuple[int, int, int]:
     n_ctx = sum(1 for c in g.calls if c.get("tool") == "get_context")
     n_exec = sum(1 for c in g.calls if c.get("tool") == "execute_query")
     if not g.calls and g.attempt is not None:
-        n_ctx = int(g.attempt.get("n_get_context") or 0)
-        n_exec = int(g.attempt.get("n_execute") or 0)
+        n_ctx, n_exec = (_count(g.attempt.get(k)) for k in ("n_get_context", "n_execute"))
     entities: set[str] = set()
     for c in g.calls:
         if c.get("tool") != "get_context":
             continue
-        summary = c.get("ranked_summary") or {}
-        entities.update(str(i) for i in (summary.get("entity_ids") or []))
+        summary = c.get("ranked_summary")
+        ids = summary.get("entity_ids") if isinstance(summary, Mapping) else None
+        entities.update(str(i) for i in (ids if isinstance(ids, list) else []))
     return n_ctx, n_exec, len(entities)
+
+
+def _count(value: Any) -> int:
+    """A counter as a ledger another program wrote it: a whole number, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def judge_counts(scores: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -542,6 +542,13 @@ def host_folder(out: Path | None, set_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / "malloy-evals-coverage" / f"{resolved.name}-{tag}"
 
 
+def host_root(out: Path | None) -> Path:
+    """The folder `host_folder` is walked from without following links: --out's folder (the
+    user's choice, taken as given), else the system's temporary folder, where anyone may have
+    planted a link in the host folder's place."""
+    return Path(out).resolve().parent if out is not None else Path(tempfile.gettempdir())
+
+
 # A convention says what it applies to either in words ("applies to ...") or as a leading
 # "<term>: <definition>" label, the way the sample set writes them.
 _CONVENTION_SCOPE = re.compile(r"\bappl(y|ies)\b|^[^:]{1,80}:\s", re.IGNORECASE)

@@ -28,13 +28,17 @@ class HostProvider:
     folder) holds `request.json` and `reply.json`; otherwise `<host_dir>/host/<role>/<key>.request.json`
     and `<key>.reply.json`. A reply file is either the result object itself or `{"text": ...}`."""
 
-    def __init__(self, mode: str, host_dir: Path | None, *, role: str):
+    def __init__(self, mode: str, host_dir: Path | None, *, role: str,
+                 host_root: Path | None = None):
         if mode not in ("emit", "ingest"):
             raise UsageError("--judge host needs --emit or --ingest")
         self.spec = "host"
         self.model = HOST_SOURCE
         self.mode = mode
         self.host_dir = Path(host_dir) if host_dir else None
+        # Outside a run, the folder taken as given: host_dir's folders below it are walked
+        # without following links (a shared temporary folder is anyone's to plant a link in).
+        self.host_root = Path(host_root) if host_root else self.host_dir
         self.role = role
         self._placed: dict[str, Path] = {}
         self._roots: dict[str, Path] = {}
@@ -66,7 +70,7 @@ class HostProvider:
                                    "{\"text\": \"<your whole reply>\"}); the system text is your brief")
             root = self._roots.get(request.key)
             if root is None:  # outside a run: the host folder given on the command line
-                root = self.host_dir or req_path.parent
+                root = self.host_root or req_path.parent
                 root.mkdir(parents=True, exist_ok=True)
             files.replace(req_path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", root)
             raise HostReplyPending(f"emitted {req_path}; a host subagent writes {reply_path}, "
