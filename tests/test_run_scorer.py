@@ -358,7 +358,8 @@ def test_mcp_url_credentials_never_reach_run_json_or_the_repair_commands(tiny, m
     @contextmanager
     def fake_endpoint(eval_set, mcp_url=None, local=False):
         yield SimpleNamespace(served_revision="r1", environment="samples", package="tiny",
-                              model_path="tiny.malloy", model_sha=None, label=mcp_url)
+                              model_path="tiny.malloy", model_sha=None, label=mcp_url,
+                              warm=lambda: None)
 
     monkeypatch.setattr(rs, "open_endpoint", fake_endpoint)
     monkeypatch.setattr(rs, "score_attempts", lambda *a, **k: [])
@@ -426,6 +427,17 @@ def test_score_run_refuses_a_run_whose_goldens_drifted_naming_every_one(needs_no
     assert doc["drifted"][0]["problems"] == ["n: golden 599, derived 600"]
     assert not any(e["kind"] == "score" for e in run.live())  # nothing was scored
     assert not (run.dir / "RESULTS.md").exists()
+
+
+def test_drift_is_still_reported_first_when_the_endpoint_cannot_start(needs_node, tmp_path):
+    # The drift check runs beside the endpoint's start-up; a refusal still decides before an
+    # endpoint that does not answer (exit 1 naming the drift, not exit 3 about the endpoint).
+    run, argv = drift_env(tmp_path, q2_value=599)
+    argv = [a for a in argv if a != "--local"] + ["--mcp-url", "http://127.0.0.1:9/mcp"]
+    done = subprocess.run([*argv, "--json"], cwd=KIT, check=False, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert [d["qid"] for d in json.loads(done.stdout)["drifted"]] == ["q2"]
 
 
 def test_allow_drift_scores_anyway_and_the_headline_names_the_drift(needs_node, tmp_path):

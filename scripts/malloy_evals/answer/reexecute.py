@@ -14,6 +14,7 @@ score_attempt and score_run reuse it.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -31,6 +32,7 @@ from malloy_evals.core.errors import (
     EXIT_OK,
     EXIT_UNMEASURED,
     InputError,
+    KitError,
     UnmeasuredError,
     UsageError,
 )
@@ -83,6 +85,14 @@ class QueryEndpoint:
                                          model_path=model_path or self.model_path, query=query,
                                          source_name=source_name, query_name=query_name,
                                          givens=givens)
+
+    def warm(self) -> None:
+        """Have the kit's own endpoint load its package now (a runner started, the model
+        compiled) rather than on the first query; a remote endpoint is left alone. A failure
+        here is not reported: the first query meets it again and says what it is."""
+        if self.label == "local":
+            with contextlib.suppress(KitError):
+                self.client.get_context(environmentName=self.environment, packageName=self.package)
 
 
 @contextmanager

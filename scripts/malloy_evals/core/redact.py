@@ -21,6 +21,7 @@ text that is its own whole input.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -83,6 +84,38 @@ _NAMED: list[re.Pattern[str]] = [
 ]
 
 
+# What every match of each pattern above holds, lower-cased (any one of): a text holding none of
+# them cannot match, so the pattern is not run over it. Redaction runs over every field of every
+# page and event; most text holds no secret, and these substring tests are what it then costs.
+_SHAPE_HINTS: list[tuple[str, ...]] = [
+    ("sk-",), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("github_pat_",), ("xox",),
+    ("akia", "asia"), ("aiza",), ("_live_", "_test_"), ("glpat-",), ("npm_",), ("pypi-",),
+    ("hf_",), ("sg.",), ("dop_v1_",), ("hooks.slack.com/services/",), ("eyj",),
+    ("private key",), ("bearer", "basic"), ("://",), ("=",),
+]
+_SECRET_WORDS = ("key", "token", "secret", "passw", "passphrase", "credential")
+_NAMED_HINTS: list[tuple[str, ...]] = [
+    _SECRET_WORDS, _SECRET_WORDS, ("aws_",), ("key", "token", "secret", "auth"),
+    ("key", "token", "secret", "passw"),
+]
+assert len(_SHAPE_HINTS) == len(_SHAPES) and len(_NAMED_HINTS) == len(_NAMED)
+
+
+def _live(patterns: list[re.Pattern[str]], hints: list[tuple[str, ...]],
+          text: str) -> list[re.Pattern[str]]:
+    """The patterns that can match `text` (see the hints above). Only ASCII text is filtered:
+    case-blind matching also pairs some other letters with ASCII ones (the long s with `s`)."""
+    if not text.isascii():
+        return patterns
+    low = text.lower()
+    return [p for p, words in zip(patterns, hints, strict=True) if any(w in low for w in words)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    return SECRET_NAME.match(name) is not None
+
+
 def _groups(match: re.Match[str]) -> list[str]:
     found = [g for g in match.groups() if g]
     return found or [match.group(0)]
@@ -94,7 +127,7 @@ class Redactor:
     def __init__(self, environ: Mapping[str, str] | None = None):
         env = os.environ if environ is None else environ
         self.secrets: set[str] = {v for k, v in env.items()
-                                  if SECRET_NAME.match(k) and len(v.strip()) >= MIN_ENV_SECRET}
+                                  if _secret_name(k) and len(v.strip()) >= MIN_ENV_SECRET}
         self._ordered: list[str] | None = None
 
     def _add(self, value: str, minimum: int = MIN_LEARNED) -> None:
@@ -111,14 +144,14 @@ class Redactor:
         """Collect the secrets `text` shows (by shape, name, flag or place); returns self."""
         if not text:
             return self
-        for pattern in _SHAPES:
+        for pattern in _live(_SHAPES, _SHAPE_HINTS, text):
             # A whole-match shape (a prefixed key, a JWT) is a secret at any length; a value found
             # by its place (a URL's password, a bearer token) must be long enough to be one.
             minimum = MIN_LEARNED if pattern.groups else 1
             for m in pattern.finditer(text):
                 for g in _groups(m):
                     self._add(g, minimum)
-        for pattern in _NAMED:
+        for pattern in _live(_NAMED, _NAMED_HINTS, text):
             for m in pattern.finditer(text):
                 for g in _groups(m):
                     self._add(g)
@@ -153,7 +186,7 @@ class Redactor:
         for value in self._ordered:
             if value in text:
                 text = text.replace(value, REDACTED)
-        for pattern in _SHAPES:
+        for pattern in _live(_SHAPES, _SHAPE_HINTS, text):
             text = pattern.sub(_blank, text)
         return text
 
@@ -187,7 +220,7 @@ class Redactor:
         return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
     def _named(self, text: str) -> str:
-        for pattern in _NAMED:
+        for pattern in _live(_NAMED, _NAMED_HINTS, text):
             text = pattern.sub(_blank, text)
         return text
 
