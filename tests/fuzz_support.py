@@ -109,3 +109,16 @@ def mutated_report(data: st.DataObject, folder: Path) -> Path:
     raw = json.dumps(data.draw(mutated(report))).encode()
     path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
     return path
+
+
+def mutated_set_file(data: st.DataObject, source: Path, target: Path) -> str:
+    """Overwrite the set folder `target` (a copy of `source`)'s set.json or cases.jsonl with the
+    source's, mutated or with damaged bytes; returns the file's name."""
+    name = data.draw(st.sampled_from(["set.json", "cases.jsonl"]))
+    if name == "set.json":
+        text = json.dumps(data.draw(mutated(json.loads((source / name).read_text()))))
+    else:
+        text = data.draw(mutated_lines(read_lines(source / name)))
+    raw = text.encode("utf-8", "backslashreplace")
+    (target / name).write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    return name

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fuzz_support import FUZZ, damaged_bytes, mutated, mutated_lines, read_lines, reads_or_refuses
+from fuzz_support import FUZZ, mutated_set_file, reads_or_refuses
 from hypothesis import given
 from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
@@ -163,13 +163,7 @@ def test_mutated_public_set_is_imported_or_refused_in_one_line(tmp_path_factory,
     root = tmp_path_factory.mktemp("imp")
     src = root / "src"
     shutil.copytree(PUBLIC_SET, src)
-    name = data.draw(st.sampled_from(["set.json", "cases.jsonl"]))
-    if name == "set.json":
-        text = json.dumps(data.draw(mutated(json.loads((PUBLIC_SET / name).read_text()))))
-    else:
-        text = data.draw(mutated_lines(read_lines(PUBLIC_SET / name)))
-    raw = text.encode("utf-8", "backslashreplace")
-    (src / name).write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    name = mutated_set_file(data, PUBLIC_SET, src)
     report = reads_or_refuses(lambda: importer.import_set(src, root / "out"), src / name,
                               root / "out" / name, root / "out" / "set.json")
     if report is not None:

@@ -438,6 +438,7 @@ def test_drift_is_still_reported_first_when_the_endpoint_cannot_start(needs_node
                           text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     assert [d["qid"] for d in json.loads(done.stdout)["drifted"]] == ["q2"]
+    assert not any(e["kind"] == "score" for e in run.live())  # nothing was scored
 
 
 def test_allow_drift_scores_anyway_and_the_headline_names_the_drift(needs_node, tmp_path):

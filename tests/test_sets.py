@@ -8,7 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fuzz_support import FUZZ, damaged_bytes, mutated, mutated_lines, read_lines, reads_or_refuses
+from fuzz_support import (
+    FUZZ,
+    damaged_bytes,
+    mutated_lines,
+    mutated_set_file,
+    read_lines,
+    reads_or_refuses,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
@@ -350,13 +357,7 @@ def _set_copy(root: Path) -> Path:
 @given(data=st.data())
 def test_mutated_set_files_are_read_or_refused_in_one_line(tmp_path_factory, data):
     d = _set_copy(tmp_path_factory.mktemp("s"))
-    name = data.draw(st.sampled_from(["set.json", "cases.jsonl"]))
-    if name == "set.json":
-        text = json.dumps(data.draw(mutated(json.loads((BOOKSHOP / name).read_text()))))
-    else:
-        text = data.draw(mutated_lines(read_lines(BOOKSHOP / name)))
-    raw = text.encode("utf-8", "backslashreplace")
-    (d / name).write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    name = mutated_set_file(data, BOOKSHOP, d)
     # set.json decides how cases.jsonl is read: a refusal may name either.
     reads_or_refuses(lambda: load_set(d), d / name, d / "set.json", d / "cases.jsonl")
 
