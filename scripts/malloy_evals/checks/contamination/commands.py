@@ -7,10 +7,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from malloy_evals.checks.contamination.code import Lang, lang_of, may_read, read_code
 from malloy_evals.checks.contamination.refs import Ref, _home, below, to_ref
-from malloy_evals.checks.contamination.shell import _Simple, _Word, split_shell
+from malloy_evals.checks.contamination.shell import SUBST, _Simple, _Word, split_shell
 from malloy_evals.checks.contamination.touches import (
-    _READ_PRIMITIVES,
     _SENSITIVE_SAMPLES,
     _URL_RE,
     Script,
@@ -26,7 +26,12 @@ _WRAPPERS = frozenset({"sudo", "env", "time", "nohup", "nice", "command", "exec"
                        "stdbuf", "ionice", "timeout", "xargs", "then", "do", "else", "if",
                        "while", "until", "!", "{", "}"})
 _NO_PATH_ARGS = frozenset({"echo", "printf", "true", "false", ":", "export", "set", "unset",
-                           "sleep", "exit", "return"})
+                           "sleep", "exit", "return", "let", "read", "local", "declare",
+                           "typeset", "readonly", "shift", "wait"})
+# Project runners whose `run` subcommand runs the program that follows.
+_RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye"})
+# Builtins that run a shell script in the current shell.
+_SOURCES = frozenset({"source", "."})
 _GREP_LIKE = frozenset({"grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "ack-grep"})
 _INTERPRETERS = frozenset({"python", "python3", "python2", "pypy", "pypy3", "node", "nodejs",
                            "deno", "bun", "ruby", "perl", "php", "rscript", "r", "julia",
@@ -67,6 +72,11 @@ def _program(words: list[_Word]) -> tuple[str, list[_Word]]:
             i += 1
             continue
         base = w.value.rsplit("/", 1)[-1].lower()
+        if base in _RUNNERS and i + 1 < len(words) and words[i + 1].value == "run":
+            i += 2  # `uv run x.py`, `poetry run python ...`: the program is what follows
+            while i < len(words) and words[i].value.startswith("-"):
+                i += 1
+            continue
         if base in _WRAPPERS:
             i += 1
             while i < len(words) and words[i].value.startswith("-"):
@@ -88,12 +98,65 @@ def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
     simples = split_shell(command)
     # `echo sets/shop/a.csv | xargs cat`: what echo prints becomes the paths xargs reads.
     feeds_xargs = any(w.value.rsplit("/", 1)[-1] == "xargs" for s in simples for w in s.words)
+    printed: dict[int, str | None] = {}  # what each command writes to stdout, when the log shows it
+    # `cat <<EOF | tee a.py`: cat only hands its here-document to tee, which writes it
+    into_tee = {id(s.piped_from) for s in simples if s.piped_from and _program(s.words)[0] == "tee"}
     for simple in simples:
         _expand_variables(simple, state.env)
-        cwd = _see_simple(simple, cwd, state, seen, depth, feeds_xargs)
+        piped = _Piped(simple.piped_from is not None,
+                       printed.get(id(simple.piped_from)) if simple.piped_from else None)
+        cwd = _see_simple(simple, cwd, state, seen, depth, feeds_xargs, piped,
+                          writes_only=_only_writes(simple) or id(simple) in into_tee)
+        printed[id(simple)] = _printed(simple, state, cwd, piped)
         if cwd is not None and cwd.absolute:
             state.env["PWD"] = cwd.text()
     return cwd
+
+
+@dataclass(frozen=True)
+class _Piped:
+    """A command's stdin when it is the far end of a pipe: whether it is, and the text, when the
+    log shows what the near end printed (`echo '...' | python3`); None when it was made at run
+    time (`base64 -d`, `curl`)."""
+
+    piped: bool = False
+    text: str | None = None
+
+
+_NO_PIPE = _Piped()
+
+
+def _printed(simple: _Simple, state: _State, cwd: Ref | None, piped: _Piped) -> str | None:
+    """What a command prints, when the log shows it: echo and printf of literal words, cat of a
+    here-document or of a file the log shows being written, tee passing its input on."""
+    prog, args = _program(simple.words)
+    if any(a.dynamic for a in args):
+        return None
+    values = [a.value for a in args]
+    if prog == "echo":
+        words = [v for v in values if not re.fullmatch(r"-[neE]+", v)]
+        text = " ".join(words)
+        return _unescape(text) if any(re.fullmatch(r"-\w*e\w*", v) for v in values) else text
+    if prog == "printf":
+        if not values:
+            return None
+        fmt, rest = _unescape(values[0]), values[1:]
+        return fmt.replace("%s", " ".join(rest), 1) if "%s" in fmt else fmt
+    if prog == "cat":
+        files = [v for v in values if not v.startswith("-")]
+        if not files:
+            if simple.stdin_text:
+                return "\n".join(simple.stdin_text)
+            return piped.text if piped.piped else None
+        bodies = [state.written.get(to_ref(f, cwd)) for f in files]
+        return None if any(b is None for b in bodies) else "\n".join(b for b in bodies if b)
+    if prog == "tee":
+        return "\n".join(simple.stdin_text) if simple.stdin_text else piped.text
+    return None
+
+
+def _unescape(text: str) -> str:
+    return text.replace("\\n", "\n").replace("\\t", "\t")
 
 
 # $VAR, ${VAR}, and ${VAR:-default} / ${VAR-default} / ${VAR:=default} (the default is used when
@@ -136,19 +199,19 @@ def _carries_mcp(simple: _Simple) -> bool:
 
 
 def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
-                depth: int, feeds_xargs: bool = False) -> Ref | None:
+                depth: int, feeds_xargs: bool = False, piped: _Piped = _NO_PIPE, *,
+                writes_only: bool = False) -> Ref | None:
     exempt = _carries_mcp(simple)
-    for op, target in simple.redirects:
+    _see_writes(simple, cwd, state, piped)
+    for _op, target in simple.redirects:
         seen.touches.append(Touch(text=target.value, ref=to_ref(target.value, cwd), base=cwd,
                                   path_like=True, model_exempt=exempt))
-        if op.startswith(">") and simple.stdin_text:
-            # `cat > a.py <<EOF ... EOF`: the script's text is in the log after all
-            state.written[to_ref(target.value, cwd)] = "\n".join(simple.stdin_text)
         if target.glob:
             fixed, rest = _glob_split(target.value, cwd)
             seen.sweeps.append(Sweep(root=fixed, pattern=rest, kind="glob"))
-    for body in simple.stdin_text:
-        seen.touches.extend(_embedded(body, cwd, literals_path_like=True, exempt=exempt))
+    if not writes_only:
+        for body in simple.stdin_text:
+            seen.touches.extend(_embedded(body, cwd, literals_path_like=True, exempt=exempt))
     for w in simple.words:
         m = re.match(r"^[A-Za-z_][A-Za-z0-9_]*=(.+)$", w.value)
         if m and not w.quoted:
@@ -157,12 +220,17 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
     if not prog:
         return cwd
     head = next((w for w in simple.words if w.value.rsplit("/", 1)[-1].lower() == prog), None)
+    if head is not None and _made_at_run_time(head.value):
+        # `$CMD x`, `$(printf ...) x`: which program runs is not in the log.
+        seen.unseen.append(f"program {head.value.replace(SUBST, '$(...)')}")
+        return cwd
     if head is not None and "/" in head.value:
         seen.touches.append(Touch(text=head.value, ref=to_ref(head.value, cwd), base=cwd, path_like=True,
                                   model_exempt=exempt))
     if prog in ("cd", "pushd"):
         target = next((a.value for a in args if not a.value.startswith("-")), "~")
-        if target == "-" or (target.startswith("~") and cwd is not None and _home(cwd) is None):
+        if target == "-" or SUBST in target or (target.startswith("~") and cwd is not None
+                                                and _home(cwd) is None):
             return cwd  # back to a folder (or a home) the log does not show: keep what we know
         seen.touches.append(Touch(text=target, ref=to_ref(target, cwd), base=cwd, path_like=True))
         return to_ref(target, cwd)
@@ -170,22 +238,20 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
         return cwd
     if prog in ("ln", "link"):
         _remember_link(args, cwd, state)
-    if prog == "tee" and simple.stdin_text:
-        # `tee /tmp/r.py <<EOF ... EOF` writes a script as surely as `cat > /tmp/r.py` does.
-        for w in args:
-            if not w.value.startswith("-"):
-                state.written[to_ref(w.value, cwd)] = "\n".join(simple.stdin_text)
     if prog == "git" and args:
         sub = next((a.value for a in args if not a.value.startswith("-")), "")
         if sub == "grep" and args[0].value == "grep":
             prog, args = "git-grep", args[1:]
         else:
             _see_git(args, cwd, seen, exempt)
+    if prog == "eval":
+        _see_program(" ".join(a.value for a in args), "eval", "shell", cwd, state, seen, depth)
+        return cwd
     if prog in _SHELLS:
         inline = _inline_code(prog, args)
-        if inline is not None and depth < 4:
-            _see_shell(inline, cwd, state, seen, depth + 1)  # a `cd` inside does not persist
-            return cwd
+        if inline is not None:
+            _see_program(inline, f"{prog} -c", "shell", cwd, state, seen, depth)
+            return cwd  # a `cd` inside does not persist
     # Which words are paths: all but options, a grep's pattern and option values.
     pattern_index = _pattern_index(prog, args)
     value_opts = _VALUE_OPTS.get(prog, frozenset())
@@ -219,11 +285,70 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
                 fixed, rest = _glob_split(expanded, cwd)
                 seen.sweeps.append(Sweep(root=fixed, pattern=rest,
                                          kind="ls-glob" if prog in ("ls", "du", "tree") else "glob"))
-    if prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python"):
-        _see_interpreter(prog, args, simple, cwd, state, seen)
+    if prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python") or prog in _SOURCES:
+        _see_interpreter(prog, args, simple, cwd, state, seen, piped, depth)
     elif head is not None and ("/" in head.value or head.value.endswith((".sh", ".py"))):
-        _see_script_file(head.value, cwd, state, seen)
+        _see_script_file(head.value, cwd, state, seen, [a.value for a in args], depth)
     return cwd
+
+
+def _only_writes(simple: _Simple) -> bool:
+    """`cat > f <<EOF` and `tee f <<EOF`: the here-document is text written to a file (a script,
+    notes), not paths read; it is read when the file runs."""
+    prog, args = _program(simple.words)
+    if prog == "tee":
+        return True
+    return prog == "cat" and not any(not a.value.startswith("-") for a in args) and any(
+        op.startswith(">") for op, _w in simple.redirects)
+
+
+def _made_at_run_time(text: str) -> bool:
+    """Whether a word is only run-time text: a substitution, or a variable the log never set."""
+    bare = text.strip().strip('"')
+    return bool(bare) and (not bare.replace(SUBST, "").strip("/ ")
+                           or re.fullmatch(r"\$(?:\{[A-Za-z_]\w*\}|[A-Za-z_]\w*|[@*0-9])", bare)
+                           is not None)
+
+
+def _see_program(text: str, how: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen,
+                 depth: int, argv: Sequence[str] = (), *, touch: bool = False) -> None:
+    """Program text handed to a shell or an interpreter: read it when the log shows it, else the
+    program is unseen (`sh -c "$CMD"`, `eval "$(...)"`, `python3 -c "$(curl ...)"`)."""
+    if SUBST in text or _made_at_run_time(text):
+        seen.unseen.append(f"{how} {text.strip().replace(SUBST, '$(...)')[:60]}".strip())
+        return
+    if depth >= 4:
+        return
+    if lang == "shell":
+        _see_shell(text, cwd, state, seen, depth + 1)
+    else:
+        _see_code(text, lang, cwd, state, seen, depth, argv, touch=touch)
+
+
+def _see_writes(simple: _Simple, cwd: Ref | None, state: _State, piped: _Piped) -> None:
+    """Files a command creates, and their text when the log shows it: `cat > a.py <<EOF`,
+    `echo '...' > a.py`, `printf ... >> a.py`, `... | tee a.py`."""
+    prog, args = _program(simple.words)
+    text = _printed(simple, state, cwd, piped) if prog in ("cat", "echo", "printf", "tee") else None
+    targets = [(op, w.value) for op, w in simple.redirects if op.startswith(">")]
+    if prog == "tee":
+        targets += [(">>" if any(a.value in ("-a", "--append") for a in args) else ">", a.value)
+                    for a in args if not a.value.startswith("-")]
+    if prog in ("curl", "wget"):
+        # a download: the answerer made the file, and its text is not in the log
+        values = [a.value for a in args]
+        for k, v in enumerate(values[:-1]):
+            if v in ("-o", "--output", "-O", "--output-document") and values[k + 1] != "-":
+                targets.append((">", values[k + 1]))
+    for op, target in targets:
+        ref = to_ref(target, cwd)
+        if op == ">" or op == ">|":
+            state.made.add(ref)
+        if text is None:
+            state.written.pop(ref, None)  # its text now comes from a run the log cannot show
+        else:
+            earlier = state.written.get(ref, "") if op == ">>" else ""
+            state.written[ref] = earlier + ("\n" if earlier else "") + text
 
 
 _GIT_VALUE_OPTS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
@@ -446,38 +571,62 @@ def _inline_code(prog: str, args: list[_Word]) -> str | None:
 
 
 def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | None,
-                     state: _State, seen: _Seen) -> None:
-    """Inline code (-c, -e, a here-document) or a script file run by an interpreter."""
-    if prog in _SHELLS:
-        # A shell's program is shell: read it as one, from a here-document or a known script.
-        script = next((a.value for a in args if not a.value.startswith("-")), None)
-        bodies = list(simple.stdin_text)
-        if script is not None:
-            known = state.written.get(to_ref(script, cwd))
-            if known is None:
-                seen.scripts.append(Script(cwd=cwd, primitive=None))
-            else:
-                bodies.append(known)
-        for body in bodies:
-            _see_shell(body, cwd, state, seen, depth=1)
-        return
+                     state: _State, seen: _Seen, piped: _Piped = _NO_PIPE, depth: int = 0) -> None:
+    """The program a shell or an interpreter runs: inline code (-c, -e), a here-document, text
+    piped in, a redirected file or a script file. A program the log cannot show (piped from
+    `base64 -d`, a process substitution) is unseen; one it shows is read."""
+    shell = prog in _SHELLS or prog in _SOURCES
+    lang: Lang = "shell" if shell else lang_of(prog)
+    operands = [a for a in args if not a.value.startswith("-")]
+    script = operands[0] if operands and not (operands[0].value == "-" and not shell) else None
     code_parts: list[str] = []
-    inline = _inline_code(prog, args)
-    if inline is not None:
-        code_parts.append(inline)
-    if prog in ("duckdb", "sqlite3", "psql"):
-        code_parts.extend(a.value for a in args if not a.value.startswith("-")
-                          and any(ch.isspace() for ch in a.value))
-    code_parts.extend(simple.stdin_text)
-    redirected = any(op.startswith("<") for op, _ in simple.redirects)
-    if code_parts or redirected:
-        code = "\n".join(code_parts)
-        m = _READ_PRIMITIVES.search(code)
-        if m or redirected:
-            primitive = m.group(0).lstrip(".") if m else "<"
-            roots = tuple(t.ref for t in _embedded(code, cwd, literals_path_like=True)
-                          if not t.url)
-            seen.scripts.append(Script(cwd=cwd, primitive=primitive.strip(), roots=roots))
+    if not shell:
+        inline = _inline_code(prog, args)
+        if inline is not None:
+            if SUBST in inline or _made_at_run_time(inline):
+                _see_program(inline, f"{prog} -c", lang, cwd, state, seen, depth)
+                return
+            code_parts.append(inline)
+            script = None
+        if prog in ("duckdb", "sqlite3", "psql"):
+            code_parts.extend(a.value for a in args if not a.value.startswith("-")
+                              and any(ch.isspace() for ch in a.value))
+            script = None
+    if script is not None and script.dynamic:
+        _see_program(script.value, f"{prog} <(...)", lang, cwd, state, seen, depth)
+        return
+    for body in simple.stdin_text:
+        if shell:
+            _see_program(body, prog, "shell", cwd, state, seen, depth)
+        else:
+            code_parts.append(body)
+    redirect = next((w for op, w in simple.redirects if op == "<"), None)
+    if redirect is not None:
+        known = state.written.get(to_ref(redirect.value, cwd))
+        if known is not None:
+            redirect = None
+            code_parts.append(known)
+        elif to_ref(redirect.value, cwd) in state.made:
+            seen.unseen.append(f"{redirect.value}, written at run time")
+            return
+    if script is None and not code_parts and redirect is None and piped.piped:
+        if piped.text is None:
+            seen.unseen.append(f"a program piped into {prog}")
+            return
+        _see_program(piped.text, f"| {prog}", lang, cwd, state, seen, depth, touch=True)
+        return
+    if shell:
+        if script is not None:
+            _see_script_file(script.value, cwd, state, seen, [a.value for a in operands[1:]],
+                             depth, lang="shell")
+        elif code_parts:
+            _see_program("\n".join(code_parts), f"{prog} <", "shell", cwd, state, seen, depth)
+        elif redirect is not None:
+            seen.scripts.append(Script(cwd=cwd, primitive=None))  # `bash < s.sh`, s.sh unseen
+        return
+    if code_parts or redirect is not None:
+        _see_code("\n".join(code_parts), lang, cwd, state, seen, depth,
+                  redirected=redirect is not None)
         return
     values = [a.value for a in args]
     if "-m" in values:
@@ -487,28 +636,61 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
         return
     if prog == "uv" and values and values[0] != "run":
         return  # `uv pip install x`, `uv venv`: package management, not the answerer's code
-    script = next((a.value for a in args if not a.value.startswith("-")), None)
     if script is None:
         if not args:
-            seen.scripts.append(Script(cwd=cwd, primitive=None))  # a program piped in
+            seen.scripts.append(Script(cwd=cwd, primitive=None))  # a program from the terminal
         return  # `python3 --version`
-    _see_script_file(script, cwd, state, seen)
+    _see_script_file(script.value, cwd, state, seen, [a.value for a in operands[1:]], depth,
+                     lang=lang)
 
 
-def _see_script_file(script: str, cwd: Ref | None, state: _State, seen: _Seen) -> None:
-    """A script file: read what the answerer wrote into it when the log shows it, else unseen."""
-    body = state.written.get(to_ref(script, cwd))
+def _see_script_file(script: str, cwd: Ref | None, state: _State, seen: _Seen,
+                     argv: Sequence[str] = (), depth: int = 0, lang: Lang = "other") -> None:
+    """A script file: what the answerer wrote into it, when the log shows it, is read as code run
+    from the cwd (its paths are reads, wherever the script lives); else the script is unseen."""
+    ref = to_ref(script, cwd)
+    body = state.written.get(ref)
     if body is None:
-        seen.scripts.append(Script(cwd=cwd, primitive=None))
+        if ref in state.made:
+            # `base64 -d > p.py && python3 p.py`: the answerer made it, the log hides its text
+            seen.unseen.append(f"{script}, written at run time")
+        else:
+            seen.scripts.append(Script(cwd=cwd, primitive=None))
         return
     first = body.lstrip().split("\n", 1)[0]
-    if script.endswith((".sh", ".bash")) or (first.startswith("#!") and first.rstrip().endswith("sh")):
-        _see_shell(body, cwd, state, seen, depth=1)
+    if lang == "shell" or script.endswith((".sh", ".bash")) or (
+            first.startswith("#!") and first.rstrip().endswith("sh")):
+        if depth < 4:
+            _see_shell(body, cwd, state, seen, depth + 1)
         return
-    m = _READ_PRIMITIVES.search(body)
-    if m:
-        roots = tuple(t.ref for t in _embedded(body, cwd, literals_path_like=True) if not t.url)
-        seen.scripts.append(Script(cwd=cwd, primitive=m.group(0).lstrip("."), roots=roots))
+    if lang == "other":
+        lang = lang_of(script=script, body=body)
+    _see_code(body, lang, cwd, state, seen, depth, argv, touch=True)
+
+
+def _see_code(code: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen, depth: int,
+              argv: Sequence[str] = (), *, redirected: bool = False, touch: bool = False) -> None:
+    """Interpreter code the log shows: its recursive walks and globs (rule 3, wherever it runs),
+    the shell commands it runs, code it builds at run time (unseen), and, when it can read
+    files, a script that may read from its cwd and the folders it names (`script-may-read`).
+    `touch`: its path literals are reads too (a script file's body; inline code's are read as
+    the command's words already)."""
+    reading = read_code(code, lang, cwd)
+    seen.sweeps.extend(reading.sweeps)
+    for text in reading.shell:
+        if depth < 4:
+            _see_shell(text, cwd, state, seen, depth + 1)
+    if reading.dynamic:
+        seen.unseen.append(f"{reading.dynamic}(...)")
+    if touch:
+        seen.touches.extend(_embedded(reading.code, cwd, literals_path_like=True, runs=False))
+    primitive = (may_read(reading.code) or ("<" if redirected else None)
+                 or next(iter(reading.unrooted), None))
+    if primitive:
+        # What else it names may be read: not the walks and globs whose reach is known above.
+        roots = [t.ref for t in _embedded(reading.rest, cwd, literals_path_like=True) if not t.url]
+        roots += [to_ref(a, cwd) for a in argv if a and not a.startswith("-")]
+        seen.scripts.append(Script(cwd=cwd, primitive=primitive, roots=tuple(roots)))
 
 
 # ------------------------------------------------------------------------------------ links
