@@ -8,6 +8,8 @@ from typing import Any
 
 from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
+from malloy_evals.checks.model_definitions import read_definitions
+from malloy_evals.checks.must_not_use import Definitions
 from malloy_evals.core.errors import InputError, UnmeasuredError, UsageError
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
@@ -75,6 +77,15 @@ def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
     return "unknown"
 
 
+def model_definitions(eval_set: Any, case: Any) -> Definitions | str | None:
+    """The definitions of the model the attempts were answered against, for the veto's
+    expansion; read (once per model) only for a case with mustNotUse entries."""
+    model_dir = getattr(eval_set, "model_dir", None)
+    if not case.must_not_use or model_dir is None:
+        return None
+    return read_definitions(model_dir, getattr(eval_set, "target_model_path", None))
+
+
 def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
     """reexecute_attempt's result as what the judge sees (rows read back from prediction.csv);
     None when there was nothing to re-run."""
@@ -133,7 +144,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                             truncated=attempt.get("truncated") is True,
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
-                            doctrine=doctrine)
+                            doctrine=doctrine, definitions=model_definitions(eval_set, case))
     except HostReplyPending as exc:
         waiting = "pending" if getattr(provider, "mode", None) == "ingest" else "emitted"
         return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,

@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.checks.must_not_use import check_must_not_use
+from malloy_evals.checks.model_definitions import read_definitions
+from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
 from malloy_evals.core.errors import InputError
 from malloy_evals.diagnose.selection import (
     ANSWER_CHARS,
@@ -44,20 +45,28 @@ def _golden_block(case: Any, set_dir: Path) -> dict[str, Any]:
     return block
 
 
-def _must_not_use(case: Any, final_query: str | None, score: Mapping[str, Any]) -> dict[str, Any]:
-    """The veto as scored, plus a fresh check of the final query."""
+def _must_not_use(case: Any, final_query: str | None, score: Mapping[str, Any],
+                  definitions: Definitions | str | None = None) -> dict[str, Any]:
+    """The veto as scored, plus a fresh check of the final query (expanded through the model's
+    definitions when they were read: a hit inside a view comes with its path)."""
     out: dict[str, Any] = {"entries": case.must_not_use,
                            "hits": score.get("must_not_use_hits"),
                            "leaf_hits": score.get("leaf_hits")}
     if case.must_not_use:
-        result = check_must_not_use(final_query, case.must_not_use)
+        result = check_must_not_use(final_query, case.must_not_use, definitions=definitions,
+                                    allowed_in=case.must_not_use_allowed_in)
         out.update({"hits": result.hits, "leaf_hits": result.leaf_hits,
                     "unchecked": result.unchecked, "judge_note": result.judge_note})
+        if result.paths:
+            out["paths"] = result.paths
+        if result.allowed:
+            out["allowed"] = result.allowed
     return out
 
 
 def _attempt_block(run: Any, events: list[dict[str, Any]], case: Any, b: Bucketed,
-                   retrieval_row: Mapping[str, Any] | None) -> dict[str, Any]:
+                   retrieval_row: Mapping[str, Any] | None,
+                   definitions: Definitions | str | None = None) -> dict[str, Any]:
     attempt = run.attempt(b.qid, b.sample, events) or {}
     score = run.score(b.qid, b.sample, events) or {}
     calls = run.tool_calls(b.qid, b.sample, events)
@@ -95,7 +104,7 @@ def _attempt_block(run: Any, events: list[dict[str, Any]], case: Any, b: Buckete
         "counts": {k: attempt.get(k) for k in ("n_get_context", "n_execute", "n_execute_errors",
                                                "num_turns")},
         "truncated": attempt.get("truncated"), "run_error": attempt.get("run_error"),
-        "must_not_use": _must_not_use(case, attempt.get("final_query"), score),
+        "must_not_use": _must_not_use(case, attempt.get("final_query"), score, definitions),
         "retrieval": retrieval,
     }
 
@@ -119,9 +128,18 @@ def build_packet(run: Any, events: list[dict[str, Any]], eval_set: Any, qid: str
         "expectedEntities": case.expected_entities,
         "coverage": {"authored": case.coverage, "coverageNote": case.coverage_note,
                      "measured": measured},
-        "attempts": [_attempt_block(run, events, case, b, retrieval_rows.get((b.qid, b.sample)))
-                     for b in attempts],
+        "attempts": [_attempt_block(run, events, case, b, retrieval_rows.get((b.qid, b.sample)),
+                                    _definitions(eval_set, case)) for b in attempts],
     }
+
+
+def _definitions(eval_set: Any, case: Any) -> Definitions | str | None:
+    """The model's definitions for the veto's expansion, read (once per model) only when the
+    case has mustNotUse entries."""
+    model_dir = getattr(eval_set, "model_dir", None)
+    if not case.must_not_use or model_dir is None:
+        return None
+    return read_definitions(model_dir, getattr(eval_set, "target_model_path", None))
 
 
 def behaviour(run: Any, events: list[dict[str, Any]], b: Bucketed) -> dict[str, Any]:
