@@ -5,6 +5,7 @@ stays a decider over values; this module is the caller that reads the model."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,9 +16,10 @@ from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow, runtime_missing_reason
 from malloy_evals.sets.eval_set import CASES_FILE, SetReport, check_set, load_set
 
-# One compile per package content and model path, for the life of the process (a scoring pass
-# reads the same model for every attempt).
-_READ: dict[tuple[str, str, str | None], Definitions | str] = {}
+# One compile per package content, model path and data files, for the life of the process (a
+# scoring pass reads the same model for every attempt, from several threads).
+_READ: dict[tuple[str, str | None, tuple[tuple[str, int], ...]], Definitions | str] = {}
+_READ_LOCK = threading.Lock()
 
 
 def read_definitions(model_dir: str | Path, model_path: str | None = None) -> Definitions | str:
@@ -34,12 +36,20 @@ def read_definitions(model_dir: str | Path, model_path: str | None = None) -> De
     if missing is not None:
         return missing
     try:
-        key = (str(folder.resolve()), package_sha(folder), model_path)
+        key = (package_sha(folder), model_path, _data_files(folder))
     except OSError as exc:
         return f"{folder}: cannot be read ({exc.strerror or exc})"
-    if key not in _READ:
-        _READ[key] = _compile(folder, model_path)
-    return _READ[key]
+    with _READ_LOCK:
+        if key not in _READ:
+            _READ[key] = _compile(folder, model_path)
+        return _READ[key]
+
+
+def _data_files(folder: Path) -> tuple[tuple[str, int], ...]:
+    """The tables a package may read (its sibling data/), by name and size: the same model
+    bytes over the same tables compile to the same definitions, wherever the folder is."""
+    return tuple(sorted((p.relative_to(root).as_posix(), p.stat().st_size)
+                        for root in default_allow(folder) for p in root.rglob("*") if p.is_file()))
 
 
 def _compile(folder: Path, model_path: str | None) -> Definitions | str:
