@@ -1,4 +1,4 @@
-"""The must-not-use veto: does a submitted query's TEXT use a forbidden field (SPEC 5.2)?
+"""The must-not-use veto: does a submitted query use a forbidden field, in its text or inside a model definition it names?
 
 `golden.mustNotUse` names the similar-but-wrong field (list price where the question wants the
 price paid). Using one fails the answer however good the number looks, so this is decided here,
