@@ -865,6 +865,8 @@ REST_MODEL = "http://127.0.0.1:4000/api/v0/environments/samples/packages/shop/mo
     pytest.param([use("mcp__fetch__fetch", url=REST_MODEL)], id="fetch_server_mcp_tool"),
     pytest.param([bash(f"python3 -c \"import urllib.request as u; print(u.urlopen('{REST_MODEL}').read())\"")],
                  id="python_urlopen"),
+    pytest.param([bash("printf 'GET /api/v0/environments/samples/packages/shop/models/shop.malloy "
+                       "HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 4000")], id="raw_http_through_nc"),
 ])
 def test_fetching_the_model_source_through_a_rest_route_reads_the_model_file(uses):
     result = check(uses, cwd="/scratch")
@@ -878,6 +880,8 @@ def test_fetching_the_model_source_through_a_rest_route_reads_the_model_file(use
                  id="query_route_returns_rows"),
     pytest.param([bash("curl -s http://127.0.0.1:4000/api/v0/environments/samples/packages/shop")],
                  id="package_metadata"),
+    pytest.param([bash("printf 'GET /api/v0/status HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 4000")],
+                 id="raw_http_status"),
     pytest.param([EXECUTE], id="publisher_mcp_tool_stays_exempt"),
 ])
 def test_rest_routes_that_do_not_return_the_model_text_stay_clean(uses):
@@ -897,6 +901,14 @@ def test_rest_routes_that_do_not_return_the_model_text_stay_clean(uses):
                   bash("malloy-cli compile /tmp/d/shop.malloy")], "/scratch", id="write_edit_compile"),
     pytest.param([use("Write", file_path="shop.malloy", content="x"), read("/w/work/shop.malloy")],
                  "/w/work", id="relative_write_from_a_known_cwd"),
+    pytest.param([use("Write", file_path="/tmp/draft.malloy", content="x"),
+                  bash("cp /tmp/draft.malloy /tmp/s/shop.malloy && cat /tmp/s/shop.malloy")],
+                 "/scratch", id="a_copy_of_its_own_draft"),
+    pytest.param([use("Write", file_path="/tmp/shop.malloy", content="x"),
+                  bash("mkdir -p /tmp/s && cp /tmp/shop.malloy /tmp/s/ && cat /tmp/s/shop.malloy")],
+                 "/scratch", id="its_draft_copied_into_a_folder"),
+    pytest.param([bash("python3 -c \"open('/tmp/s/shop.malloy', 'w').write('source: a is b')\""),
+                  read("/tmp/s/shop.malloy")], "/scratch", id="a_draft_written_by_code"),
 ])
 def test_a_draft_with_the_models_file_name_the_answerer_wrote_is_not_the_model(uses, cwd):
     assert check(uses, cwd=cwd).contaminated is False
@@ -911,6 +923,8 @@ def test_a_draft_with_the_models_file_name_the_answerer_wrote_is_not_the_model(u
                  id="editing_a_file_it_did_not_write"),
     pytest.param([read("/tmp/s/shop.malloy"), use("Write", file_path="/tmp/s/shop.malloy", content="x")],
                  {}, id="read_before_the_write"),
+    pytest.param([bash("cp /other/shop.malloy /tmp/s/shop.malloy && cat /tmp/s/shop.malloy")], {},
+                 id="a_copy_of_a_file_it_did_not_write"),
     pytest.param([use("Write", file_path="shop.malloy", content="x"), read("shop.malloy")],
                  {"cwd": None, "model_paths": ["pkg/shop.malloy"]}, id="relative_model_and_unknown_cwd"),
 ])

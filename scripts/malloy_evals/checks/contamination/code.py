@@ -53,6 +53,7 @@ class CodeReading:
     sweeps: list[Sweep] = field(default_factory=list)   # recursive walks and globs it makes
     unrooted: list[str] = field(default_factory=list)   # walks whose root the text does not give
     shell: list[str] = field(default_factory=list)      # shell commands it runs (os.system, ...)
+    writes: list[Ref] = field(default_factory=list)     # files it writes
     dynamic: str | None = None                          # code it builds and runs (exec, eval)
     code: str = ""  # the code without its comment lines
     rest: str = ""  # the same with the walks and globs read above blanked: what else it names
@@ -61,27 +62,41 @@ class CodeReading:
 _LIT = r"""(?:[rRbBuUfF]{0,2})(?P<q>['"`])(?P<lit>(?:(?!(?P=q))[^\\\n]|\\.)*)(?P=q)"""
 _LIT_RE = re.compile(_LIT)
 _ASSIGN_RE = re.compile(
-    r"(?:\b(?:const|let|var|my|local|our)\s+)?[$@]?(?P<name>[A-Za-z_]\w*)\s*(?:=|<-)\s*"
-    r"(?:(?:pathlib\.)?Path\s*\(\s*|File\.expand_path\s*\(\s*|path\.resolve\s*\(\s*)?" + _LIT)
+    r"(?:^|;)[ \t]*(?:(?:const|let|var|my|local|our)\s+)?[$@]?(?P<name>[A-Za-z_]\w*)[ \t]*"
+    r"(?:=(?![=~])|<-)[ \t]*(?P<rhs>[^\n;]+)", re.MULTILINE)
 # Expressions that name the working folder or the home folder.
 _CWD_EXPR = re.compile(r"^(?:os\.getcwd\(\)|os\.curdir|(?:pathlib\.)?Path\.cwd\(\)|(?:pathlib\.)?"
                        r"Path\(\s*\)|process\.cwd\(\)|Dir\.pwd|getwd\(\)|Deno\.cwd\(\))")
 _HOME_EXPR = re.compile(r"^(?:(?:pathlib\.)?Path\.home\(\)|os\.homedir\(\)|Dir\.home|"
                         r"os\.path\.expanduser\(\s*['\"]~['\"]\s*\)|process\.env\.HOME|"
                         r"os\.environ\[['\"]HOME['\"]\])")
-_WRAP_RE = re.compile(r"^(?:(?:pathlib\.)?Path|os\.path\.(?:abspath|realpath|expanduser|normpath)|"
-                      r"path\.resolve|File\.expand_path|normalizePath|fs::path)\s*\(\s*")
+_WRAP_RE = re.compile(r"^(?:(?:pathlib\.)?(?:Pure)?(?:Posix)?Path|os\.path\.(?:abspath|realpath|"
+                      r"expanduser|normpath)|File\.expand_path|normalizePath|fs::path)\s*\(\s*")
+# Calls that join their arguments into one path.
+_JOIN_RE = re.compile(r"^(?:os\.path\.join|posixpath\.join|path\.join|path\.resolve|file\.path|"
+                      r"File\.join|joinpath|fs::path)\s*\(\s*")
+# Methods that leave a path where it is (`.resolve()`), trimmed off the end of an expression.
+_SAME_PATH_RE = re.compile(r"\.\s*(?:resolve|absolute|expanduser|as_posix|toString|normalize)"
+                           r"\s*\(\s*\)\s*$")
+# Files code writes: the answerer made them, and what is in them is not in the log.
+_WRITE_RE = re.compile(
+    r"(?<![\w.$])open\s*\((?=[^)]*,\s*(?:mode\s*=\s*)?[rbf]?['\"][^'\"]*[wax])|"
+    r"\.\s*write_(?:text|bytes)\s*\(|(?:fs\.)?(?:writeFileSync|writeFile|createWriteStream|"
+    r"appendFileSync)\s*\(|File\.(?:write|open)\s*\((?=[^)]*,\s*['\"][wa])")
+# Text a shell call runs that is made at run time: decoded, or read from the environment.
+_RUNTIME_TEXT = re.compile(
+    r"b64decode|decode64|decode_base64|base64|atob\s*\(|Buffer\.from|fromhex|unhexlify|codecs\.|"
+    r"zlib\.|\[::-1\]|\bchr\s*\(|fromCharCode|rot13|\.decode\s*\(|\bpack\s*\(|environ|getenv|"
+    r"sys\.argv|\binput\s*\(|stdin|process\.env|process\.argv|\bENV\s*\[|\bARGV\b|Sys\.getenv|"
+    r"commandArgs", re.IGNORECASE)
+
 # Calls that read every file below their root.
 _WALK_RE = re.compile(
     r"(?<![\w.$])(?:(?:os|shutil)\.)?(?:f?walk|copytree|make_archive|Find\.find|find|"
-    r"RecursiveDirectoryIterator|list\.dirs|dir_ls|dir_tree|walkSync|readdirp|klaw)\s*\(")
+    r"RecursiveDirectoryIterator|list\.dirs|dir_tree|walkSync|readdirp|klaw)\s*\(")
 _MAYBE_RECURSIVE_RE = re.compile(r"(?<![\w$])(?:fs\.)?(?:readdir|readdirSync|opendir|list\.files|"
-                                 r"dir|cp|cpSync)\s*\(")
+                                 r"dir|dir_ls|cp|cpSync)\s*\(")
 _RECURSIVE_FLAG = re.compile(r"recursive\s*[:=]\s*(?:true|TRUE|T\b)|recurse\s*=\s*(?:TRUE|T\b)")
-# Text decoded at run time: what a shell or eval then runs is not in the log.
-_DECODED = re.compile(r"b64decode|decode64|decode_base64|base64|atob\s*\(|Buffer\.from|fromhex|"
-                      r"unhexlify|codecs\.|zlib\.|\[::-1\]|\bchr\s*\(|fromCharCode|rot13|"
-                      r"\.decode\s*\(|\bpack\s*\(", re.IGNORECASE)
 _PY_RECURSIVE = re.compile(r"recursive\s*=\s*True")
 _PATH_METHOD_RE = re.compile(r"\.\s*(?P<m>rglob|glob|walk)\s*\(")
 _GLOB_CALL_RE = re.compile(r"(?<![\w$])(?:glob\.i?glob|i?glob|glob\.sync|globSync|fs\.globSync|"
@@ -105,6 +120,7 @@ _DYNAMIC = {
 # past either bound is more than the kit reads, so it is unseen rather than slow.
 _CALL_SPAN = 1000
 _MAX_CALLS = 500
+_MAX_PATH = 4096  # longer "paths" built in code are not followed
 
 
 def _arguments(code: str, start: int) -> list[str]:
@@ -137,30 +153,72 @@ def _literal(expr: str) -> str | None:
     return m.group("lit") if m else None
 
 
-def _root(expr: str, names: dict[str, str]) -> str | None:
-    """The folder an expression names: a literal, a variable assigned a literal, the cwd (`.`) or
-    the home (`~`), through `Path(...)`-style wrappers; None when the text does not say."""
+def _root(expr: str, names: dict[str, str], depth: int = 0) -> str | None:
+    """The path an expression names: a literal, a variable assigned one, the cwd (`.`) or the
+    home (`~`), through `Path(...)`-style wrappers, `os.path.join(...)`-style calls, pathlib's `/`
+    and string `+`; None when the text does not say."""
     text = re.sub(r"^[A-Za-z_]\w*\s*=(?!=)\s*", "", expr.strip())  # a keyword argument
-    if _CWD_EXPR.match(text):
+    text = _SAME_PATH_RE.sub("", text).strip()
+    if depth > 8 or not text:
+        return None
+    if text.startswith("(") and _call_end(text, 1) == len(text):
+        return _root(text[1:-1], names, depth + 1)  # (Path('/') / 'repo')
+    if _CWD_EXPR.fullmatch(text):
         return "."
-    if _HOME_EXPR.match(text):
+    if _HOME_EXPR.fullmatch(text):
         return "~"
-    while True:
-        m = _WRAP_RE.match(text)
-        if not m:
-            break
-        args = _arguments(text, m.end())
-        if not args:
-            return "."  # Path() is the cwd
-        text = args[0]
-    lit = _literal(text)
-    if lit is not None:
+    parts = _split_top(text)
+    if len(parts) > 1:
+        values = [_root(part, names, depth + 1) for _op, part in parts]
+        if any(v is None for v in values):
+            return None
+        out = ""
+        for (op, _part), value in zip(parts, values, strict=True):
+            out = value if not out else (out + value if op == "+" else
+                                         out.rstrip("/") + "/" + value.lstrip("/"))
+        return out
+    for pattern, joins in ((_JOIN_RE, True), (_WRAP_RE, False)):
+        m = pattern.match(text)
+        if m and _call_end(text, m.end()) == len(text):
+            args = _arguments(text, m.end())
+            if not args:
+                return "."  # Path() is the cwd
+            found = [_root(a, names, depth + 1) for a in (args if joins else args[:1])]
+            values = [v for v in found if v is not None]
+            if len(values) < len(found):
+                return None
+            return "/".join([v.rstrip("/") for v in values[:-1]] + values[-1:])
+    m = _LIT_RE.fullmatch(text)
+    if m:
+        lit = m.group("lit")
+        if "{" in lit and text[:2].lower() in ("f'", 'f"'):
+            # f"{root}/sets": only names the code assigned a path
+            filled = re.sub(r"\{(\w+)\}", lambda v: names.get(v.group(1), "\0"), lit)
+            return None if "\0" in filled or "{" in filled else filled
         return lit
-    if _CWD_EXPR.match(text):
-        return "."
-    if _HOME_EXPR.match(text):
-        return "~"
     return names.get(text)
+
+
+def _split_top(text: str) -> list[tuple[str, str]]:
+    """An expression split on its top-level `/` and `+`: [(operator before, operand), ...]."""
+    parts: list[tuple[str, str]] = []
+    depth, i, begin, op = 0, 0, 0, ""
+    while i < len(text):
+        c = text[i]
+        if c in "'\"`":
+            m = _LIT_RE.match(text, i)
+            i = m.end() if m else i + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c in "/+" and depth == 0 and text[i + 1:i + 2] not in ("/", "=", "+"):
+            parts.append((op, text[begin:i].strip()))
+            op, begin = c, i + 1
+        i += 1
+    parts.append((op, text[begin:].strip()))
+    return parts if len(parts) > 1 and all(p for _o, p in parts) else [("", text)]
 
 
 def _pattern_sweep(pattern: str, base: Ref | None, *, recursive: bool = True) -> Sweep:
@@ -175,7 +233,11 @@ def read_code(code: str, lang: Lang, cwd: Ref | None) -> CodeReading:
     """Walks, globs, shell commands and run-time code in interpreter code (or SQL)."""
     out = CodeReading()
     code = _without_comments(code, lang)
-    names = {m.group("name"): m.group("lit") for m in _ASSIGN_RE.finditer(code)}
+    names: dict[str, str] = {}
+    for m in _ASSIGN_RE.finditer(code):
+        value = _root(m.group("rhs"), names)
+        if value is not None and len(value) <= _MAX_PATH:
+            names[m.group("name")] = value
     handled: list[tuple[int, int]] = []  # calls fully read here: they say where they read
 
     def root_sweep(expr: str | None, what: str, pattern: tuple[str, ...] | None = None,
@@ -205,7 +267,7 @@ def read_code(code: str, lang: Lang, cwd: Ref | None) -> CodeReading:
     for m in _calls(_PATH_METHOD_RE, code, out):
         receiver = _receiver(code, m.start())
         args = _arguments(code, m.end())
-        pat = _literal(args[0]) if args else None
+        pat = _root(args[0], names) if args else None
         at = code.rfind(receiver, 0, m.start()) if receiver else m.start()
         span = (at if at >= 0 else m.start(), _call_end(code, m.end()))
         if m.group("m") == "walk":
@@ -218,6 +280,14 @@ def read_code(code: str, lang: Lang, cwd: Ref | None) -> CodeReading:
         if m.group("m") == "rglob":
             segs = ("**", *segs)
         root_sweep(receiver, m.group("m"), segs, span=span)
+    for m in _calls(_WRITE_RE, code, out):
+        if m.group(0).lstrip(".").lstrip().startswith("write_"):
+            target = _root(_receiver(code, m.start()) or "", names)
+        else:
+            args = _arguments(code, m.end())
+            target = _root(args[0], names) if args else None
+        if target is not None:
+            out.writes.append(to_ref(target, cwd))
     called: set[str] = set()
     for m in _calls(_GLOB_CALL_RE, code, out):
         if m.group(0).endswith("["):
@@ -225,7 +295,7 @@ def read_code(code: str, lang: Lang, cwd: Ref | None) -> CodeReading:
             args = [code[m.end():end]] if end >= 0 else []
         else:
             args = _arguments(code, m.end())
-        pat = _literal(args[0]) if args else None
+        pat = _root(args[0], names) if args else None
         if pat is None:
             continue
         called.add(pat)
@@ -248,7 +318,7 @@ def read_code(code: str, lang: Lang, cwd: Ref | None) -> CodeReading:
         out.shell.extend(_shell_commands(code, lang, out))
         for m in _calls(_SHELL_CALL_RE, code, out):
             args = _arguments(code, m.end())
-            if args and _literal(args[0]) is None and _DECODED.search(args[0]) and not (
+            if args and _literal(args[0]) is None and _RUNTIME_TEXT.search(args[0]) and not (
                     lang == "python" and m.group(0).startswith("exec")):
                 # os.system(base64.b64decode(...)): a shell runs text made at run time
                 out.dynamic = m.group(0).split("(")[0].strip()
@@ -323,7 +393,7 @@ def _receiver(code: str, dot: int) -> str | None:
         j = max(k, 0)
     start = _name_start(code, j)
     text = code[start:end]
-    return text if text and (text[0].isalpha() or text[0] == "_") else None
+    return text if text and (text[0].isalpha() or text[0] in "_(") else None
 
 
 def _name_start(code: str, end: int) -> int:

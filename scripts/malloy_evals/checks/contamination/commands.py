@@ -8,6 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from malloy_evals.checks.contamination.code import Lang, lang_of, may_read, read_code
+from malloy_evals.checks.contamination.programs import (
+    _NO_PIPE,
+    _made_at_run_time,
+    _only_writes,
+    _Piped,
+    _printed,
+    _program,
+    _see_writes,
+)
 from malloy_evals.checks.contamination.refs import Ref, _home, below, to_ref
 from malloy_evals.checks.contamination.shell import SUBST, _Simple, _Word, split_shell
 from malloy_evals.checks.contamination.touches import (
@@ -22,14 +31,11 @@ from malloy_evals.checks.contamination.touches import (
     _State,
 )
 
-_WRAPPERS = frozenset({"sudo", "env", "time", "nohup", "nice", "command", "exec", "builtin",
-                       "stdbuf", "ionice", "timeout", "xargs", "then", "do", "else", "if",
-                       "while", "until", "!", "{", "}"})
 _NO_PATH_ARGS = frozenset({"echo", "printf", "true", "false", ":", "export", "set", "unset",
                            "sleep", "exit", "return", "let", "read", "local", "declare",
                            "typeset", "readonly", "shift", "wait"})
-# Project runners whose `run` subcommand runs the program that follows.
-_RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye"})
+# Programs that send their stdin to a socket (a hand-written HTTP request).
+_SOCKETS = frozenset({"nc", "ncat", "netcat", "socat", "telnet"})
 # Builtins that run a shell script in the current shell.
 _SOURCES = frozenset({"source", "."})
 _GREP_LIKE = frozenset({"grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "ack-grep"})
@@ -63,31 +69,6 @@ _VALUE_OPTS: dict[str, frozenset[str]] = {
 }
 
 
-def _program(words: list[_Word]) -> tuple[str, list[_Word]]:
-    """The program a simple command runs (after wrappers and VAR=value), and its arguments."""
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if not w.quoted and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w.value):
-            i += 1
-            continue
-        base = w.value.rsplit("/", 1)[-1].lower()
-        if base in _RUNNERS and i + 1 < len(words) and words[i + 1].value == "run":
-            i += 2  # `uv run x.py`, `poetry run python ...`: the program is what follows
-            while i < len(words) and words[i].value.startswith("-"):
-                i += 1
-            continue
-        if base in _WRAPPERS:
-            i += 1
-            while i < len(words) and words[i].value.startswith("-"):
-                i += 1
-            if base == "timeout" and i < len(words):
-                i += 1  # the duration
-            continue
-        return base, words[i + 1:]
-    return "", []
-
-
 def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
                depth: int = 0) -> Ref | None:
     """Analyse one shell command string; returns the cwd it leaves behind (`cd`)."""
@@ -111,52 +92,6 @@ def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
         if cwd is not None and cwd.absolute:
             state.env["PWD"] = cwd.text()
     return cwd
-
-
-@dataclass(frozen=True)
-class _Piped:
-    """A command's stdin when it is the far end of a pipe: whether it is, and the text, when the
-    log shows what the near end printed (`echo '...' | python3`); None when it was made at run
-    time (`base64 -d`, `curl`)."""
-
-    piped: bool = False
-    text: str | None = None
-
-
-_NO_PIPE = _Piped()
-
-
-def _printed(simple: _Simple, state: _State, cwd: Ref | None, piped: _Piped) -> str | None:
-    """What a command prints, when the log shows it: echo and printf of literal words, cat of a
-    here-document or of a file the log shows being written, tee passing its input on."""
-    prog, args = _program(simple.words)
-    if any(a.dynamic for a in args):
-        return None
-    values = [a.value for a in args]
-    if prog == "echo":
-        words = [v for v in values if not re.fullmatch(r"-[neE]+", v)]
-        text = " ".join(words)
-        return _unescape(text) if any(re.fullmatch(r"-\w*e\w*", v) for v in values) else text
-    if prog == "printf":
-        if not values:
-            return None
-        fmt, rest = _unescape(values[0]), values[1:]
-        return fmt.replace("%s", " ".join(rest), 1) if "%s" in fmt else fmt
-    if prog == "cat":
-        files = [v for v in values if not v.startswith("-")]
-        if not files:
-            if simple.stdin_text:
-                return "\n".join(simple.stdin_text)
-            return piped.text if piped.piped else None
-        bodies = [state.written.get(to_ref(f, cwd)) for f in files]
-        return None if any(b is None for b in bodies) else "\n".join(b for b in bodies if b)
-    if prog == "tee":
-        return "\n".join(simple.stdin_text) if simple.stdin_text else piped.text
-    return None
-
-
-def _unescape(text: str) -> str:
-    return text.replace("\\n", "\n").replace("\\t", "\t")
 
 
 # $VAR, ${VAR}, and ${VAR:-default} / ${VAR-default} / ${VAR:=default} (the default is used when
@@ -236,6 +171,10 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
         return to_ref(target, cwd)
     if prog in _NO_PATH_ARGS and not (feeds_xargs and prog in ("echo", "printf")):
         return cwd
+    if prog in _SOCKETS:
+        # `printf 'GET /api/.../models/shop.malloy HTTP/1.0\r\n\r\n' | nc host 4000`: a fetch
+        for text in [piped.text or "", *simple.stdin_text]:
+            seen.touches.extend(_embedded(text, None, literals_path_like=True))
     if prog in ("ln", "link"):
         _remember_link(args, cwd, state)
     if prog == "git" and args:
@@ -292,24 +231,6 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
     return cwd
 
 
-def _only_writes(simple: _Simple) -> bool:
-    """`cat > f <<EOF` and `tee f <<EOF`: the here-document is text written to a file (a script,
-    notes), not paths read; it is read when the file runs."""
-    prog, args = _program(simple.words)
-    if prog == "tee":
-        return True
-    return prog == "cat" and not any(not a.value.startswith("-") for a in args) and any(
-        op.startswith(">") for op, _w in simple.redirects)
-
-
-def _made_at_run_time(text: str) -> bool:
-    """Whether a word is only run-time text: a substitution, or a variable the log never set."""
-    bare = text.strip().strip('"')
-    return bool(bare) and (not bare.replace(SUBST, "").strip("/ ")
-                           or re.fullmatch(r"\$(?:\{[A-Za-z_]\w*\}|[A-Za-z_]\w*|[@*0-9])", bare)
-                           is not None)
-
-
 def _see_program(text: str, how: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen,
                  depth: int, argv: Sequence[str] = (), *, touch: bool = False) -> None:
     """Program text handed to a shell or an interpreter: read it when the log shows it, else the
@@ -323,32 +244,6 @@ def _see_program(text: str, how: str, lang: Lang, cwd: Ref | None, state: _State
         _see_shell(text, cwd, state, seen, depth + 1)
     else:
         _see_code(text, lang, cwd, state, seen, depth, argv, touch=touch)
-
-
-def _see_writes(simple: _Simple, cwd: Ref | None, state: _State, piped: _Piped) -> None:
-    """Files a command creates, and their text when the log shows it: `cat > a.py <<EOF`,
-    `echo '...' > a.py`, `printf ... >> a.py`, `... | tee a.py`."""
-    prog, args = _program(simple.words)
-    text = _printed(simple, state, cwd, piped) if prog in ("cat", "echo", "printf", "tee") else None
-    targets = [(op, w.value) for op, w in simple.redirects if op.startswith(">")]
-    if prog == "tee":
-        targets += [(">>" if any(a.value in ("-a", "--append") for a in args) else ">", a.value)
-                    for a in args if not a.value.startswith("-")]
-    if prog in ("curl", "wget"):
-        # a download: the answerer made the file, and its text is not in the log
-        values = [a.value for a in args]
-        for k, v in enumerate(values[:-1]):
-            if v in ("-o", "--output", "-O", "--output-document") and values[k + 1] != "-":
-                targets.append((">", values[k + 1]))
-    for op, target in targets:
-        ref = to_ref(target, cwd)
-        if op == ">" or op == ">|":
-            state.made.add(ref)
-        if text is None:
-            state.written.pop(ref, None)  # its text now comes from a run the log cannot show
-        else:
-            earlier = state.written.get(ref, "") if op == ">>" else ""
-            state.written[ref] = earlier + ("\n" if earlier else "") + text
 
 
 _GIT_VALUE_OPTS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
@@ -677,6 +572,9 @@ def _see_code(code: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen
     the command's words already)."""
     reading = read_code(code, lang, cwd)
     seen.sweeps.extend(reading.sweeps)
+    for ref in reading.writes:
+        state.made.add(ref)  # open('x.py', 'w'): made, and its text is not in the log
+        state.written.pop(ref, None)
     for text in reading.shell:
         if depth < 4:
             _see_shell(text, cwd, state, seen, depth + 1)

@@ -63,26 +63,30 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
   Writing it reads nothing: a here-document that `cat > f` or `tee f` writes is text, not paths.
   Whole-line comments are prose, not reads.
 - Walks and globs in code read where they are rooted: a literal, a variable assigned one, the
-  cwd (`os.getcwd()`, `Path.cwd()`, `'.'`) or the home, through `Path(...)`-style wrappers
+  cwd (`os.getcwd()`, `Path.cwd()`, `'.'`) or the home, through `Path(...)`-style wrappers,
+  `os.path.join`-style calls, pathlib's `/`, string `+` and f-strings of such variables
   (`os.walk`, `Path.rglob`, `Path.glob`, `glob(..., recursive=True)` and `root_dir=`,
   `shutil.copytree`/`make_archive`, `fs.readdirSync(p, {recursive: true})`, `globSync`,
-  `Dir.glob`, `File::Find`, `list.files(recursive = TRUE)`, and any path pattern in a string,
-  as in DuckDB's `read_csv('/repo/**/*.csv')`). Python's glob reads `**` as `*` unless told
-  `recursive=True`. A walk whose root the text does not give keeps the code "may read"
+  `Dir.glob`, `File::Find`, `list.files`/`dir_ls` with `recursive`, and any path pattern in a
+  string, as in DuckDB's `read_csv('/repo/**/*.csv')`). Python's glob reads `**` as `*` unless
+  told `recursive=True`. A walk whose root the text does not give keeps the code "may read"
   (`script-may-read`); the walks whose reach is known do not count as folders it names.
+- What echo, printf (with its escapes and `%b`) and cat of known text print is known: piped into
+  a shell or interpreter it is read as the program; piped into `nc`/`socat`/`telnet` it is a
+  request whose path is fetched.
 - Unseen programs: program text reaching a shell or interpreter through a pipe from anything
   but echo, printf or cat of text the log shows (`| base64 -d | sh`, `curl ... | python3`);
   `eval` or `sh -c`/`python3 -c` of a substitution or a variable the log never set; a process
   substitution as the script (`bash <(curl ...)`, `source <(...)`); a program named by such a
   word (`$RUNNER x`); a script file the answerer made whose text the log does not show
-  (`base64 -d > p.py`, `curl -o s.sh`); and code that runs code it builds (`exec`, `eval`,
-  `new Function`, `vm.run*`, Perl's string `eval`, `os.system` of decoded text). `eval` of a
-  literal, and code reaching more than a bounded number of calls of one kind, are read as text
-  (the latter is unseen).
-- A file the answerer made itself (a Write tool, `>`, tee) that shares the model's file name is
-  not the model under test when both paths are absolute (the log's cwd known, or the model path
-  absolute) and differ: reading a draft back is clean. An edit, a copy or a read before the
-  write gets no such pass.
+  (`base64 -d > p.py`, `curl -o s.sh`, `open('p.py', 'w')` in code); and code that runs code it
+  builds (`exec`, `eval`, `new Function`, `vm.run*`, Perl's string `eval`, `os.system` or
+  `execSync` of decoded text or of the environment). `eval` of a literal is read as text; code
+  with more than a bounded number of calls of one kind is unseen.
+- A file the answerer made itself (a Write tool, `>`, tee, code that opens it for writing, a copy
+  of such a file) that shares the model's file name is not the model under test when both paths
+  are absolute (the log's cwd known, or the model path absolute) and differ: reading a draft
+  back is clean. An edit, a copy of another file or a read before the write gets no such pass.
 - Shell arithmetic (`$((a/b))`, `$[a/b]`, `(( x = a/b ))`, `let x=a/b`) is a number, never a
   path or a script.
 - A glob that names files without recursing is a read of what it names: `grep x *.malloy` in the
