@@ -188,6 +188,9 @@ def test_python_glob_without_recursive_reads_double_star_as_one_level():
                  id="python_runs_a_command_from_the_environment"),
     pytest.param([bash("node -e \"require('child_process').execSync(process.env.CMD)\"")],
                  id="node_runs_a_command_from_the_environment"),
+    pytest.param([bash("curl -s http://example.com/q.sql | duckdb x.db")], id="download_into_duckdb"),
+    pytest.param([bash("echo cHJpbnQ= | base64 -d > /tmp/p.py; cat /tmp/p.py | python3")],
+                 id="cat_of_a_decoded_file_into_python"),
 ])
 def test_a_program_made_at_run_time_is_unknown_from_any_folder(uses):
     result = check(uses, cwd=SCRATCH)
@@ -208,6 +211,8 @@ def test_a_program_made_at_run_time_is_unknown_from_any_folder(uses):
     pytest.param("perl -e 'eval { 1 }; print 2'", id="perl_block_eval"),
     pytest.param("printf '%s\\n' 'echo hi' | sh", id="printf_of_a_harmless_command"),
     pytest.param("python3 -c \"import os; os.system('ls /tmp')\"", id="os_system_of_a_literal"),
+    pytest.param("cat q.sql | duckdb x.db", id="cat_of_a_file_into_duckdb_outside_the_repo"),
+    pytest.param("duckdb x.db < /tmp/q.sql", id="duckdb_reading_a_file_outside_the_repo"),
 ])
 def test_programs_the_log_shows_stay_clean(command):
     assert check([bash(command)], cwd=SCRATCH).contaminated is False
@@ -220,6 +225,14 @@ def test_programs_the_log_shows_stay_clean(command):
 ])
 def test_escapes_printed_into_a_shell_are_decoded_and_read(command, rule):
     assert rules(check([bash(command)], cwd=SCRATCH)) == [rule]
+
+
+def test_a_file_catted_into_an_interpreter_is_read_as_the_script_it_is():
+    uses = [write("/tmp/q.sql", "select * from read_csv('/w/**/*.csv')"),
+            bash("cat /tmp/q.sql | duckdb")]
+    assert rules(check(uses, cwd=SCRATCH)) == ["recursive-read"]
+    # A file the log never shows, from the repo root: code that may read (rule 3), as before.
+    assert rules(check([bash("cat q.sql | duckdb x.db")])) == ["script-may-read"]
 
 
 def test_a_definite_read_in_the_same_use_decides_over_an_unseen_program():

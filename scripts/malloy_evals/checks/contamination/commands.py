@@ -13,6 +13,7 @@ from malloy_evals.checks.contamination.programs import (
     _made_at_run_time,
     _only_writes,
     _Piped,
+    _piped_into,
     _printed,
     _program,
     _see_writes,
@@ -44,6 +45,7 @@ _INTERPRETERS = frozenset({"python", "python3", "python2", "pypy", "pypy3", "nod
                            "duckdb", "sqlite3", "psql", "lua", "tsx", "ts-node", "osascript",
                            "ipython", "uv", "pwsh", "powershell"})
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "fish"})
+_SQL_CLIENTS = frozenset({"duckdb", "sqlite3", "psql"})
 _INLINE_FLAGS = frozenset({"-c", "-e", "--eval", "-p", "--print", "-E", "--command",
                            "-command", "--execute", "-cmd"})
 # `python -m X` for these runs a packaging or stdin tool, not code that walks the cwd.
@@ -84,8 +86,7 @@ def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
     into_tee = {id(s.piped_from) for s in simples if s.piped_from and _program(s.words)[0] == "tee"}
     for simple in simples:
         _expand_variables(simple, state.env)
-        piped = _Piped(simple.piped_from is not None,
-                       printed.get(id(simple.piped_from)) if simple.piped_from else None)
+        piped = _piped_into(simple, printed)
         cwd = _see_simple(simple, cwd, state, seen, depth, feeds_xargs, piped,
                           writes_only=_only_writes(simple) or id(simple) in into_tee)
         printed[id(simple)] = _printed(simple, state, cwd, piped)
@@ -483,7 +484,8 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
                 return
             code_parts.append(inline)
             script = None
-        if prog in ("duckdb", "sqlite3", "psql"):
+        if prog in _SQL_CLIENTS:
+            # their operands are a database and SQL text; the program is never a script file
             code_parts.extend(a.value for a in args if not a.value.startswith("-")
                               and any(ch.isspace() for ch in a.value))
             script = None
@@ -505,6 +507,10 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
             seen.unseen.append(f"{redirect.value}, written at run time")
             return
     if script is None and not code_parts and redirect is None and piped.piped:
+        if piped.text is None and piped.files:
+            for name in piped.files:  # `cat q.sql | duckdb`: as if it ran q.sql
+                _see_script_file(name, cwd, state, seen, (), depth, lang=lang)
+            return
         if piped.text is None:
             seen.unseen.append(f"a program piped into {prog}")
             return
@@ -522,6 +528,9 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
     if code_parts or redirect is not None:
         _see_code("\n".join(code_parts), lang, cwd, state, seen, depth,
                   redirected=redirect is not None)
+        return
+    if prog in _SQL_CLIENTS:
+        seen.scripts.append(Script(cwd=cwd, primitive=None))  # SQL typed at a terminal
         return
     values = [a.value for a in args]
     if "-m" in values:

@@ -51,9 +51,21 @@ class _Piped:
 
     piped: bool = False
     text: str | None = None
+    files: tuple[str, ...] = ()  # `cat a.sql | duckdb`: the files the near end printed
 
 
 _NO_PIPE = _Piped()
+
+
+def _piped_into(simple: _Simple, printed: dict[int, str | None]) -> _Piped:
+    """What reaches a command's stdin through a pipe: the near end's text when the log shows it,
+    and the files it printed when it was a plain `cat FILE...`."""
+    near = simple.piped_from
+    if near is None:
+        return _NO_PIPE
+    prog, args = _program(near.words)
+    files = tuple(a.value for a in args if not a.value.startswith("-")) if prog == "cat" else ()
+    return _Piped(True, printed.get(id(near)), files if not any(SUBST in f for f in files) else ())
 
 
 def _printed(simple: _Simple, state: _State, cwd: Ref | None, piped: _Piped) -> str | None:
