@@ -212,6 +212,10 @@ def test_a_program_made_at_run_time_is_unknown_from_any_folder(uses):
     pytest.param("printf '%s\\n' 'echo hi' | sh", id="printf_of_a_harmless_command"),
     pytest.param("python3 -c \"import os; os.system('ls /tmp')\"", id="os_system_of_a_literal"),
     pytest.param("cat q.sql | duckdb x.db", id="cat_of_a_file_into_duckdb_outside_the_repo"),
+    pytest.param("eval \"$(pyenv init -)\"", id="eval_of_pyenv_init"),
+    pytest.param("eval \"$(ssh-agent -s)\"", id="eval_of_ssh_agent"),
+    pytest.param("eval \"$(conda shell.bash hook)\" && conda activate x", id="eval_of_conda_hook"),
+    pytest.param("source <(kubectl completion bash)", id="sourced_completion"),
     pytest.param("duckdb x.db < /tmp/q.sql", id="duckdb_reading_a_file_outside_the_repo"),
 ])
 def test_programs_the_log_shows_stay_clean(command):
@@ -233,6 +237,28 @@ def test_a_file_catted_into_an_interpreter_is_read_as_the_script_it_is():
     assert rules(check(uses, cwd=SCRATCH)) == ["recursive-read"]
     # A file the log never shows, from the repo root: code that may read (rule 3), as before.
     assert rules(check([bash("cat q.sql | duckdb x.db")])) == ["script-may-read"]
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param("source .venv/bin/activate && echo ok", id="venv_activate"),
+    pytest.param(". venv/bin/activate", id="dot_activate"),
+    pytest.param("source ~/.bashrc", id="rc_file"),
+    pytest.param("eval \"$(pyenv init -)\"", id="pyenv_init"),
+])
+def test_setting_up_the_shell_from_the_repo_root_stays_clean(command):
+    # These were clean before the shell learned `source` and `eval`; they must stay so.
+    assert check([bash(command)]).contaminated is False
+
+
+def test_environment_setup_does_not_shield_a_decoder_in_the_same_eval():
+    result = check([bash("eval \"$(pyenv init -)$(echo Y2F0 | base64 -d)\"")], cwd=SCRATCH)
+    assert rules(result) == ["unseen-program"]
+
+
+def test_a_sourced_script_the_log_does_not_show_may_read_like_any_script():
+    assert rules(check([bash("source run.sh")])) == ["script-may-read"]
+    written = [write("/tmp/activate", "cat /w/sets/shop/a.csv"), bash("source /tmp/activate")]
+    assert rules(check(written, cwd=SCRATCH)) == ["eval-area"]
 
 
 def test_a_definite_read_in_the_same_use_decides_over_an_unseen_program():

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from malloy_evals.checks.contamination.code import Lang, lang_of, may_read, read_code
 from malloy_evals.checks.contamination.programs import (
+    _ENV_SCRIPT_RE,
     _NO_PIPE,
     _made_at_run_time,
     _only_writes,
@@ -17,6 +18,7 @@ from malloy_evals.checks.contamination.programs import (
     _printed,
     _program,
     _see_writes,
+    _sets_up_the_environment,
 )
 from malloy_evals.checks.contamination.refs import Ref, _home, below, to_ref
 from malloy_evals.checks.contamination.shell import SUBST, _Simple, _Word, split_shell
@@ -185,7 +187,8 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
         else:
             _see_git(args, cwd, seen, exempt)
     if prog == "eval":
-        _see_program(" ".join(a.value for a in args), "eval", "shell", cwd, state, seen, depth)
+        if not _sets_up_the_environment([a for a in args if a.dynamic]):
+            _see_program(" ".join(a.value for a in args), "eval", "shell", cwd, state, seen, depth)
         return cwd
     if prog in _SHELLS:
         inline = _inline_code(prog, args)
@@ -490,8 +493,12 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
                               and any(ch.isspace() for ch in a.value))
             script = None
     if script is not None and script.dynamic:
-        _see_program(script.value, f"{prog} <(...)", lang, cwd, state, seen, depth)
+        if not (prog in _SOURCES and _sets_up_the_environment([script])):
+            _see_program(script.value, f"{prog} <(...)", lang, cwd, state, seen, depth)
         return
+    if prog in _SOURCES and script is not None and _ENV_SCRIPT_RE.search(script.value) and not (
+            {to_ref(script.value, cwd)} & (state.made | set(state.written))):
+        return  # `source .venv/bin/activate`, `. ~/.bashrc`: setting up the shell
     for body in simple.stdin_text:
         if shell:
             _see_program(body, prog, "shell", cwd, state, seen, depth)

@@ -187,3 +187,29 @@ def _see_writes(simple: _Simple, cwd: Ref | None, state: _State, piped: _Piped) 
         else:
             earlier = state.written.get(ref, "") if op == ">>" else ""
             state.written[ref] = earlier + ("\n" if earlier else "") + text
+
+
+# Tools whose printed shell code only sets up the environment (`eval "$(pyenv init -)"`,
+# `source <(kubectl completion bash)`): what they print is the tool's, not the answerer's.
+_ENV_SETUP_RE = re.compile(
+    r"^(?:ssh-agent|gpg-agent|keychain|(?:py|rb|nod|j|go|pl)env\s+(?:init|virtualenv-init)|"
+    r"(?:conda|micromamba|mamba)\s+shell\.?\S*\s+hook|\S+\s+shell\s+hook|direnv\s+(?:export|hook)|"
+    r"brew\s+shellenv|dircolors|opam\s+env|luarocks\s+path|fnm\s+env|(?:mise|rtx)\s+activate|"
+    r"zoxide\s+init|starship\s+init|register-python-argcomplete|\S+\s+completion|"
+    r"\S+\s+generate-shell-completion|docker-machine\s+env|minikube\s+docker-env)\b")
+# Scripts sourced to set up a shell: an environment's activate, rc and profile files.
+_ENV_SCRIPT_RE = re.compile(r"(?:^|/)(?:activate(?:\.\w+)?|\.?\w*rc|\.?\w*profile|\.env(?:\.\w+)?|"
+                            r"env\.sh)$")
+
+
+def _sets_up_the_environment(words: Sequence[_Word]) -> bool:
+    """Whether every substitution in these words runs an environment-setup tool."""
+    runs = [r for w in words for r in w.runs]
+    if not runs:
+        return False
+    for run in runs:
+        text = run.strip()
+        head, _, rest = text.partition(" ")
+        if not _ENV_SETUP_RE.match((head.rsplit("/", 1)[-1] + " " + rest).strip()):
+            return False
+    return True

@@ -82,7 +82,10 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
   (`base64 -d > p.py`, `curl -o s.sh`, `open('p.py', 'w')` in code); and code that runs code it
   builds (`exec`, `eval`, `new Function`, `vm.run*`, Perl's string `eval`, `os.system` or
   `execSync` of decoded text or of the environment). `eval` of a literal is read as text; code
-  with more than a bounded number of calls of one kind is unseen.
+  with more than a bounded number of calls of one kind is unseen. Setting up the shell is not a
+  program of the answerer's: `eval "$(pyenv init -)"` and the like (a tool printing its own
+  environment code), `source <(kubectl completion bash)`, and sourcing an activate, rc or profile
+  file the answerer did not write.
 - A file the answerer made itself (a Write tool, `>`, tee, code that opens it for writing, a copy
   of such a file) that shares the model's file name is not the model under test when both paths
   are absolute (the log's cwd known, or the model path absolute) and differ: reading a draft

@@ -16,6 +16,7 @@ class _Word:
     glob: bool = False     # an unquoted *, ? or [
     started: bool = False
     dynamic: bool = False  # holds a command or process substitution (its value has SUBST)
+    runs: list[str] = field(default_factory=list)  # the command text of each substitution
 
 
 @dataclass
@@ -36,6 +37,7 @@ class _Frame:
     cur: _Simple | None = None
     word: _Word | None = None
     pending: list[str] | None = None
+    start: int = 0                 # where the substitution's text starts
 
 
 _OPS = ";&|()`\n"
@@ -64,10 +66,12 @@ def _closing(text: str, start: int, depth: int, opener: str = "(", closer: str =
     return n
 
 
-def _double_quoted(command: str, i: int, out: list[_Simple]) -> tuple[str, int, bool]:
+def _double_quoted(command: str, i: int, out: list[_Simple],
+                   runs: list[str]) -> tuple[str, int, bool]:
     """The text of a double-quoted string opening at command[i], the index after it, and whether
     it holds a substitution. `$(...)` and backticks inside are lexed on their own (their commands
-    run too) and stand in the text as SUBST; `$((...))` arithmetic is a number."""
+    run too, and their text goes to `runs`) and stand in the text as SUBST; `$((...))`
+    arithmetic is a number."""
     n = len(command)
     j = i + 1
     buf: list[str] = []
@@ -84,7 +88,9 @@ def _double_quoted(command: str, i: int, out: list[_Simple]) -> tuple[str, int, 
             continue
         if command.startswith("$(", j):
             end = _closing(command, j + 2, 1)
-            out.extend(split_shell(command[j + 2:end - 1] if end <= n else command[j + 2:]))
+            inner = command[j + 2:end - 1] if end <= n else command[j + 2:]
+            runs.append(inner)
+            out.extend(split_shell(inner))
             buf.append(SUBST)
             dynamic = True
             j = end
@@ -92,6 +98,7 @@ def _double_quoted(command: str, i: int, out: list[_Simple]) -> tuple[str, int, 
         if c == "`":
             end = command.find("`", j + 1)
             end = n if end < 0 else end
+            runs.append(command[j + 1:end])
             out.extend(split_shell(command[j + 1:end]))
             buf.append(SUBST)
             dynamic = True
@@ -144,18 +151,19 @@ def split_shell(command: str) -> list[_Simple]:
         cur = _Simple()
         return ended
 
-    def open_subst(kind: str) -> None:
+    def open_subst(kind: str, start: int) -> None:
         nonlocal cur, word, pending_redirect
-        stack.append(_Frame(kind, cur, word, pending_redirect))
+        stack.append(_Frame(kind, cur, word, pending_redirect, start))
         cur, word, pending_redirect = _Simple(), _Word(), []
 
-    def close_subst() -> None:
+    def close_subst(end: int) -> None:
         nonlocal cur, word, pending_redirect
         end_command()
         frame = stack.pop()
         assert frame.cur is not None and frame.word is not None and frame.pending is not None
         cur, word, pending_redirect = frame.cur, frame.word, frame.pending
         word.value += SUBST
+        word.runs.append(command[frame.start:end])
         word.started = word.dynamic = True
 
     while i < n:
@@ -189,7 +197,7 @@ def split_shell(command: str) -> list[_Simple]:
             i = j + 1
             continue
         elif c == '"':
-            text, i, dynamic = _double_quoted(command, i, out)
+            text, i, dynamic = _double_quoted(command, i, out, word.runs)
             word.value += text
             word.quoted = word.started = True
             word.dynamic = word.dynamic or dynamic
@@ -211,7 +219,7 @@ def split_shell(command: str) -> list[_Simple]:
             word.started = True
             continue
         elif c == "$" and i + 1 < n and command[i + 1] == "(":
-            open_subst("subst")
+            open_subst("subst", i + 2)
             i += 2
             continue
         elif command.startswith("((", i) and not word.started and not cur.words:
@@ -228,7 +236,7 @@ def split_shell(command: str) -> list[_Simple]:
             op = command[i:j]
             i = j
             if op in ("<", ">") and i < n and command[i] == "(":
-                open_subst("subst")  # process substitution: a file whose text is made at run time
+                open_subst("subst", i + 1)  # process substitution: a file made at run time
                 i += 1
                 continue
             if op.endswith("&") or op.startswith("&"):
@@ -238,11 +246,11 @@ def split_shell(command: str) -> list[_Simple]:
             continue
         elif c == "`":
             if stack and stack[-1].kind == "tick":
-                close_subst()
+                close_subst(i)
             else:
-                open_subst("tick")
+                open_subst("tick", i + 1)
         elif c == ")" and stack and stack[-1].kind == "subst":
-            close_subst()
+            close_subst(i)
         elif c == "|":
             piped = not command.startswith("||", i)
             producer = end_command()
@@ -271,6 +279,6 @@ def split_shell(command: str) -> list[_Simple]:
         if stack[-1].kind == "group":
             stack.pop()
         else:
-            close_subst()  # an unclosed substitution still stands for run-time text
+            close_subst(n)  # an unclosed substitution still stands for run-time text
     end_command()
     return out
