@@ -158,24 +158,24 @@ def test_script_model_that_is_not_a_folder_is_a_usage_error(tmp_path):
 
 # ------------------------------------------------------------------ the scorer
 
-def test_the_scorer_vetoes_a_view_built_on_a_forbidden_field(tmp_path, needs_node):
-    set_dir = _shop_set(tmp_path / "set")
+def _score_late_shipments(tmp_path: Path, golden_extra: dict | None = None) -> dict:
+    """Score `run: orders -> late_shipments` (the judge says match) on the shop set."""
+    set_dir = _shop_set(tmp_path / "set", golden_extra)
     run = make_run(tmp_path, set_dir, [{"qid": "q_late", "answer_text": "1 late order.",
                                         "final_query": "run: orders -> late_shipments"}])
     write_prediction(run, "q_late", None, "order_count\n1\n")
     score_attempt(run, load_set(set_dir), "q_late", None, reexecute=False,
                   provider=FakeProvider([verdict("match", 9)]))
     [event] = [e for e in run.read().events if e["kind"] == "score"]
+    return event
+
+
+def test_the_scorer_vetoes_a_view_built_on_a_forbidden_field(tmp_path, needs_node):
+    event = _score_late_shipments(tmp_path)
     assert (event["verdict"], event["judge_verdict"]) == ("no_match", "match")
     assert event["must_not_use_hits"] == ["shipped_at"]
 
 
 def test_the_scorer_respects_a_definition_the_set_allows(tmp_path, needs_node):
-    set_dir = _shop_set(tmp_path / "set", {"mustNotUseAllowedIn": {"shipped_at": ["is_late"]}})
-    run = make_run(tmp_path, set_dir, [{"qid": "q_late", "answer_text": "1 late order.",
-                                        "final_query": "run: orders -> late_shipments"}])
-    write_prediction(run, "q_late", None, "order_count\n1\n")
-    score_attempt(run, load_set(set_dir), "q_late", None, reexecute=False,
-                  provider=FakeProvider([verdict("match", 9)]))
-    [event] = [e for e in run.read().events if e["kind"] == "score"]
+    event = _score_late_shipments(tmp_path, {"mustNotUseAllowedIn": {"shipped_at": ["is_late"]}})
     assert (event["verdict"], event["must_not_use_hits"]) == ("match", [])

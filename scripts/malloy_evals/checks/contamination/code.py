@@ -123,28 +123,34 @@ _MAX_CALLS = 500
 _MAX_PATH = 4096  # longer "paths" built in code are not followed
 
 
-def _arguments(code: str, start: int) -> list[str]:
-    """The top-level arguments of a call whose `(` ends just before `start`."""
-    depth, i, n = 1, start, min(len(code), start + _CALL_SPAN)
-    parts: list[str] = []
-    begin = start
-    while i < n and depth:
-        c = code[i]
+def _scan(text: str, start: int, depth: int,
+          limit: int = _CALL_SPAN) -> Iterator[tuple[int, str, int]]:
+    """Each character of code outside string literals, from `start` for at most `limit`
+    characters, with the bracket depth before it."""
+    i, n = start, min(len(text), start + limit)
+    while i < n:
+        c = text[i]
         if c in "'\"`":
-            m = _LIT_RE.match(code, i)
+            m = _LIT_RE.match(text, i)
             i = m.end() if m else i + 1
             continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                break
-        elif c == "," and depth == 1:
+        yield i, c, depth
+        depth += 1 if c in "([{" else -1 if c in ")]}" else 0
+        i += 1
+
+
+def _arguments(code: str, start: int) -> list[str]:
+    """The top-level arguments of a call whose `(` ends just before `start`."""
+    parts: list[str] = []
+    begin, end = start, min(len(code), start + _CALL_SPAN)
+    for i, c, depth in _scan(code, start, 1):
+        if depth == 1 and c in ")]}":
+            end = i
+            break
+        if depth == 1 and c == ",":
             parts.append(code[begin:i].strip())
             begin = i + 1
-        i += 1
-    parts.append(code[begin:i].strip())
+    parts.append(code[begin:end].strip())
     return [p for p in parts if p]
 
 
@@ -202,21 +208,11 @@ def _root(expr: str, names: dict[str, str], depth: int = 0) -> str | None:
 def _split_top(text: str) -> list[tuple[str, str]]:
     """An expression split on its top-level `/` and `+`: [(operator before, operand), ...]."""
     parts: list[tuple[str, str]] = []
-    depth, i, begin, op = 0, 0, 0, ""
-    while i < len(text):
-        c = text[i]
-        if c in "'\"`":
-            m = _LIT_RE.match(text, i)
-            i = m.end() if m else i + 1
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c in "/+" and depth == 0 and text[i + 1:i + 2] not in ("/", "=", "+"):
+    begin, op = 0, ""
+    for i, c, depth in _scan(text, 0, 0, len(text)):
+        if c in "/+" and depth == 0 and text[i + 1:i + 2] not in ("/", "=", "+"):
             parts.append((op, text[begin:i].strip()))
             op, begin = c, i + 1
-        i += 1
     parts.append((op, text[begin:].strip()))
     return parts if len(parts) > 1 and all(p for _o, p in parts) else [("", text)]
 
@@ -354,15 +350,11 @@ def _without_comments(code: str, lang: Lang) -> str:
 
 def _call_end(code: str, start: int) -> int:
     """The index after the `)` closing a call whose `(` ends just before `start`."""
-    depth, i, n = 1, start, min(len(code), start + _CALL_SPAN)
-    while i < n and depth:
-        if code[i] in "'\"`":
-            m = _LIT_RE.match(code, i)
-            i = m.end() if m else i + 1
-            continue
-        depth += {"(": 1, ")": -1}.get(code[i], 0)
-        i += 1
-    return i
+    for i, c, depth in _scan(code, start, 1):
+        if depth == 1 and c in ")]}":
+            return i + 1
+    return min(len(code), start + _CALL_SPAN)
+
 
 
 def _calls(pattern: re.Pattern[str], code: str, out: CodeReading) -> Iterator[re.Match[str]]:
