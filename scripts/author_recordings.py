@@ -22,12 +22,13 @@ be built. Coverage and diagnose recordings are authored the same way through the
 
 Examples:
   .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies replies.jsonl --samples 3 --out /tmp/rec --json
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies run-replies.jsonl --run evals/bookshop/runs/baseline --local
-  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.candidate.jsonl --run evals/bookshop/runs/candidate --local --model evals/bookshop/model-candidate
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.jsonl --samples 3 --out runs/recordings --json
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.baseline.jsonl --run evals/bookshop/runs/baseline --local
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.candidate.jsonl --run evals/bookshop/runs/candidate --local --model evals/bookshop/model-candidate --out runs/recordings
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the library, runnable by path
@@ -37,26 +38,30 @@ from malloy_evals.core import cli
 from malloy_evals.sets.eval_set import load_set
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--set", required=True, help="the set folder")
+    cli.add_set_argument(p)
     p.add_argument("--role", default="judge", choices=["judge"],
                    help="judge (coverage and diagnose: see above)")
-    p.add_argument("--replies", required=True, help="the authored replies (JSON lines)")
-    p.add_argument("--out", default=None, help="recordings folder (default <set>/recordings/judge)")
-    p.add_argument("--samples", type=int, default=3, help="calibration samples per answer")
-    p.add_argument("--repeat", type=int, default=1, help="judgements per regression fixture")
-    p.add_argument("--run", default=None, help="also author the judge recordings of this run")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--mcp-url", help="with --run: re-execute through this endpoint")
-    where.add_argument("--local", action="store_true", help="with --run: the kit's own endpoint")
+    p.add_argument("--replies", required=True, type=cli.existing_file,
+                   help="the authored replies (JSON lines)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="recordings folder (default <set>/recordings/judge)")
+    cli.add_count_argument(p, "--samples", default=3, help="calibration samples per answer")
+    cli.add_count_argument(p, "--repeat", default=1, help="judgements per regression fixture")
+    cli.add_run_argument(p, required=False, help="also author the judge recordings of this run")
+    cli.add_endpoint_arguments(p, required=lambda a: a.run is not None,
+                               purpose="with --run: re-execute")
     cli.add_model_argument(p)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    cli.check_model_argument(p, args)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     report = author_judge_recordings(
-        load_set(args.set), Path(args.replies), out_dir=Path(args.out) if args.out else None,
-        samples=args.samples, repeat=args.repeat, run_dir=Path(args.run) if args.run else None,
+        load_set(args.set_dir), args.replies, out_dir=args.out,
+        samples=args.samples, repeat=args.repeat, run_dir=args.run,
         mcp_url=args.mcp_url, local=args.local, model_dir=args.model)
     cli.emit(report, as_json=args.json, render=render_author)
     return report.exit_code

@@ -5,8 +5,8 @@ Exit 0 when the index is current (or was rewritten), 1 when a front matter is in
 --check, when SKILL_INDEX.md is stale.
 
 Examples:
-  .venv/bin/python scripts/build_skill_index.py
   .venv/bin/python scripts/build_skill_index.py --check
+  .venv/bin/python scripts/build_skill_index.py   # rewrites SKILL_INDEX.md in the checkout
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # runnable by path
 
-from malloy_evals.core import cli
+from malloy_evals.core import cli, commands
 from malloy_evals.core.skill_index import IndexResult, build_index
 
 
 def render(result: IndexResult) -> str:
     """A line saying what happened, then the problems."""
     if result.stale:
-        head = "SKILL_INDEX.md is stale: run .venv/bin/python scripts/build_skill_index.py"
+        head = f"SKILL_INDEX.md is stale: run {commands.build_skill_index()}"
     elif result.written:
         head = f"SKILL_INDEX.md written ({len(result.skills)} skills)"
     else:
@@ -34,11 +34,15 @@ def render(result: IndexResult) -> str:
     return "\n".join([head, *(f"  error: {p}" for p in result.problems)])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when stale")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = build_index(check=args.check)
     cli.emit(result, as_json=args.json, render=render)
     return result.exit_code

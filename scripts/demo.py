@@ -6,20 +6,29 @@ folder outside the checkout, measures coverage by replaying the recorded coverag
 scores each run with score_run.py against the kit's local endpoint over the sample model (--local:
 real Malloy re-execution; the candidate with --model evals/bookshop/model-candidate, the package
 its answerer was served) and the recorded judge (--judge replay), prints the summaries, and says
-who owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose). Last, did the
+who owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose), after which
+report.py rewrites each run's page (report.html) with the diagnosis in it. Last, did the
 model change help? measure_noise.py measures the A/A band from the two baseline sessions into the
 scratch folder, and compare_runs.py compares the candidate with the baseline against that band.
-The checkout is left as it was; the scratch folder is printed so RESULTS.md, summary.json,
-COMPARE.md and the ledgers can be read afterwards.
+Then the live leg: run_answers.py puts four questions to the kit's scripted answerer
+(scripts/scripted_answerer.py, no model: it really calls get_context and execute_query over MCP)
+through the local endpoint, records each attempt, and score_run.py scores them; only the judge's
+replies are recordings (hand-authored, evals/bookshop/recordings/judge/_authored.live.jsonl).
+The checkout is left as it was; the scratch folder and the pages are printed so RESULTS.md,
+summary.json, report.html, COMPARE.md and the ledgers can be read afterwards.
 
-Examples:
-  .venv/bin/python scripts/demo.py
-  .venv/bin/python scripts/demo.py --keep-going --scratch /tmp/demo
+--live-only runs the live leg alone: after a judge change, re-make its recordings with
+  .venv/bin/python scripts/demo.py --live-only --scratch ../live-demo
+  .venv/bin/python scripts/author_recordings.py --set evals/bookshop --replies evals/bookshop/recordings/judge/_authored.live.jsonl --run ../live-demo/runs/live --local   # rewrites evals/bookshop/recordings/judge in the checkout
+
+Examples (`make demo` runs it without --scratch: a new temporary folder):
+  .venv/bin/python scripts/demo.py --keep-going --scratch ../malloy-evals-demo
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,6 +46,12 @@ DIAGNOSED = ("baseline", "leaky")
 TARGETS = "bk_refunded_amount"  # what the candidate's model change was meant to fix
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
 DIAGNOSE = KIT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
+PAGE = "report.html"
+SCRIPTED = KIT / "scripts" / "scripted_answerer.py"
+# The live leg's cases: two right answers, one that filters 2024 by ship_date (the case's
+# mustNotUse vetoes it) and one right refusal. The run id names the judge recordings (live.*).
+LIVE_CASES = ("bk_total_revenue", "bk_revenue_by_genre", "bk_revenue_2024", "bk_profit_margin")
+LIVE_RUN = "live"
 
 
 def rel(path: Path) -> str:
@@ -50,7 +65,8 @@ def rel(path: Path) -> str:
 def run_step(title: str, argv: list[str], *, quiet_stdout: bool = False) -> int:
     """Run one kit command from the kit's root, echoing the command line first."""
     shown = " ".join([".venv/bin/python" if a == sys.executable else rel(Path(a))
-                      if a.startswith(str(KIT)) else a for a in argv])
+                      if a.startswith(str(KIT)) and " " not in a else shlex.quote(a)
+                      for a in argv])
     print(f"\n$ {shown}", flush=True)
     proc = subprocess.run(argv, cwd=KIT, check=False, text=True,
                           stdout=subprocess.PIPE if quiet_stdout else None)
@@ -90,15 +106,54 @@ def checkout_verdict(before: str | None, before_set: str | None) -> tuple[bool, 
                   "the demo)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def live_leg(scratch: Path) -> int:
+    """Answer, record and score four cases live: the scripted answerer over MCP through the
+    local endpoint (run_answers.py), then score_run.py with the judge's recorded replies."""
+    print(f"\n{'=' * 30} live: run_answers.py with the scripted answerer {'=' * 30}", flush=True)
+    run_dir = scratch / "runs" / LIVE_RUN
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    code = run_step("new_run live", [sys.executable, str(SCRIPTS / "new_run.py"), "--set",
+                                     rel(SET_DIR), "--out", str(run_dir), "--answerer-model",
+                                     "scripted-answerer", "--run-id", LIVE_RUN],
+                    quiet_stdout=True)
+    if code != 0:
+        return code
+    # The answerer runs in an empty folder of its own: every path in its command is absolute.
+    answerer = (f"{sys.executable} {SCRIPTED} --mcp-config {{mcp_config}} "
+                "--question-file {question_file} --max-turns {max_turns}")
+    code = run_step("run_answers live", [sys.executable, str(SCRIPTS / "run_answers.py"),
+                                         "--run", str(run_dir), "--set", rel(SET_DIR), "--local",
+                                         "--only", ",".join(LIVE_CASES), "--parallel", "2",
+                                         "--answerer-cmd", answerer])
+    if code != 0:
+        return code
+    code = run_step("score_run live", [sys.executable, str(SCRIPTS / "score_run.py"), "--run",
+                                       str(run_dir), "--set", rel(SET_DIR), "--judge", "replay",
+                                       "--local"])
+    print("(live leg: the answers, their MCP calls and the re-executed rows were made just now; "
+          "the verdicts replay hand-authored judge replies from "
+          f"{rel(SET_DIR / 'recordings' / 'judge')}/{LIVE_RUN}.*.json, pinned by request "
+          "digest)", flush=True)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
     doc = __doc__.strip()
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
-                                epilog=doc[doc.index("Examples:"):],
+                                epilog=doc[doc.index("--live-only runs"):],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scratch", type=Path, help="use this folder instead of a new temporary one "
                    "(it must be outside the checkout)")
     p.add_argument("--keep-going", action="store_true",
                    help="score the second run even when the first could not be scored")
+    p.add_argument("--live-only", action="store_true",
+                   help="run only the live leg (answer, record and score four cases)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
 
     started = time.monotonic()
@@ -116,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"malloy-evals demo: scratch folder {scratch}")
     runs_dir = scratch / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
+    if args.live_only:
+        code = live_leg(scratch)
+        clean, line = checkout_verdict(before, before_set)
+        print(line if clean else f"demo: {line}", file=sys.stdout if clean else sys.stderr)
+        return 1 if not clean else (0 if code == 0 else 3)
     for name in RUNS:
         target = runs_dir / name
         if target.exists():
@@ -162,18 +222,36 @@ def main(argv: list[str] | None = None) -> int:
                 codes[name] = code
                 if not args.keep_going:
                     break
+        if codes[name] == 0:
+            # score_run wrote the page before the diagnosis existed; write it again with it.
+            argv_page = [sys.executable, str(SCRIPTS / "report.py"), "--run", str(runs_dir / name),
+                         "--set", rel(SET_DIR)]
+            if coverage is not None and name not in MODEL_OF_RUN:
+                argv_page += ["--coverage", str(coverage)]
+            code = run_step(f"report {name}", argv_page)
+            if code != 0:
+                codes[name] = code
+                if not args.keep_going:
+                    break
 
     if all(codes.get(r) == 0 for r in ("baseline", "baseline-2", "candidate")):
         codes["compare"] = compare_leg(scratch, runs_dir)
 
-    print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json and events.jsonl per run; "
-          "noise-band.json; compare/COMPARE.md)")
+    if all(c == 0 for c in codes.values()) or args.keep_going:
+        codes[LIVE_RUN] = live_leg(scratch)
+
+    print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json, report.html and events.jsonl "
+          "per run; noise-band.json; compare/COMPARE.md, compare.json, compare.html)")
+    pages = [runs_dir / name / PAGE for name in (*RUNS, LIVE_RUN)]
+    pages = [page for page in [*pages, scratch / "compare" / "compare.html"] if page.is_file()]
+    for written in pages:
+        print(f"page: {written}")
     clean, line = checkout_verdict(before, before_set)
     print(line if clean else f"demo: {line}", file=sys.stdout if clean else sys.stderr)
     if not clean:
         return 1
     print(f"demo finished in {time.monotonic() - started:.0f}s")
-    return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) + 1 else 3
+    return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) + 2 else 3
 
 
 def compare_leg(scratch: Path, runs_dir: Path) -> int:

@@ -7,8 +7,8 @@ evals/bookshop/cases.jsonl stay reproducible. The CSVs are committed; re-run thi
 set's datasetVersion is bumped.
 
 Examples:
-  .venv/bin/python scripts/generate_bookshop_data.py
-  .venv/bin/python scripts/generate_bookshop_data.py --out /tmp/bookshop-data --seed 7
+  .venv/bin/python scripts/generate_bookshop_data.py --out runs/bookshop-data --seed 7
+  .venv/bin/python scripts/generate_bookshop_data.py   # rewrites evals/bookshop/data in the checkout
 """
 
 from __future__ import annotations
@@ -200,15 +200,19 @@ def write_csv(path: Path, rows: list[dict]) -> None:
                              for k, v in row.items()})
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Generate the four tables into --out (default evals/bookshop/data)."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "data")
     parser.add_argument("--seed", type=int, default=SEED)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate the four tables into --out (default evals/bookshop/data)."""
+    args = build_parser().parse_args(argv)
     rng = random.Random(args.seed)
     books = make_books(rng)
     customers = make_customers(rng)

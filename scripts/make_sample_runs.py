@@ -13,8 +13,8 @@ leaky run's recursive grep); it is replaced by the checkout's real path in a tem
 before recording, so the contamination check sees the session where it would have run.
 
 Examples:
-  .venv/bin/python scripts/make_sample_runs.py --force
-  .venv/bin/python scripts/make_sample_runs.py --only leaky --out-root /tmp/bookshop-runs
+  .venv/bin/python scripts/make_sample_runs.py --only leaky --out-root runs/bookshop
+  .venv/bin/python scripts/make_sample_runs.py --force   # rewrites evals/bookshop/runs in the checkout
 """
 
 from __future__ import annotations
@@ -78,8 +78,7 @@ def build_run(name: str, out_root: Path, force: bool) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Build the runs named by --only (default: every folder under transcripts/)."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Examples:" + __doc__.split("Examples:")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,10 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-root", type=Path, default=SET / "runs",
                         help="where run folders go (default: evals/bookshop/runs)")
     parser.add_argument("--force", action="store_true", help="rebuild a run folder that exists")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the runs named by --only (default: every folder under transcripts/)."""
+    args = build_parser().parse_args(argv)
+    # The recording scripts run from the kit's root: a relative --out-root is this folder's.
+    out_root = args.out_root.resolve()
     names = args.only or sorted(p.name for p in (SET / "transcripts").iterdir() if p.is_dir())
     for name in names:
-        out = build_run(name, args.out_root, args.force)
+        out = build_run(name, out_root, args.force)
         print(f"{name}: {out}")
     return 0
 

@@ -38,3 +38,34 @@ def needs_node() -> None:
 @pytest.fixture
 def kit_root() -> Path:
     return KIT_ROOT
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's, driven by Playwright) for the report pages' tests; skipped
+    with the reason when it is missing, except in CI, where it must run (.ci/run installs it)."""
+    from browser_support import browser_missing_reason, launched
+
+    reason = browser_missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so the browser tests must run: {reason}")
+        pytest.skip(reason)
+    with launched() as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def bookshop_mcp_url():
+    """The kit's endpoint over the sample model on loopback HTTP, shared by the answerer-harness
+    tests (run_answers --mcp-url), started once per session and stopped after."""
+    reason = node_runtime_missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so runtime tests must run: {reason}")
+        pytest.skip(reason)
+    from malloy_evals.answer.harness.local import serve_model_http
+    from malloy_evals.sets.eval_set import load_set
+
+    with serve_model_http(load_set(KIT_ROOT / "evals" / "bookshop")) as url:
+        yield url

@@ -256,6 +256,19 @@ def test_bookshop_regressions_pass_in_replay():
     assert json.loads(out.stdout)["judged"] >= 5
 
 
+def test_bookshop_fixtures_hold_clarifying_questions_both_ways_and_pass_in_replay():
+    # A case that allows a clarifying question passes one naming the open choice and fails a
+    # vague one; a case that allows none fails a question asked instead of an answer.
+    out = run_script("check_judge", "--set", str(BOOKSHOP), "--judge", "replay",
+                     "--only", "bk_busiest_month,bk_total_revenue.asks-instead")
+    rows = {r["fixture_id"]: r for r in json.loads(out.stdout)["rows"]}
+    assert {k: (r["want"], r["status"]) for k, r in rows.items()} == {
+        "bk_busiest_month.names-the-measure": ("match", "ok"),
+        "bk_busiest_month.vague-clarify": ("no_match", "ok"),
+        "bk_total_revenue.asks-instead": ("no_match", "ok")}
+    assert load_set(BOOKSHOP).case("bk_busiest_month").clarify_ok
+
+
 @pytest.mark.parametrize("script", ["calibrate_judge", "check_judge"])
 def test_reports_pin_judge_version_as_the_scores_do(script):
     # Regression: the reports said "2" where every score event pins 2.

@@ -111,3 +111,95 @@ def test_count_type_refuses_in_words(value, message):
 
     with pytest.raises(argparse.ArgumentTypeError, match=message):
         cli.count(value)
+
+
+@pytest.mark.parametrize("kind, value, message", [
+    pytest.param(cli.at_least_one, "0", "0: must be at least 1", id="zero-repeats"),
+    pytest.param(cli.dollars, "-0.5", "-0.5: must be 0 or more", id="negative-dollars"),
+    pytest.param(cli.dollars, "nan", "nan: must be 0 or more", id="nan-dollars"),
+    pytest.param(cli.seconds, "0", "0: must be more than 0 seconds", id="zero-seconds"),
+    pytest.param(cli.port, "70000", "70000: a port is 1 to 65535", id="port-too-high"),
+    pytest.param(cli.http_url, "127.0.0.1:4040/mcp", "expected http://HOST:PORT", id="no-scheme"),
+    pytest.param(cli.http_url, "http://127.0.0.1:99999/mcp", "the port is not a number",
+                 id="bad-port"),
+    # Drift fixed: `--only ,` named nothing and was taken as "every case".
+    pytest.param(cli.split_qids, " , ", "names nothing", id="empty-only"),
+])
+def test_shared_types_refuse_in_words(kind, value, message):
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        kind(value)
+
+
+def test_existing_dir_and_file_say_which_kind_of_thing_is_wrong(tmp_path):
+    import argparse
+
+    (tmp_path / "f.json").write_text("{}")
+    with pytest.raises(argparse.ArgumentTypeError, match="no such folder"):
+        cli.existing_dir(str(tmp_path / "nope"))
+    with pytest.raises(argparse.ArgumentTypeError, match="f.json: not a folder"):
+        cli.existing_dir(str(tmp_path / "f.json"))
+    with pytest.raises(argparse.ArgumentTypeError, match="a folder, not a file"):
+        cli.existing_file(str(tmp_path))
+    assert cli.existing_file(str(tmp_path / "f.json")) == tmp_path / "f.json"
+
+
+def test_a_registered_check_is_a_usage_error_after_parsing(capsys):
+    p = cli.parser("Doc line.")
+    p.add_argument("--a")
+    p.add_argument("--b")
+    cli.add_check(p, lambda args: "--a goes with --b" if (args.a is None) != (args.b is None)
+                  else None)
+    assert p.parse_args(["--a", "1", "--b", "2"]).a == "1"
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["--a", "1"])
+    assert exc.value.code == 2 and "--a goes with --b" in capsys.readouterr().err
+
+
+def test_a_check_on_a_plain_parser_is_refused_rather_than_skipped():
+    import argparse
+
+    with pytest.raises(TypeError, match="cli.parser"):
+        cli.add_check(argparse.ArgumentParser(), lambda args: "never runs")
+
+
+def test_endpoint_required_as_a_function_of_the_other_flags(capsys):
+    p = cli.parser(None)
+    p.add_argument("--ingest", action="store_true")
+    cli.add_endpoint_arguments(p, required=lambda args: not args.ingest)
+    assert p.parse_args(["--ingest"]).local is False
+    assert p.parse_args(["--mcp-url", "http://127.0.0.1:4040/mcp"]).mcp_url.endswith("/mcp")
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args([])
+    assert exc.value.code == 2 and cli.ENDPOINT_NEEDED in capsys.readouterr().err
+
+
+def test_a_name_the_input_does_not_have_is_exit_3_naming_the_file():
+    cli.check_known(["q1"], {"q1", "q2"}, where="cases.jsonl")
+    cli.check_known(None, set(), where="cases.jsonl")
+    with pytest.raises(InputError) as exc:
+        cli.check_known(["q1", "q9"], {"q1"}, where="cases.jsonl")
+    assert exc.value.exit_code == 3
+    assert str(exc.value) == "cases.jsonl: --only names qids not in the set: q9"
+
+
+# The SDKs a script needs only to talk to a server or the API; importing them cost `--help` about
+# a second (serve_local.py imported the MCP server, which imported the SDK at the top).
+SDKS = ("mcp", "mcp_types", "anthropic", "pydantic", "starlette", "httpx")
+
+
+def test_no_script_imports_an_sdk_to_answer_help():
+    scripts = sorted(KIT.glob("skills/*/scripts/*.py")) + sorted(KIT.glob("scripts/*.py"))
+    probe = (
+        "import contextlib, io, runpy, sys\n"
+        f"for path in {[str(p) for p in scripts]!r}:\n"
+        "    sys.argv = [path, '--help']\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        runpy.run_path(path, run_name='__main__')\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {SDKS!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=KIT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert len(scripts) > 20

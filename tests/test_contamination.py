@@ -13,7 +13,11 @@ from contamination_support import CWD, MODEL, SET, bash, check, read, rules, use
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from malloy_evals.checks.contamination.refs import is_under, make_needle, to_ref
-from malloy_evals.checks.contamination.rules import DEFAULT_NEEDLES, check_contamination
+from malloy_evals.checks.contamination.rules import (
+    DEFAULT_NEEDLES,
+    check_contamination,
+    render_text,
+)
 from malloy_evals.checks.contamination.shell import SUBST, split_shell
 from malloy_evals.checks.contamination.tools import tool_kind
 from malloy_evals.checks.toollog import ToolUse
@@ -844,6 +848,12 @@ def test_code_outside_the_repo_reading_its_own_files_is_clean():
 def test_proc_aliases_of_root_and_cwd_are_resolved(path):
     assert check([read(path)]).contaminated is True
     assert check([bash(f"cat {path}")]).contaminated is True
+
+
+def test_text_rendering_says_null_for_an_unknown_reported_count():
+    # Issue 16 item 12: the text said `reported_calls=None`.
+    text = render_text(check([GET_CONTEXT, EXECUTE]))
+    assert text.startswith("clean: host_tool_uses=2 reported_calls=null")
 
 
 # ------------------------------------------------------------------ issue 18, classes 4-7

@@ -7,6 +7,7 @@ import runpy
 from pathlib import Path
 
 import pytest
+from malloy_evals.answer.coverage import narrow as coverage_narrow
 from malloy_evals.answer.coverage import reader as coverage_reader
 from malloy_evals.answer.coverage import surface as coverage_surface
 from malloy_evals.answer.coverage.reader import CaseCoverage, CoverageCase, Reading
@@ -194,6 +195,22 @@ def test_inventory_lists_every_entity_by_id_and_marks_undocumented_columns():
         assert line in inv
 
 
+class FakeRuntime:
+    """Stands in for the Node runtime: describe() gives SURFACE, search() ranks nothing."""
+
+    def __init__(self, model_dir=None):
+        self.closed = False
+
+    def describe(self):
+        return SURFACE
+
+    def search(self, text, limit=10):
+        return []
+
+    def close(self):
+        self.closed = True
+
+
 def _model_dir(tmp_path: Path) -> Path:
     d = tmp_path / "model"
     d.mkdir()
@@ -340,18 +357,64 @@ def _replies(tmp_path: Path) -> Path:
 def test_reader_never_sees_the_golden(tmp_path, monkeypatch):
     set_dir = _tiny_set(tmp_path)
     reader = FakeReader({"cov.rev": [reply("MISSING")], "cov.margin": [reply("MISSING")]})
-    monkeypatch.setattr(coverage_surface, "_describe_with_runtime", lambda d: SURFACE)
+    monkeypatch.setattr(coverage_surface, "_start_runtime", FakeRuntime)
     coverage_reader.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path))
     sent = json.dumps([r.to_json() for r in reader.requests])
     assert "987654" not in sent and "SECRET-RUBRIC-TEXT" not in sent
 
 
-def test_only_with_unknown_qid_is_a_usage_error(tmp_path):
+def _host_cycle(tmp_path, monkeypatch, capsys, *extra):
+    """check_coverage.py with `--reader host`: --emit from one folder, --ingest from another."""
+    main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
+    monkeypatch.setattr(coverage_surface, "_start_runtime", FakeRuntime)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "systmp"))
+    set_dir, model = _tiny_set(tmp_path), _model_dir(tmp_path)
+    common = ["--set", str(set_dir), "--model", str(model), "--reader", "host", *extra]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    emitted = main([*common, "--emit"])
+    emit_out = capsys.readouterr()
+    monkeypatch.chdir(tmp_path / "b")
+    return main, common, emitted, emit_out
+
+
+def test_host_emit_without_out_says_where_and_ingest_elsewhere_finds_it(tmp_path, monkeypatch,
+                                                                         capsys):
+    # Issue 16 item 8: --ingest without the --out used at --emit looked in the current folder,
+    # and --emit did not say where it wrote.
+    main, common, emitted, out = _host_cycle(tmp_path, monkeypatch, capsys)
+    folder = coverage_reader.host_folder(None, tmp_path / "set") / "host" / "coverage"
+    assert emitted == 0 and str(folder) in out.err and str(folder) in out.out
+    assert sorted(p.name for p in folder.iterdir()) == ["cov.margin.request.json",
+                                                        "cov.rev.request.json"]
+    assert not list((tmp_path / "a").iterdir())  # nothing written to the current folder
+    assert main([*common, "--ingest"]) == 3  # no reply yet: nothing decided
+    pending = capsys.readouterr()
+    assert f"no reply yet in {folder}" in pending.out and "exit 3" in pending.out
+    (folder / "cov.rev.reply.json").write_text(json.dumps(reply("MODELLED", ["measure:orders:revenue"])))
+    assert main([*common, "--ingest", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decided"] == 1
+
+
+def test_host_ingest_with_the_same_out_reads_beside_the_report(tmp_path, monkeypatch, capsys):
+    report = tmp_path / "reports" / "cov.json"
+    main, common, emitted, _ = _host_cycle(tmp_path, monkeypatch, capsys, "--out", str(report))
+    folder = report.parent / "host" / "coverage"
+    assert emitted == 0 and (folder / "cov.rev.request.json").is_file()
+    (folder / "reply.json").write_text(json.dumps(reply("MISSING")))  # the wrong name
+    assert main([*common, "--ingest", "--json"]) == 3
+    why = {r["qid"]: r["why"] for r in json.loads(capsys.readouterr().out)["cases_detail"]}
+    assert "reply.json is there, but this request's reply is cov.rev.reply.json" in why["rev"]
+
+
+def test_only_with_unknown_qid_exits_3(tmp_path):
+    # Drift fixed: a qid not in the set is exit 3 in every script (it was 2 here).
     main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
     with pytest.raises(SystemExit) as exc:
         cli.run(main, ["--set", str(_tiny_set(tmp_path)), "--model", str(_model_dir(tmp_path)),
                        "--reader", "replay", "--only", "nope"])
-    assert exc.value.code == 2
+    assert exc.value.code == 3
 
 
 def test_sample_package_recorded_then_replayed_reads_compiled_surface(tmp_path, needs_node,
@@ -424,7 +487,7 @@ def test_unscoped_convention_warns_and_scoped_ones_do_not(tmp_path, monkeypatch)
     cfg = json.loads((set_dir / "set.json").read_text())
     cfg["conventions"] = ["Revenue: price paid.", "Applies to money: dollars.", "Be careful."]
     (set_dir / "set.json").write_text(json.dumps(cfg))
-    monkeypatch.setattr(coverage_surface, "_describe_with_runtime", lambda d: SURFACE)
+    monkeypatch.setattr(coverage_surface, "_start_runtime", FakeRuntime)
     warnings: list[str] = []
     reader = FakeReader({"cov.rev": [reply("MISSING")], "cov.margin": [reply("MISSING")]})
     coverage_reader.check_coverage(set_dir, lambda: reader, model_dir=_model_dir(tmp_path),
@@ -445,3 +508,176 @@ def test_report_model_sha_is_the_runs_model_sha_local_and_served(tmp_path, monke
     monkeypatch.setattr(coverage_surface, "PublisherRest", FakeRest)
     served = coverage_surface.read_served_model("http://127.0.0.1:1", "samples", "shop")
     assert served.model_sha256 == "c" * 64
+
+
+# ---------------------------------------------------------------- replies naming unknown entities
+
+SURFACE_VIEW = ModelView("read", coverage_surface.inventory(SURFACE), "0" * 64, "here", SURFACE)
+
+
+def test_reply_naming_an_entity_not_in_the_compiled_model_is_asked_again():
+    # Issue 16 item 2: MODELLED for `measure:order_items:lifetime_value_total`, which the compiled
+    # model does not have, was taken as is and inflated coverage.
+    invented = reply("MODELLED", ["measure:orders:lifetime_value_total"],
+                     [q("lifetime value", "measure:orders:lifetime_value_total")])
+    reader = FakeReader({"cov.q1": [invented, reply("MODELLED", ["measure:orders:revenue"])]})
+    report = coverage_reader.measure([CoverageCase("q1", "Revenue?", [])], SURFACE_VIEW, [], reader)
+    [row] = report.cases_detail
+    assert (row["verdict"], row["rejected"]) == ("MODELLED", ["names an entity not in the model"])
+    assert report.reader_calls == 2 and len(reader.requests) == 2
+    assert report.rejected_replies == {"names an entity not in the model": 1}
+
+
+def test_reply_inventing_an_entity_twice_leaves_the_case_undecided_and_counted():
+    invented = reply("MODELLED", ["measure:order_items:lifetime_value_total"])
+    reader = FakeReader({"cov.q1": [invented, invented]})
+    report = coverage_reader.measure([CoverageCase("q1", "Revenue?", [])], SURFACE_VIEW, [], reader)
+    [row] = report.cases_detail
+    assert row["verdict"] is None and "measure:order_items:lifetime_value_total" in row["why"]
+    assert (report.decided, report.exit_code) == (0, 3)
+    assert report.rejected_replies == {"names an entity not in the model": 2}
+
+
+def test_an_invented_candidate_is_rejected_like_an_invented_entity():
+    r = coverage_reader.read_reply(reply("AMBIGUOUS", quantities=[q("region", "dimension:orders:ship_region",
+                                                                     "dimension:orders:home_region")]),
+                                   known=SURFACE_VIEW.entity_ids)
+    assert r.verdict is None and r.rejected == "names an entity not in the model"
+    assert "dimension:orders:home_region" in r.why and "ship_region," not in r.why
+
+
+def test_entities_are_not_checked_when_only_the_model_text_was_read():
+    r = coverage_reader.read_reply(reply("MODELLED", ["measure:orders:anything"]), known=None)
+    assert r.verdict == "MODELLED"
+
+
+def test_report_says_which_expected_entities_the_compiled_model_holds():
+    reader = FakeReader({"cov.q1": [reply("MISSING")]})
+    case = CoverageCase("q1", "Revenue by user?", [], expected=["measure:orders:revenue",
+                                                                 "source:users:users"])
+    report = coverage_reader.measure([case], SURFACE_VIEW, [], reader)
+    assert report.cases_detail[0]["expected_in_model"] == {"measure:orders:revenue": True,
+                                                           "source:users:users": False}
+
+
+# ---------------------------------------------------------------- large models, narrowed per case
+
+def _large_surface(n_sources: int) -> dict:
+    """A compiled surface of `n_sources` sources with 60 documented fields each (~10 KB a source)."""
+    doc = "Figures are reconciled by finance; rows before the migration are estimates. " * 2
+    sources = [{"name": f"unit_{i}", "doc": f"Business unit {i}.",
+                "dimensions": [{"name": f"dim_{j}", "type": "string", "doc": doc} for j in range(30)],
+                "measures": [{"name": f"measure_{j}", "type": "number", "doc": doc} for j in range(30)],
+                "views": [], "joins": []} for i in range(n_sources)]
+    return {"models": [{"path": "large.malloy", "sources": sources, "queries": []}]}
+
+
+def _search_for(hits_by_text: dict[str, list[tuple[str, str, str]]]):
+    """A runtime search answering fixed hits (kind, source, name) per search text."""
+    calls: list[str] = []
+
+    def search(text, limit):
+        calls.append(text)
+        return [{"kind": k, "source": s, "name": n, "score": 1.0} for k, s, n in
+                hits_by_text.get(text, [])[:limit]]
+    search.calls = calls
+    return search
+
+
+def _large_view(n_sources: int, search) -> ModelView:
+    surface = _large_surface(n_sources)
+    return ModelView("read", coverage_surface.inventory(surface), "0" * 64, "here", surface,
+                     search=search)
+
+
+def test_narrowed_inventory_leads_with_the_sources_the_search_found_and_fits_the_budget():
+    search = _search_for({"margin": [("measure", "unit_7", "measure_3"), ("measure", "unit_9", "measure_1")],
+                          "region": [("dimension", "unit_7", "dim_2"), ("dimension", "unit_400", "dim_0")]})
+    surface = _large_surface(500)
+    got = coverage_narrow.narrow(surface, search, ["margin", "region"], "?", 250_000)
+    assert got.searched == ["margin", "region"] and search.calls == ["margin", "region"]
+    # Each concept's best source comes before either's second: unit_7, then unit_9 and unit_400.
+    assert got.sources == ["unit_7", "unit_9", "unit_400"]
+    assert "measure:unit_7:measure_3" in got.text and "dimension:unit_7:dim_29" in got.text
+    assert "unit_8" not in got.text
+    assert len(got.text) <= coverage_narrow.NARROWED_CHARS and got.entities_found == 4
+
+
+def test_a_source_that_no_longer_fits_whole_is_given_by_its_hits():
+    hits = [("measure", f"unit_{i}", "measure_0") for i in range(40)]
+    got = coverage_narrow.narrow(_large_surface(60), _search_for({"x": hits}), ["x"], "?", 250_000)
+    assert got.sources and got.partial_sources and not got.left_out
+    last = got.partial_sources[-1]
+    assert f"measure:{last}:measure_0" in got.text and f"dimension:{last}:dim_0 " not in got.text
+    assert len(got.text) <= coverage_narrow.NARROWED_CHARS
+
+
+def test_a_case_naming_no_concept_is_searched_by_its_question():
+    search = _search_for({"What was margin?": [("measure", "unit_1", "measure_2")]})
+    got = coverage_narrow.narrow(_large_surface(3), search, [], "What was margin?", 250_000)
+    assert got.searched == ["What was margin?"] and got.sources == ["unit_1"]
+
+
+def test_large_model_dry_run_gives_every_case_one_request_within_the_limit():
+    # Issue 17: a model whose inventory is over the limit decided nothing (exit 3); each case now
+    # gets the part of the inventory its concepts need, and --dry-run shows the calls it would make.
+    search = _search_for({"margin": [("measure", "unit_7", "measure_3")],
+                          "region": [("dimension", "unit_300", "dim_2")]})
+    view = _large_view(400, search)
+    assert len(view.text) > coverage_reader.MAX_MODEL_CHARS
+    cases = [CoverageCase(f"q{i}", "What was margin by region?", ["margin", "region"]) for i in range(3)]
+    reader = FakeReader({})
+    report = coverage_reader.measure(cases, view, [], reader, dry_run=True)
+    assert reader.requests == [] and report.reader_calls == 3 and report.exit_code == 0
+    assert report.inventory["narrowed"] is True and "runtime's search" in report.inventory["how"]
+    for row in report.cases_detail:
+        assert row["inventory_chars"] <= coverage_narrow.NARROWED_CHARS
+        assert row["narrowing"]["sources"] == ["unit_7", "unit_300"]
+    assert schemas.validate("coverage_report", cli.to_jsonable(report)) == []
+
+
+def test_large_model_cases_are_decided_from_their_narrowed_inventory():
+    search = _search_for({"margin": [("measure", "unit_7", "measure_3")]})
+    reader = FakeReader({"cov.q1": [reply("MODELLED", ["measure:unit_7:measure_3"])]})
+    report = coverage_reader.measure([CoverageCase("q1", "Margin?", ["margin"])],
+                                     _large_view(400, search), [], reader)
+    assert report.decided == 1
+    sent = reader.requests[0].messages[0]["content"]
+    assert len(sent) < coverage_narrow.NARROWED_CHARS + 2000
+    assert "part of the compiled inventory" in sent and "measure:unit_7:measure_3" in sent
+
+
+def test_small_model_keeps_the_whole_inventory_and_its_request():
+    reader = FakeReader({"cov.q1": [reply("MISSING")]})
+    search = _search_for({})
+    view = ModelView("read", coverage_surface.inventory(SURFACE), "0" * 64, "here", SURFACE,
+                     search=search)
+    report = coverage_reader.measure([CoverageCase("q1", "Margin?", ["margin"])], view, [], reader)
+    assert search.calls == [] and report.inventory["narrowed"] is False
+    assert report.cases_detail[0]["narrowing"] is None
+    expected = coverage_reader.build_request("q1", "Margin?", ["margin"], [], VIEW)
+    assert reader.requests[0].digest(model=None) == expected.digest(model=None)
+
+
+def test_generated_large_model_is_narrowed_by_the_runtimes_search_and_decided_by_hand(
+        tmp_path, needs_node, capsys):
+    # Issue 17, end to end on a 1 MB model generated outside the repository: --dry-run shows one
+    # request per case within the limit; hand-written replies (hand:FILE) decide every case.
+    gen = runpy.run_path(str(paths.KIT_ROOT / "scripts" / "generate_large_model.py"))["generate"]
+    info = gen(tmp_path / "large-1mb", 1_000_000, cases=5)
+    assert info["model_bytes"] >= 1_000_000
+    set_dir = Path(info["set"])
+    main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
+    common = ["--set", str(set_dir), "--model", str(set_dir / "model"), "--json",
+              "--reader", f"hand:{info['replies']}"]
+    assert main([*common, "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert dry["reader_calls"] == 5 and dry["inventory"]["chars"] > coverage_reader.MAX_MODEL_CHARS
+    assert all(r["inventory_chars"] <= coverage_narrow.NARROWED_CHARS for r in dry["cases_detail"])
+    assert main(common) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert (done["decided"], done["modelled"], done["rejected_replies"]) == (5, 5, {})
+    for row in done["cases_detail"]:
+        unit = row["entities"][0].split(":")[1]
+        assert unit in row["narrowing"]["sources"]  # the case's own source reached its reader
+    assert schemas.validate("coverage_report", done) == []

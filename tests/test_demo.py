@@ -5,9 +5,14 @@ intended (evals/bookshop/runs/EXPECTED.*, spelled out below)."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
+import shlex
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -70,6 +75,15 @@ LEAKY_CASCADE = {
                   "not retrieved": 1},
     "total": 5, "passes": 1,
 }
+# The live leg (scripts/demo.py LIVE_CASES): the scripted answerer answers two cases right, filters
+# 2024 revenue by ship_date (the case's mustNotUse vetoes it), and declines the margin question
+# naming the missing cost data.
+LIVE_VERDICTS = {
+    ("bk_total_revenue", None): ("match", None),
+    ("bk_revenue_by_genre", None): ("match", None),
+    ("bk_revenue_2024", None): ("no_match", None),
+    ("bk_profit_margin", None): ("match", None),
+}
 LEAKY_INCOMPLETE = {
     "truncated": ["bk_best_month"],
     "contaminated": ["bk_member_count", "bk_revenue_by_genre", "bk_total_revenue"],
@@ -85,7 +99,7 @@ def demo_output(tmp_path_factory) -> dict:
     proc = subprocess.run([sys.executable, str(DEMO), "--scratch", str(scratch), "--keep-going"],
                           cwd=KIT, check=False, capture_output=True, text=True, timeout=600)
     out = {"proc": proc, "scratch": scratch}
-    for name in ("baseline", "leaky", "baseline-2", "candidate"):
+    for name in ("baseline", "leaky", "baseline-2", "candidate", "live"):
         path = scratch / "runs" / name / "summary.json"
         out[name] = json.loads(path.read_text()) if path.is_file() else None
     for name, path in (("band", scratch / "noise-band.json"),
@@ -276,3 +290,115 @@ def test_demo_prints_the_verdict_and_writes_compare_md(needs_node, demo_output):
     assert doc["verdict"] in demo_output["proc"].stdout
     md = (demo_output["scratch"] / "compare" / "COMPARE.md").read_text()
     assert f"**{doc['verdict']}**" in md
+
+
+def test_live_leg_answers_records_and_scores_its_cases_as_intended(needs_node, demo_output):
+    doc = demo_output["live"]
+    assert doc["status"] == "complete" and doc["answerer_model"] == "scripted-answerer"
+    assert _verdicts(doc) == LIVE_VERDICTS
+    vetoed = {c["qid"]: c["must_not_use_hits"] for c in doc["cases"]}["bk_revenue_2024"]
+    assert vetoed == ["ship_date"]
+    # The attempts were made by the harness just now: each has its transcript and a try line.
+    run = demo_output["scratch"] / "runs" / "live"
+    tries = [json.loads(line) for line in (run / "harness.jsonl").read_text().splitlines()]
+    assert sorted(t["qid"] for t in tries if t.get("outcome") == "recorded") == sorted(
+        q for q, _ in LIVE_VERDICTS)
+    assert "the verdicts replay hand-authored judge replies" in demo_output["proc"].stdout
+
+
+# ---------------------------------------------------------------- following the README
+
+
+def _readme_commands(run_dir: str) -> list[str]:
+    """The README's main command block, as a reader copies it: the lines that need no API key."""
+    text = (KIT / "README.md").read_text()
+    block = text[text.index("The main ones"):]
+    block = block[block.index("```bash") + len("```bash"):]
+    block = block[:block.index("```")]
+    return [line.replace("runs/r1", run_dir) for line in block.strip().splitlines()
+            if line.strip() and "# needs" not in line]
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=KIT, check=False, capture_output=True, text=True)
+
+
+def test_readme_runs_go_to_a_root_runs_folder_git_ignores_and_set_runs_stay_tracked():
+    # Issue 16 item 10: the README makes runs under /runs/ at the root; the sample set's own
+    # evals/*/runs/ are committed, so only the root folder is ignored.
+    if _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: nothing to ignore")
+    assert _git("check-ignore", "-q", "runs/r1/events.jsonl").returncode == 0
+    assert _git("check-ignore", "-q", "evals/bookshop/runs/baseline/events.jsonl").returncode == 1
+    assert _git("check-ignore", "-q", "evals/other/runs/r1/events.jsonl").returncode == 1
+
+
+def test_following_the_readme_runs_every_command_and_leaves_the_checkout_clean(needs_node):
+    # Issue 16 item 10: the README's examples named qids and files the sample set does not have
+    # (`--qid q01`, `--transcript q01.jsonl`), and what they wrote showed up in `git status`.
+    if _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: nothing to compare")
+    name = f"readme-{uuid.uuid4().hex[:8]}"
+    before = _git("status", "--porcelain", "--untracked-files=all").stdout
+    try:
+        for line in _readme_commands(f"runs/{name}"):
+            argv = shlex.split(line)
+            assert argv[0] == ".venv/bin/python"
+            proc = subprocess.run([sys.executable, *argv[1:]], cwd=KIT, check=False,
+                                  capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, f"{line}\n{proc.stderr}"
+        summary = json.loads((KIT / "runs" / name / "summary.json").read_text())
+        assert summary["verdicts"]["match"] == 1 and summary["verdicts"]["no_match"] == 1
+        assert _git("status", "--porcelain", "--untracked-files=all").stdout == before
+    finally:
+        shutil.rmtree(KIT / "runs" / name, ignore_errors=True)
+        if (KIT / "runs").is_dir() and not any((KIT / "runs").iterdir()):
+            (KIT / "runs").rmdir()
+
+
+def _copies(doc: str) -> set[str]:
+    """What the docstring's own `cp -r SRC... DEST` lines make: DEST, or DEST/<name> of each
+    source when DEST ends in `/`."""
+    made = set()
+    for line in doc.splitlines():
+        words = line.split("#")[0].split()
+        if words[:2] == ["cp", "-r"] and len(words) > 3:
+            *sources, dest = words[2:]
+            made |= ({dest.rstrip("/") + "/" + Path(src).name for src in sources}
+                     if dest.endswith("/") else {dest})
+    return made
+
+
+def _help_examples() -> list[tuple[str, str, set[str]]]:
+    """(script, command line, the copies its docstring makes) for every example in a script's
+    usage docstring."""
+    out = []
+    for script in sorted([*KIT.glob("skills/*/scripts/*.py"), *KIT.glob("scripts/*.py")]):
+        doc = ast.get_docstring(ast.parse(script.read_text())) or ""
+        copies = _copies(doc)
+        out += [(script.name, line.strip(), copies) for line in doc.splitlines()
+                if line.strip().startswith(".venv/bin/python")]
+    return out
+
+
+def test_help_examples_name_only_qids_and_files_the_sample_set_has():
+    # Issue 16 item 10: --help examples used `--qid q01`, `--transcript q01.jsonl`,
+    # `runs/baseline-01` and `final.malloy`, none of which exist.
+    qids = {json.loads(line)["qid"] for line in
+            (KIT / "evals" / "bookshop" / "cases.jsonl").read_text().splitlines() if line.strip()}
+    examples = _help_examples()
+    assert len(examples) > 30
+    for script, line, copies in examples:
+        if "# needs" in line:  # your own set, a running server or an API key: said so
+            continue
+        argv = shlex.split(line, comments=True)  # as a shell reads it: the comment is no word
+        for flag, value in itertools.pairwise(argv):
+            if flag in ("--qid", "--only") and "evals/bookshop" in argv:
+                assert set(value.split(",")) <= qids, f"{script}: {line}"
+            if flag in ("--transcript", "--host-log", "--answer-file", "--log", "--replies",
+                        "--query-file", "--set") or (flag == "--run" and value.startswith("evals/")):
+                assert value in copies or (KIT / value).exists(), \
+                    f"{script}: {value} does not exist: {line}"
+        positional = [a for prev, a in itertools.pairwise(argv[1:])
+                      if a.startswith("evals/") and not prev.startswith("--")]
+        assert all((KIT / a).exists() for a in positional), f"{script}: {line}"

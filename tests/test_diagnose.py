@@ -27,11 +27,12 @@ TABLE = codes.load_codes()
 # ---------------------------------------------------------------- selection (pure)
 
 def attempt(qid, sample=None, **kw):
-    return {"kind": "attempt", "qid": qid, "sample": sample, **kw}
+    return {"kind": "attempt", "qid": qid, "sample": sample, "phase": "baseline", **kw}
 
 
 def score(qid, verdict, sample=None, **kw):
-    return {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict, **kw}
+    return {"kind": "score", "qid": qid, "sample": sample, "phase": "baseline", "verdict": verdict,
+            **kw}
 
 
 EVENTS = [
@@ -47,7 +48,7 @@ EVENTS = [
     attempt("h1"), score("h1", "no_match"),                       # holdout
 ]
 SPLITS = {q: "dev" for q in ("f1", "f2", "f3", "p1", "r1", "n1", "c1", "u1", "u2")} | {"h1": "holdout"}
-MISSES = {("r1", None): True, ("p1", None): False}
+MISSES = {("r1", None, "baseline"): True, ("p1", None, "baseline"): False}
 
 
 def select(**kw):
@@ -73,6 +74,16 @@ def test_contaminated_and_unscored_are_excluded_with_their_reason():
     assert r["u2"] == "unscored: no score event"
     assert r["h1"] == "holdout"
     assert r["n1"] == "verdict not selected: near_match"
+
+
+def test_a_verdict_a_person_settled_is_the_one_selection_reads():
+    settled = [{"kind": "human_verdict", "qid": "n1", "sample": None, "phase": "baseline",
+                "verdict": "no_match", "why": "list price", "settled_by": "Dana"},
+               {"kind": "human_verdict", "qid": "f1", "sample": None, "phase": "baseline",
+                "verdict": "match", "why": "rows agree", "settled_by": "Dana"}]
+    s = diagnose_selection.select_cases(EVENTS + settled, SPLITS, retrieval_misses=MISSES)
+    assert [b.qid for b in s.failed] == ["f2", "f3", "n1"]
+    assert "f1" in [b.qid for b in s.passed]
 
 
 def test_contamination_outranks_the_split():
@@ -303,6 +314,66 @@ def test_rerun_voids_only_its_own_earlier_issues(tmp_path):
     assert theirs["event_id"] in {e["event_id"] for e in live}
 
 
+def _rescore(run, qid, verdict):
+    """A corrected attempt's new score: the old live score voided, the new one appended."""
+    old = next(e for e in run.live() if e["kind"] == "score" and e["qid"] == qid)
+    run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "re-scored"},
+                {"kind": "score", "qid": qid, "sample": None, "verdict": verdict,
+                 "why": f"judge why {qid}", "confidence": 9}])
+
+
+@pytest.fixture
+def diagnosed(tmp_path):
+    """(set, run, diagnoser) after one diagnose pass: q1 and q2 in one open issue."""
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
+    diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    return set_dir, run, fake
+
+
+def test_issue_whose_cases_all_pass_now_is_marked_fixed_naming_the_passing_attempts(diagnosed):
+    # Issue 16 item 5: after a corrected attempt passed, diagnosis selected nothing and left the
+    # earlier `open` issue live.
+    set_dir, run, fake = diagnosed
+    _rescore(run, "q1", "match")
+    _rescore(run, "q2", "match")
+    result = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    assert result.selection.selected_qids == [] and result.issues_appended == []
+    assert result.issues_fixed == ["r1:list-price-read-as-revenue"] and result.open_issues == []
+    live = Run.open(run.dir).live()
+    [status] = [e for e in live if e["kind"] == "issue_status" and e["status"] == "fixed"]
+    attempts = {e["qid"]: e["event_id"] for e in live if e["kind"] == "attempt"}
+    assert status["passing_attempt_ids"] == [attempts["q1"], attempts["q2"]]
+    assert schemas.validate_event(status) == []
+    assert "open issues: none" in diagnose_run.render_text(result)
+    again = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    assert again.issues_fixed == []  # fixed once; a later pass leaves it alone
+
+
+def test_issue_with_a_case_still_failing_is_not_fixed(diagnosed):
+    set_dir, run, _ = diagnosed
+    _rescore(run, "q1", "match")
+    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
+    assert result.issues_fixed == []
+    assert [i["issue_id"] for i in result.open_issues] == ["r1:wrong-field-q2"]
+
+
+def test_a_fixed_issue_is_marked_fixed_not_voided_when_other_cases_are_rediagnosed(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    # No clustering reply: one issue per case.
+    first = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser(
+        {"q1": WRONG_FIELD, "q2": WRONG_FIELD}))
+    assert first.issues_appended == ["r1:wrong-field-q1", "r1:wrong-field-q2"]
+    q1_issue = next(e for e in run.live() if e["kind"] == "issue" and e["qids"] == ["q1"])
+    _rescore(run, "q1", "match")
+    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
+    assert result.issues_fixed == ["r1:wrong-field-q1"] and result.issues_voided == 1
+    assert q1_issue["event_id"] in {e["event_id"] for e in Run.open(run.dir).live()}
+    assert [i["issue_id"] for i in result.open_issues] == ["r1:wrong-field-q2"]
+
+
 def test_replies_outside_the_table_leave_cases_undiagnosed_and_exit_3(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
@@ -391,15 +462,20 @@ def test_bucketed_is_plain_data():
     assert Bucketed("q", None, "no_match").reason is None
 
 
-def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
+def _host(set_dir):
+    """host(mode): a provider factory for diagnose_run, a host diagnoser in that mode."""
     from malloy_evals.judge.providers.select import make_provider
-
-    set_dir = make_set(tmp_path)
-    run = make_run(tmp_path, set_dir)
 
     def host(mode):
         return lambda d: make_provider("host", role="diagnose", set_dir=set_dir, host_mode=mode,
                                        host_dir=d)
+    return host
+
+
+def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    host = _host(set_dir)
     emitted = diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
     base = run.dir / "host" / "diagnose"
     assert emitted.exit_code == 0 and emitted.issues_appended == []
@@ -413,6 +489,27 @@ def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
     (base / "diag.r1.clusters.reply.json").write_text(json.dumps(CLUSTERS))
     done = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
     assert done.issues_appended == ["r1:list-price-read-as-revenue"]
+
+
+def test_host_ingest_with_a_reply_under_the_wrong_name_exits_3_naming_the_file(tmp_path):
+    # Issue 16 item 9: the SKILL.md said `reply.json`, the kit reads `<key>.reply.json`, and with
+    # the wrong name --ingest said "pending" and exited 0.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    host = _host(set_dir)
+    diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
+    base = run.dir / "host" / "diagnose"
+    (base / "reply.json").write_text(json.dumps(WRONG_FIELD))
+    result = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
+    assert result.diagnoses == [] and result.exit_code == 3
+    why = {u.qid: u.reason for u in result.undiagnosed}
+    assert f"no reply yet in {base}" in why["q1"]
+    assert "this request's reply is diag.r1.q1.reply.json" in why["q1"]
+
+
+def test_skill_md_names_the_reply_file_the_host_provider_reads():
+    text = paths.skill_md("eval-diagnose").read_text()
+    assert "`<key>.reply.json`" in text and "writes `reply.json`" not in text
 
 
 def test_shipped_baseline_run_is_diagnosed_offline_with_table_codes(tmp_path, needs_node, capsys):
@@ -453,11 +550,12 @@ def test_narrowed_rerun_voids_only_own_issues_sharing_a_diagnosed_qid():
         {"kind": "issue", "event_id": "b", "qids": ["q3"], "diagnosed_by": "diagnose.py x"},
         {"kind": "issue", "event_id": "c", "qids": ["q1"], "diagnosed_by": "a person"},
     ]
-    assert [v["target_event_id"] for v in diagnose_issues.own_issue_voids(events, {"q1"})] == ["a"]
-    assert [v["target_event_id"] for v in diagnose_issues.own_issue_voids(events, None)] == ["a", "b"]
+    assert [e["event_id"] for e in diagnose_issues.own_issues(events, {"q1"})] == ["a"]
+    assert [e["event_id"] for e in diagnose_issues.own_issues(events, None)] == ["a", "b"]
 
 
-def test_only_naming_an_unknown_case_is_a_usage_error(tmp_path, capsys):
+def test_only_naming_an_unknown_case_exits_3_naming_the_cases_file(tmp_path, capsys):
+    # Drift fixed: a qid not in the set is exit 3 in every script (it was 2 here).
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     main = runpy.run_path(str(DIAGNOSE), run_name="diagnose")["main"]
@@ -466,4 +564,5 @@ def test_only_naming_an_unknown_case_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.run(main, ["--run", str(run.dir), "--set", str(set_dir), "--diagnoser", "replay",
                        "--only", "q9"])
-    assert exc.value.code == 2 and "q9" in capsys.readouterr().err
+    assert exc.value.code == 3
+    assert "cases.jsonl: --only names qids not in the set: q9" in capsys.readouterr().err

@@ -385,7 +385,36 @@ def test_fake_packet_sections_inside_the_answer_fence_are_marked_as_answerer_tex
     kit_lines = [line for line in text.splitlines()
                  if line.startswith(("PREDICTION:", "GOLDEN:", "RUBRIC:"))]
     assert [line.split(":")[0] for line in kit_lines] == ["GOLDEN", "RUBRIC", "PREDICTION"]
-    assert J_doctrine.PACKET_LAYOUT == "packet-layout-3"
+    assert int(J_doctrine.PACKET_LAYOUT.rsplit("-", 1)[1]) >= 3  # the layout that brought the fix
+
+
+def test_alternates_clarify_and_ranked_rows_reach_the_judge(tmp_path):
+    case = {"qid": "q_top", "question": "Top categories?", "goldenRevision": 1,
+            "golden": {"kind": "rows", "status": "verified", "ordered": True, "clarifyOk": True,
+                       "value": [{"category": "ferns", "rank": 1}, {"category": "trees", "rank": 2}],
+                       "alternates": [{"assumption": "ranked by units", "accept": True,
+                                       "value": [{"category": "ferns"}], "lever": "entities"},
+                                      {"assumption": "returns counted twice", "accept": False}]}}
+    es = load_set(make_set(tmp_path, [case]))
+    c = es.case("q_top")
+    sub = J_packet.Submission(answer_text="Ferns, then trees.", final_query=None)
+    text = J_packet.render_packet(J_packet.build_packet(c, golden_value(c, es.dir), sub))
+    assert "GOLDEN: kind rows, status verified; 2 rows; ranked: their order is part of the key" in text
+    assert '- accepted: ranked by units; gives [{"category": "ferns"}]' in text
+    assert "- rejected: returns counted twice" in text
+    assert "CLARIFYING QUESTION: allowed for this case" in text
+
+
+def test_a_case_without_alternates_or_clarify_has_neither_section(tmp_path):
+    text = _packet_text(tmp_path)
+    assert "ALTERNATE READINGS" not in text and "CLARIFYING QUESTION" not in text
+    assert "ranked" not in text
+
+
+def test_clarify_and_alternates_are_in_the_doctrine():
+    doctrine = J_doctrine.load_doctrine().text
+    assert "## Clarifying questions" in doctrine and "## Alternate readings" in doctrine
+    assert "`preferred`" in doctrine and "names the missing detail" in doctrine
 
 
 # ---------------------------------------------------------------- answerer-sized text (review)

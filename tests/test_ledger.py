@@ -19,10 +19,11 @@ from malloy_evals.ledger import validate as ledger_validate
 from malloy_evals.ledger.events import (
     LedgerError,
     check_qid,
-    live_view,
+    effective_verdict,
     parse_ledger,
     sample_segment,
 )
+from malloy_evals.ledger.live import live_view
 from malloy_evals.ledger.run import Run
 
 # ------------------------------------------------------------------------------------------
@@ -171,6 +172,18 @@ def test_second_live_score_is_refused(tmp_path):
     run.append([score()])
     with pytest.raises(LedgerError, match="already has a live score"):
         run.append([score(verdict="no_match")])
+
+
+def test_second_live_human_verdict_is_refused_until_the_first_is_voided(tmp_path):
+    run = make_run(tmp_path)
+    settle = {"kind": "human_verdict", "qid": "q1", "sample": None, "verdict": "match",
+              "why": "rows agree", "settled_by": "Ana"}
+    first = run.append_event(settle)
+    with pytest.raises(LedgerError, match="already has a live human_verdict"):
+        run.append_event({**settle, "verdict": "no_match"})
+    run.append([{"kind": "void", "target_event_id": first["event_id"], "reason": "re-settled"},
+                {**settle, "verdict": "no_match"}])
+    assert [e["verdict"] for e in run.live() if e["kind"] == "human_verdict"] == ["no_match"]
 
 
 def test_two_scores_for_one_attempt_in_one_batch_are_refused(tmp_path):
@@ -390,7 +403,16 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
 def test_arbitrary_json_lines_read_as_events_or_problems(values):
     data = b"".join(json.dumps(v).encode() + b"\n" for v in values)
     read = parse_ledger(data)
-    assert read.events == [v for v in values if isinstance(v, dict)]
+    by_line = dict(zip(read.line_numbers, read.events, strict=True))
+    problem_lines = {p.line for p in read.problems}
+    assert set(by_line) <= {n for n, v in enumerate(values, 1) if isinstance(v, dict)}
+    for n, v in enumerate(values, start=1):
+        if not isinstance(v, dict):
+            continue
+        if "event_id" in v:  # a kit line is kept exactly as written
+            assert by_line[n] == v
+        else:  # a public-loop line: an event `line-N`, or a problem naming its line
+            assert (n in by_line and by_line[n]["event_id"] == f"line-{n}") != (n in problem_lines)
 
 
 @settings(max_examples=150, deadline=None,
@@ -698,5 +720,70 @@ def test_index_keeps_ids_not_events(tmp_path):
     [s] = run.append([score()])
     index = run._index
     assert len(index.ids) == 501
-    assert index.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
-    assert index.void_ids == set() and index.voided == set()
+    assert index.rules.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
+    assert index.rules.void_ids == set() and index.rules.voided == {}
+
+
+# ------------------------------------------------------------------------------------------
+# effective_verdict: the judge's verdict, or a person's
+
+
+def _score(verdict, **kw):
+    return {"kind": "score", "event_id": "s1", "qid": "q1", "sample": None, "phase": "loop",
+            "verdict": verdict, **kw}
+
+
+def _human(verdict, **kw):
+    return {"kind": "human_verdict", "event_id": "h1", "qid": "q1", "sample": None,
+            "phase": "loop", "verdict": verdict, "why": "w", "settled_by": "Ana", **kw}
+
+
+def test_effective_verdict_without_a_person_is_the_judges():
+    eff = effective_verdict(_score("near_match", gold_status="suspect"))
+    assert (eff.verdict, eff.gold_status, eff.settled_by, eff.judge_verdict) == (
+        "near_match", "suspect", None, "near_match")
+
+
+def test_effective_verdict_of_a_settled_attempt_is_the_persons_keeping_the_judges_read():
+    eff = effective_verdict(_score("needs_human", gold_status="suspect"),
+                            _human("no_match", gold_status="verified"))
+    assert (eff.verdict, eff.reason, eff.gold_status, eff.settled_by, eff.judge_verdict) == (
+        "no_match", None, "verified", "Ana", "needs_human")
+
+
+@pytest.mark.parametrize("reason", ["contaminated", "answerer_truncated", "not_submitted",
+                                    "golden_provisional", "environment_failure: no runtime"])
+def test_a_person_never_settles_over_a_mechanical_null(reason):
+    eff = effective_verdict(_score(None, reason=reason), _human("match"))
+    assert (eff.verdict, eff.reason, eff.settled_by) == (None, reason, None)
+
+
+def test_a_person_may_settle_what_the_judge_could_not_parse():
+    eff = effective_verdict(_score(None, reason="judge_unparseable"), _human("match"))
+    assert (eff.verdict, eff.settled_by) == ("match", "Ana")
+
+
+def test_a_persons_verdict_covers_only_the_attempt_it_judged():
+    human = _human("match", attempt_event_id="a1")
+    assert effective_verdict(_score("no_match"), human, {"event_id": "a1"}).verdict == "match"
+    assert effective_verdict(_score("no_match"), human, {"event_id": "a2"}).verdict == "no_match"
+
+
+def test_no_score_means_no_verdict_whoever_settled():
+    assert effective_verdict(None, _human("match")).verdict is None
+
+
+def test_supersede_voids_first_with_each_named_reason_then_appends_in_one_batch(tmp_path):
+    run = make_run(tmp_path)
+    [s, r] = run.append([score(), retrieval()])
+    done = run.supersede([s, r], [score(verdict="no_match"), retrieval()], "re-scored",
+                         reasons={r["event_id"]: "attribution re-decided"})
+    assert [(v["target_event_id"], v["reason"]) for v in done.voids] == [
+        (s["event_id"], "re-scored"), (r["event_id"], "attribution re-decided")]
+    assert [e["kind"] for e in done.events] == ["score", "retrieval_score"]
+    assert run.score("q1", None)["verdict"] == "no_match"
+    # Refused whole: a second supersede of the same old score writes nothing at all.
+    lines = run.events_path.read_bytes()
+    with pytest.raises(LedgerError, match="already voided"):
+        run.supersede([s], [score(verdict="match")], "again")
+    assert run.events_path.read_bytes() == lines

@@ -384,6 +384,22 @@ def test_serve_local_missing_package_dir_is_usage_error(tmp_path):
     assert proc.returncode == 2 and "is not a folder" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_serve_local_missing_package_dir_is_a_usage_error_without_node_too(tmp_path):
+    # The bug: the Node check ran before the usage check, so without Node this was exit 3.
+    no_node = {**os.environ, "PATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/x={tmp_path / 'nope'}"],
+                          env=no_node, check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "is not a folder" in proc.stderr and "node" not in proc.stderr
+
+
+def test_serve_local_without_node_is_exit_3_naming_it_once_the_command_line_is_right(tmp_path):
+    no_node = {**os.environ, "PATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}"],
+                          env=no_node, check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "node is not on PATH" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_serving_on_a_port_already_held_exits_3_before_saying_serving(http_server):
     port = http_server[1].rsplit(":", 1)[1]
     proc = subprocess.run([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}",

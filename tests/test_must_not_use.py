@@ -280,10 +280,19 @@ def test_cli_set_without_qid_is_a_usage_error():
     assert _run("--query", "x", "--set", "evals/bookshop").returncode == 2
 
 
-def test_cli_missing_query_file_exits_3(tmp_path):
+def test_cli_missing_query_file_is_a_usage_error(tmp_path):
+    # Drift fixed: a path argument that is not there is exit 2 in every script (it was 3 here).
     out = _run("--query-file", str(tmp_path / "nope.malloy"), "x", "--json")
+    assert out.returncode == 2
+    assert "nope.malloy: no such file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_unreadable_query_file_exits_3(tmp_path):
+    bad = tmp_path / "final.malloy"
+    bad.write_bytes(b"run: \xff\xfe")
+    out = _run("--query-file", str(bad), "x", "--json")
     assert out.returncode == 3
-    assert "nope.malloy" in out.stderr and "Traceback" not in out.stderr
+    assert "final.malloy: not UTF-8 text" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_cli_reads_must_not_use_from_the_set(tmp_path):

@@ -42,12 +42,12 @@ def delivered(returned: list[str] = (), tokens: list[str] = (), asked: list[str]
 
 def row(*, verdict: str | None = "no_match", required: list[str] = (), any_of: list[list[str]] = (),
         acceptable: list[str] = (), coverage: str | None = "covered", source: str = "authored",
-        got: Delivered | None = None) -> RetrievalRow:
+        got: Delivered | None = None, in_model: dict[str, bool] | None = None) -> RetrievalRow:
     return score_row(qid="q1", sample=None, phase="baseline", verdict=verdict,
                      expected={"required": list(required), "requiredAnyOf": [list(g) for g in any_of],
                                "acceptable": list(acceptable)},
                      coverage=coverage, coverage_source=source,  # type: ignore[arg-type]
-                     delivered=got or delivered())
+                     delivered=got or delivered(), in_model=in_model)
 
 
 # ---------------------------------------------------------------- routes
@@ -210,6 +210,51 @@ def test_failed_with_full_recall_is_delivered_wrong_with_no_owner():
 def test_failed_on_a_coverage_gap_is_model_coverage():
     r = row(required=[TOTAL], coverage="MISSING", source="measured")
     assert (r.where_to_fix, r.component, r.owner) == ("model coverage", "get_context/model", "model")
+
+
+USERS = "source:users:users"
+
+
+def test_gap_never_blames_the_model_for_an_entity_the_compiled_model_has():
+    # Issue 16 item 3: a refusal was attributed to "model coverage: the model has nothing to
+    # surface for source:users:users" although the compiled model has that source.
+    r = row(required=[USERS], coverage="RULE_UNWRITTEN", source="measured",
+            got=delivered([REVENUE], asked=["measure"]), in_model={USERS: True})
+    assert (r.where_to_fix, r.component, r.owner) == ("never asked", "agent-call", "agent-skill")
+    assert "the compiled model has source:users:users" in r.why
+    assert "nothing to surface" not in r.why
+
+
+def test_gap_with_the_held_entity_asked_for_goes_to_retrieval():
+    r = row(required=[USERS], coverage="MISSING", source="measured",
+            got=delivered([REVENUE], asked=["source"]), in_model={USERS: True})
+    assert (r.where_to_fix, r.component, r.owner) == ("not retrieved", "get_context/model", "model")
+    assert "NOT-RETURNED" in r.why and "the compiled model has source:users:users" in r.why
+
+
+def test_gap_for_an_entity_the_compiled_model_lacks_names_what_is_missing():
+    r = row(required=[TOTAL], coverage="RULE_UNWRITTEN", source="measured", in_model={TOTAL: False})
+    assert r.where_to_fix == "model coverage"
+    assert "the compiled model has no measure:orders:total_sales" in r.why
+    assert "the rule for combining or filtering the parts is not written" in r.why
+
+
+def test_authored_derivable_without_a_measurement_stays_a_model_gap_and_says_why():
+    # The contract's authored-label rule holds where nothing was measured; the why names the
+    # label as its source rather than claiming what the model lacks.
+    r = row(required=[USERS], coverage="derivable", source="authored")
+    assert r.where_to_fix == "model coverage"
+    assert "built from parts (the authored label)" in r.why and "nothing to surface" not in r.why
+
+
+def test_score_retrieval_reads_which_expected_entities_the_report_found(run_env, tmp_path):
+    set_dir, run_dir = run_env
+    report = tmp_path / "coverage.json"
+    report.write_text(json.dumps({"cases_detail": [
+        {"qid": "b", "verdict": "RULE_UNWRITTEN", "expected_in_model": {REVENUE: True}}]}))
+    result = score_retrieval(run_dir, set_dir, coverage=report)
+    b = next(r for r in result.rows if r.qid == "b")
+    assert b.where_to_fix == "not retrieved" and "the compiled model has measure:orders:revenue" in b.why
 
 
 def test_failed_covered_with_a_missing_kind_never_asked_is_never_asked():

@@ -18,7 +18,7 @@ EXAMPLES = paths.REFERENCE_DIR / "examples"
 DOC = paths.REFERENCE_DIR / "ledger-schema.md"
 # Every schema item 3 of issue 2 names must exist.
 REQUIRED_SCHEMAS = {"defs", "set", "case", "golden", "run", "host_log", "attempt", "tool_call", "score",
-                    "retrieval_score", "issue", "issue_status", "void", "judge_verdict",
+                    "retrieval_score", "human_verdict", "issue", "issue_status", "void", "judge_verdict",
                     "coverage_report", "judge_regression", "judge_calibration"}
 
 
@@ -38,8 +38,8 @@ def test_vocab_constants_come_from_defs():
     assert vocab.OWNERS == tuple(defs["owner"]["enum"])
     assert vocab.PHASES == ("baseline", "loop", "blind_gate", "canary", "final", "probe")
     assert vocab.QID_PATTERN == defs["qid"]["pattern"]
-    assert set(vocab.EVENT_KINDS) == {"attempt", "tool_call", "score", "retrieval_score", "issue",
-                                      "issue_status", "void"}
+    assert set(vocab.EVENT_KINDS) == {"attempt", "tool_call", "score", "retrieval_score",
+                                      "human_verdict", "issue", "issue_status", "void"}
 
 
 @pytest.mark.parametrize("reason, ok", [
@@ -81,6 +81,31 @@ def test_check_lets_unknown_fields_through_in_authored_set_files_only():
     with pytest.raises(schemas.SchemaViolation, match="note: unknown field"):
         schemas.check("issue_status", {"kind": "issue_status", "event_id": "e", "at": "2026-01-01T00:00:00Z",
                                        "issue_id": "x", "status": "open", "note": "hm"})
+
+
+def test_fixed_issue_status_may_name_the_passing_attempts():
+    # Issue 16 item 5: diagnose.py marks an issue fixed and names the attempts that pass now.
+    fixed = {"kind": "issue_status", "event_id": "e", "at": "2026-01-01T00:00:00Z",
+             "issue_id": "r1:x", "status": "fixed", "passing_attempt_ids": ["e3", "e7"]}
+    assert schemas.validate("issue_status", fixed) == []
+    [problem] = schemas.validate("issue_status", {**fixed, "passing_attempt_ids": ["e 3"]})
+    assert "passing_attempt_ids" in str(problem)
+
+
+@pytest.mark.parametrize("name, obj, expected", [
+    pytest.param("case", {"qid": "q1", "question": "?", "golden": {"kind": "scalar", "value": None}},
+                 "golden.value: null is not of type 'object'", id="null-type"),
+    pytest.param("case", {"qid": "q1", "question": "?", "golden": {"kind": None}},
+                 "golden.kind: null is not one of ['scalar', 'rows', 'unanswerable', 'criteria']",
+                 id="null-enum"),
+    pytest.param("score", {"kind": "score", "event_id": "e", "at": "2026-01-01T00:00:00Z", "qid": "q",
+                           "sample": None, "phase": "baseline", "verdict": True},
+                 "verdict: true is not one of ['match', 'near_match', 'no_match', 'needs_human', null]",
+                 id="true-in-enum-with-null"),
+])
+def test_messages_quote_values_as_the_json_file_writes_them(name, obj, expected):
+    # Issue 16 item 12: a JSON null was reported as `None is not of type ...`.
+    assert [str(p) for p in schemas.validate(name, obj)] == [expected]
 
 
 def test_missing_required_field_names_it():
@@ -150,7 +175,7 @@ def test_example_run_validates_with_no_problem_and_holds_every_kind():
 
 def test_example_set_validates_with_no_problem():
     report = check_set(EXAMPLES / "set")
-    assert (report.errors, report.warnings, report.cases) == ([], [], 3)
+    assert (report.errors, report.warnings, report.count) == ([], [], 3)
     for file, name in (("cases.jsonl", "case"), ("judge-regressions.jsonl", "judge_regression"),
                        ("judge-calibration.jsonl", "judge_calibration")):
         for line in (EXAMPLES / "set" / file).read_text().splitlines():

@@ -18,11 +18,12 @@ from judge_support import (
     verdict,
     write_prediction,
 )
-from malloy_evals.answer.scoring import attempt_key, score_attempt
+from malloy_evals.answer.reexecute import reexecute_attempt
+from malloy_evals.answer.scoring import judge_recording_key, score_attempt
 from malloy_evals.core import paths
-from malloy_evals.core.errors import UnmeasuredError
+from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.judge import doctrine as J_doctrine
-from malloy_evals.judge.providers.base import BudgetExhausted, RecordingStale
+from malloy_evals.judge.providers.base import BudgetExhausted, RecordingMissing, RecordingStale
 from malloy_evals.judge.providers.select import make_provider
 from malloy_evals.ledger import artifacts as J_artifacts
 from malloy_evals.sets.eval_set import load_set
@@ -123,7 +124,7 @@ def test_replay_hit_scores_and_pins_the_recordings_source(world, tmp_path):
     run, es = world
     rec_dir = tmp_path / "recordings"
     (tmp_path / "r.jsonl").write_text(json.dumps(
-        {"key": attempt_key(run, "q_rev", None), "replies": [verdict()]}) + "\n")
+        {"key": judge_recording_key(run, "q_rev", None), "replies": [verdict()]}) + "\n")
     recorder = make_provider(f"hand:{tmp_path / 'r.jsonl'}", role="judge", set_dir=None,
                              record_dir=rec_dir)
     score(run, es, provider=recorder, append=False)
@@ -137,7 +138,7 @@ def test_replay_of_a_stale_recording_fails_closed_and_writes_no_score(world, tmp
     run, es = world
     rec_dir = tmp_path / "recordings"
     rec_dir.mkdir()
-    (rec_dir / f"{attempt_key(run, 'q_rev', None)}.json").write_text(json.dumps(
+    (rec_dir / f"{judge_recording_key(run, 'q_rev', None)}.json").write_text(json.dumps(
         {"request_digest": "0" * 64, "prompt_version": J_doctrine.prompt_version(J_doctrine.load_doctrine()),
          "source": "hand-authored", "samples": [verdict()]}))
     with pytest.raises(RecordingStale):
@@ -160,6 +161,63 @@ def test_host_emit_then_reply_then_ingest_appends_one_score(world):
     [event] = scores(run)
     assert result.verdict == event["verdict"] == "no_match"
     assert event["judge_model"] == "host" and event["judge_artifact"] == "artifacts/q_rev/_/judge"
+
+
+def _script(name, run, es, *args):
+    return subprocess.run([sys.executable, str(paths.skill_script(name)), "--run", str(run.dir),
+                           "--set", str(es.dir), "--qid", "q_rev", *args],
+                          check=False, capture_output=True, text=True, timeout=120)
+
+
+def test_host_ingest_before_any_emit_exits_3_and_appends_nothing(tmp_path):
+    # Issue 16 item 6: --ingest before --emit appended a null environment_failure score and
+    # exited 0; afterwards both --emit and --ingest refused because a live score existed.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "final_query": GOOD_SQL,
+                                        "answer_text": "Revenue is $1,234.50."}])
+    es = load_set(set_dir)
+    out = _script("score_attempt", run, es, "--judge", "host", "--ingest", "--json")
+    assert out.returncode == 3, out.stderr
+    assert "--emit first" in out.stderr and "Traceback" not in out.stderr
+    assert scores(run) == []
+
+
+def test_host_ingest_before_emit_with_a_prediction_on_disk_still_says_emit_first(world):
+    run, es = world
+    out = _script("score_attempt", run, es, "--judge", "host", "--ingest")
+    assert out.returncode == 3 and "--emit first" in out.stderr
+    assert scores(run) == []
+
+
+def test_host_ingest_with_the_reply_not_written_yet_exits_3_naming_the_reply_path(world):
+    run, es = world
+    emit = make_provider("host", role="judge", set_dir=None, host_mode="emit", host_dir=run.dir)
+    assert score(run, es, provider=emit).exit_code == 0
+    out = _script("score_attempt", run, es, "--judge", "host", "--ingest")
+    assert out.returncode == 3
+    assert str(run.artifact_dir("q_rev", None) / "judge") in out.stderr
+    assert "reply.json" in out.stderr
+    assert scores(run) == []
+
+
+def test_judge_script_before_reexecute_exits_3_naming_the_missing_step(tmp_path):
+    # Issue 16 item 6: judge.py run before reexecute.py printed a null environment_failure
+    # verdict and exited 0, although its help says 3.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "final_query": GOOD_SQL,
+                                        "answer_text": "Revenue is $1,234.50."}])
+    es = load_set(set_dir)
+    rec = _recorded_replies(run, tmp_path)
+    out = _script("judge", run, es, "--judge", f"hand:{rec}", "--json")
+    assert out.returncode == 3, out.stdout
+    assert "reexecute.py" in out.stderr and out.stdout == ""
+
+
+def _recorded_replies(run, tmp_path):
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"key": judge_recording_key(run, "q_rev", None),
+                                   "replies": [verdict()]}) + "\n")
+    return replies
 
 
 # ---------------------------------------------------------------- overrides
@@ -201,6 +259,41 @@ def test_contaminated_attempt_is_null_with_the_judges_read_kept(tmp_path):
     assert (event["verdict"], event["reason"], event["judge_verdict"]) == (
         None, "contaminated", "match")
     assert event["why"] == "figures agree" and event["contaminated"] is True
+
+
+def test_hand_judge_needs_no_reply_for_a_contaminated_attempt(tmp_path):
+    # Issue 16 item 7: `hand:` demanded a reply for a contaminated attempt (`no authored reply for
+    # key ...`) and left it unscored; the reply would have been discarded anyway.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
+                                        "final_query": GOOD_SQL, "contaminated": "unknown"}])
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"key": "someone.else._", "replies": [verdict()]}) + "\n")
+    provider = make_provider(f"hand:{replies}", role="judge", set_dir=None)
+    result = score(run, load_set(set_dir), provider=provider)
+    [event] = scores(run)
+    assert (result.verdict, event["verdict"], event["reason"]) == (None, None, "contaminated")
+    assert event["judge_verdict"] is None and event["contaminated"] == "unknown"
+
+
+def test_hand_judge_still_needs_a_reply_for_a_clean_attempt(world, tmp_path):
+    run, es = world
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"key": "someone.else._", "replies": [verdict()]}) + "\n")
+    with pytest.raises(RecordingMissing):
+        score(run, es, provider=make_provider(f"hand:{replies}", role="judge", set_dir=None))
+    assert scores(run) == []
+
+
+def test_host_ingest_of_a_contaminated_attempt_needs_no_reply(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
+                                        "final_query": GOOD_SQL, "contaminated": True}])
+    ingest = make_provider("host", role="judge", set_dir=None, host_mode="ingest",
+                           host_dir=run.dir)
+    score(run, load_set(set_dir), provider=ingest)
+    [event] = scores(run)
+    assert (event["verdict"], event["reason"]) == (None, "contaminated")
 
 
 def test_budget_exhausted_is_null_budget_exhausted(world):
@@ -276,10 +369,66 @@ def test_reexecuted_rows_not_the_answer_text_reach_the_judge(world):
     assert scores(run)[0]["prediction_path"] == "artifacts/x.csv"
 
 
+class CountingEndpoint:
+    """An endpoint of the QueryEndpoint shape that counts the queries it runs (no Node)."""
+
+    label, model_path = "local", "tiny.malloy"
+
+    def __init__(self, model_sha="c" * 64, served_revision="local-cccc"):
+        self.model_sha, self.served_revision, self.calls = model_sha, served_revision, 0
+
+    def execute(self, **_call):
+        self.calls += 1
+        return {"rows": [{"revenue": 1234.5}]}
+
+
+def _reexecuted_world(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "final_query": GOOD_SQL,
+                                        "answer_text": "Revenue is $1,234.50."}])
+    return run, load_set(set_dir)
+
+
+def test_scoring_after_reexecute_reuses_its_fresh_reexecution(tmp_path):
+    # Issue 16 item 15: following eval-answer's steps ran the final query twice (step 2, then
+    # step 4 again), leaving prediction.2.csv.
+    run, es = _reexecuted_world(tmp_path)
+    endpoint = CountingEndpoint()
+    reexecute_attempt(run, es, "q_rev", None, endpoint)
+    score_attempt(run, es, "q_rev", None, provider=FakeProvider(), endpoint=endpoint)
+    assert endpoint.calls == 1
+    assert scores(run)[0]["prediction_path"] == "artifacts/q_rev/_/prediction.csv"
+    assert not (run.artifact_dir("q_rev", None) / "prediction.2.csv").exists()
+
+
+@pytest.mark.parametrize("later", [
+    pytest.param({"model_sha": "d" * 64}, id="model-changed"),
+    pytest.param({"model_sha": None, "served_revision": None}, id="model-unknown"),
+])
+def test_scoring_runs_the_query_again_when_the_served_model_may_differ(tmp_path, later):
+    run, es = _reexecuted_world(tmp_path)
+    reexecute_attempt(run, es, "q_rev", None, CountingEndpoint())
+    endpoint = CountingEndpoint(**{"model_sha": "c" * 64, "served_revision": "local-cccc", **later})
+    score_attempt(run, es, "q_rev", None, provider=FakeProvider(), endpoint=endpoint)
+    assert endpoint.calls == 1
+    assert scores(run)[0]["prediction_path"] == "artifacts/q_rev/_/prediction.2.csv"
+
+
+def test_a_rerecorded_attempt_is_reexecuted_even_with_the_same_query(tmp_path):
+    run, es = _reexecuted_world(tmp_path)
+    reexecute_attempt(run, es, "q_rev", None, CountingEndpoint())
+    old = run.attempt("q_rev", None)
+    run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "re-recorded"},
+                {**{k: v for k, v in old.items() if k not in ("event_id", "at")}}])
+    endpoint = CountingEndpoint()
+    score_attempt(run, es, "q_rev", None, provider=FakeProvider(), endpoint=endpoint)
+    assert endpoint.calls == 1
+
+
 def _recorded(run, es, tmp_path):
     """A hand-authored recording for q_rev, written through the same request path."""
     replies = tmp_path / "replies.jsonl"
-    replies.write_text(json.dumps({"key": attempt_key(run, "q_rev", None),
+    replies.write_text(json.dumps({"key": judge_recording_key(run, "q_rev", None),
                                    "replies": [verdict()]}) + "\n")
     rec = tmp_path / "rec"
     score(run, es, provider=make_provider(f"hand:{replies}", role="judge", set_dir=None,
@@ -357,6 +506,15 @@ def test_attempt_with_no_contamination_evidence_at_all_is_unknown_and_null(tmp_p
     score(run, load_set(set_dir), provider=FakeProvider([verdict()]))
     [event] = scores(run)
     assert (event["reason"], event["contaminated"]) == ("contaminated", "unknown")
+
+
+def test_messages_about_an_attempt_without_a_sample_say_no_sample(world):
+    # Issue 16 item 12: "sample None" in messages; the ledger writes null, a person reads
+    # "no sample".
+    run, es = world
+    with pytest.raises(InputError, match=r"q_missing', no sample, in phase") as exc:
+        score(run, es, qid="q_missing", provider=FakeProvider())
+    assert "None" not in str(exc.value)
 
 
 def test_an_attempt_with_a_live_score_is_refused_before_any_judge_call(world):

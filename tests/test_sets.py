@@ -10,7 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
-from malloy_evals.sets.eval_set import check_set, golden_value, load_set, question_sha
+from malloy_evals.sets.eval_set import (
+    check_set,
+    golden_value,
+    load_set,
+    question_sha,
+    rewrite_jsonl,
+)
 
 SET_JSON = {"name": "demo", "datasetVersion": 2, "targetPackage": "demo",
             "targetModelPath": "demo.malloy"}
@@ -81,10 +87,10 @@ def test_bad_golden_kind_raises_naming_file_line_and_field(tmp_path):
 
 def test_unknown_fields_are_warnings_and_the_set_loads(tmp_path):
     d = write_set(tmp_path, [case(state="selected", golden={"kind": "scalar", "value": {"n": 1},
-                                                             "alternates": []})],
+                                                             "receipts": []})],
                   config={**SET_JSON, "notes": {"sizing": "x"}})
     es = load_set(d)
-    assert es.warnings == ["set.json: notes: unknown field", "cases.jsonl:1: golden.alternates: unknown field",
+    assert es.warnings == ["set.json: notes: unknown field", "cases.jsonl:1: golden.receipts: unknown field",
                            "cases.jsonl:1: state: unknown field"]
 
 
@@ -124,6 +130,48 @@ def test_unknown_entity_kind_is_an_error(tmp_path):
 def test_scalar_value_must_be_an_object(tmp_path):
     report = check_set(write_set(tmp_path, [case(golden={"kind": "scalar", "value": [3]})]))
     assert report.errors == ["cases.jsonl:1: golden.value: [3] is not of type 'object'"]
+
+
+def test_unanswerable_golden_with_null_value_and_null_query_loads_clean(tmp_path):
+    # As the public loop writes them: `"value": null` and `"canonicalQuery": null`.
+    golden = {"status": "provisional", "kind": "unanswerable", "value": None,
+              "canonicalQuery": None, "rubric": "PREFERRED: declines, naming the missing data."}
+    d = write_set(tmp_path, [case(golden=golden)])
+    report = check_set(d)
+    assert (report.errors, report.warnings) == ([], [])
+    es = load_set(d)
+    assert golden_value(es.case("q1"), d) is None
+    assert es.case("q1").canonical_query is None
+
+
+def test_null_value_on_a_scalar_golden_is_still_an_error(tmp_path):
+    report = check_set(write_set(tmp_path, [case(golden={"kind": "scalar", "value": None})]))
+    assert report.errors == ["cases.jsonl:1: golden.value: null is not of type 'object'"]  # text says null, never None
+
+
+def test_public_golden_fields_are_schema_fields_the_case_reads(tmp_path):
+    golden = {"kind": "rows", "status": "provisional", "ordered": True, "clarifyOk": True,
+              "value": [{"category": "ferns", "rank": 1}],
+              "alternates": [{"assumption": "by units", "value": None, "accept": True,
+                              "lever": "field_doc", "note": "labelled"}],
+              "verifiedBy": "authored_query", "verifiedAt": None}
+    d = write_set(tmp_path, [case(golden=golden)])
+    assert (check_set(d).errors, check_set(d).warnings) == ([], [])
+    c = load_set(d).case("q1")
+    assert (c.ordered, c.clarify_ok, c.clarify_preferred) == (True, True, False)
+    assert c.alternates[0]["assumption"] == "by units"
+
+
+def test_a_set_in_the_public_loops_format_validates_as_published_with_warnings_only():
+    report = check_set(Path(__file__).resolve().parent / "fixtures" / "public_loop" / "set")
+    assert report.errors == [] and report.exit_code == 0 and report.count == 5
+    assert "cases.jsonl:1: golden.receipts: unknown field" in report.warnings
+
+
+def test_clarify_preferred_implies_clarify_ok(tmp_path):
+    d = write_set(tmp_path, [case(golden={"kind": "criteria", "clarifyPreferred": True})])
+    c = load_set(d).case("q1")
+    assert (c.clarify_ok, c.clarify_preferred) == (True, True)
 
 
 def test_question_sha_that_disagrees_with_the_question_is_an_error(tmp_path):
@@ -190,7 +238,7 @@ def test_broken_json_line_is_an_error_naming_its_line(tmp_path):
     d = write_set(tmp_path, [], raw_cases='{"qid": "q1", "question": "a"}\n\n{"qid": "q2",\n')
     report = check_set(d)
     assert [e.split(":")[:2] for e in report.errors] == [["cases.jsonl", "3"]]
-    assert report.cases == 1
+    assert report.count == 1 and report.counted == "cases"
 
 
 def test_missing_set_json_and_required_fields_are_errors(tmp_path):
@@ -297,3 +345,8 @@ def test_model_dir_without_the_target_model_file_is_an_input_error(tmp_path):
     empty.mkdir()
     with pytest.raises(InputError, match="has no demo.malloy"):
         load_set(d, empty)
+def test_rewrite_jsonl_changes_only_the_named_lines_keeping_style_and_line_endings(tmp_path):
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b'{"a":1}\r\n{"b": 2, "c": "\\u00e9"}\r\n{"d":4}')  # CRLF, no final newline
+    rewrite_jsonl(path, replace={2: {"b": 3, "c": "é"}, 3: None}, append=[{"e": 5}])
+    assert path.read_bytes() == (b'{"a":1}\r\n{"b": 3, "c": "\\u00e9"}\r\n{"e":5}\n')

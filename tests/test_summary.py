@@ -274,6 +274,26 @@ def test_cost_sums_dollars_turns_calls_and_entities_per_answer():
     assert cost["entities_delivered_per_answer"] == 1.0
 
 
+def test_open_issues_are_listed_until_marked_fixed():
+    issue = {"kind": "issue", "issue_id": "r1:x", "qids": ["q1"], "primary_code": "WRONG-FIELD",
+             "owner": "agent-skill", "component": "construction", "diagnosis": "d"}
+    events = [attempt("q1"), score("q1", "match"), issue,
+              {"kind": "issue_status", "issue_id": "r1:x", "status": "open"}]
+    listed = sm_figures.summarize_events(INFO, events)
+    assert [i["issue_id"] for i in listed.open_issues] == ["r1:x"]
+    assert "- r1:x [open] WRONG-FIELD -> agent-skill: q1" in sm_markdown.render_markdown(listed)
+    fixed = sm_figures.summarize_events(INFO, [*events, {"kind": "issue_status", "issue_id": "r1:x",
+                                                         "status": "fixed"}])
+    assert fixed.open_issues == [] and "Open issues" not in sm_markdown.render_markdown(fixed)
+
+
+def test_a_run_with_no_attempts_says_n_a_for_entities_per_answer_never_none():
+    # Issue 16 item 12: text output printed `entities delivered per answer: None`.
+    text = sm_markdown.render_markdown(sm_figures.summarize_events(INFO, []))
+    assert "entities delivered per answer: n/a" in text
+    assert "None" not in text
+
+
 def test_attempt_without_a_score_is_listed_as_unscored_not_counted():
     events = [attempt("q1"), attempt("q2"), score("q2", "match")]
     s = sm_figures.summarize_events(INFO, events)
@@ -371,3 +391,71 @@ def test_repair_command_for_an_attempt_recorded_from_a_host_log_asks_for_a_host_
     assert s.incomplete.commands[0].endswith(
         "--qid q1 --host-log <new-host-log.json> --answer-file <new-answer.md>")
     assert s.incomplete.commands[1].endswith("--qid q2 --transcript <new-transcript.jsonl>")
+
+
+# --- a person's verdict (human_verdict) and golden drift ------------------------------------
+
+
+def human(qid, verdict, sample=None, **kw):
+    return {"kind": "human_verdict", "qid": qid, "sample": sample, "phase": "baseline",
+            "verdict": verdict, "why": "read the rows", "settled_by": "Dana", **kw}
+
+
+def test_live_human_verdict_replaces_the_judges_and_is_counted():
+    events = [attempt("q1"), score("q1", "match"),
+              attempt("q2"), score("q2", "needs_human", confidence=4, why="unsure"),
+              attempt("q3"), score("q3", "near_match"),
+              human("q2", "match"), human("q3", "near_match")]
+    s = sm_figures.summarize_events(INFO, events)
+    assert s.verdicts == {"match": 2, "no_match": 0, "near_match": 1, "needs_human": 0, "null": 0}
+    assert (s.pass_rate.passed, s.pass_rate.decided) == (2, 2)
+    assert (s.settled_by_person, s.overruled_by_person) == (2, 1)
+    row = next(r for r in s.cases if r.qid == "q2")
+    assert (row.verdict, row.settled_by, row.judge_verdict, row.why) == ("match", "Dana",
+                                                                         "needs_human", "read the rows")
+    text = sm_markdown.render_markdown(s)
+    assert "2 verdict(s) settled by a person (review.py)" in text and "1 of them overrule it" in text
+    assert "settled by Dana (judge said needs_human)" in text
+
+
+def test_human_verdict_never_replaces_a_contaminated_null():
+    events = [attempt("q1", contaminated=True), score("q1", None, reason="contaminated"),
+              human("q1", "match")]
+    s = sm_figures.summarize_events(INFO, events)
+    assert s.status == "incomplete" and s.settled_by_person == 0
+    assert s.verdicts["null"] == 1
+
+
+def test_human_verdict_for_an_earlier_recording_of_the_attempt_does_not_apply():
+    events = [attempt("q1", event_id="a2"), score("q1", "no_match"),
+              human("q1", "match", attempt_event_id="a1")]
+    s = sm_figures.summarize_events(INFO, events)
+    assert s.verdicts["no_match"] == 1 and s.settled_by_person == 0
+
+
+def test_person_vouching_for_a_doubted_golden_brings_the_attempt_back_into_the_rate():
+    events = [attempt("q1"), score("q1", "no_match", gold_status="verified_wrong", gold_note="x"),
+              human("q1", "no_match", gold_status="verified")]
+    s = sm_figures.summarize_events(INFO, events)
+    assert s.excluded_verified_wrong == 0 and s.doubted_goldens == []
+    assert (s.pass_rate.passed, s.pass_rate.decided) == (0, 1)
+
+
+def test_golden_drift_pinned_on_the_run_is_in_the_headline_and_its_own_section():
+    events = [attempt("q1"), score("q1", "match")]
+    s = sm_figures.summarize_events({**INFO, "goldenDrift": ["q1"]}, events)
+    assert s.headline.startswith(s.pass_rate.text)
+    assert "GOLDEN DRIFT in 1 case(s) (q1)" in s.headline
+    assert "## Golden drift" in sm_markdown.render_markdown(s)
+
+
+def test_a_ledger_written_by_the_public_loop_is_summarised_in_the_kits_terms():
+    run = Run.open(KIT / "tests" / "fixtures" / "public_loop" / "run")
+    s = sm_figures.summarize(run, None)
+    # contaminated "true" counts (INCOMPLETE); "false" does not; no_saved_verdict is a judge_error
+    assert s.status == "incomplete" and s.incomplete.contaminated == ["nur_avg_line"]
+    by_qid = {r.qid: r for r in s.cases}
+    assert by_qid["nur_revenue_h1_2024"].contaminated is False
+    assert by_qid["nur_revenue_h1_2024"].n_get_context == 1
+    assert by_qid["nur_revenue_h1_2024"].entities_delivered == 2
+    assert s.null_reasons == {"contaminated": 1, "judge_error": 1}

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from malloy_evals.answer.transcripts import (
+    CUT_OFF,
     ExecuteCall,
     choose_final_query,
     is_mcp_tool,
@@ -245,6 +246,24 @@ def test_error_max_turns_result_marks_attempt_truncated(env, tmp_path):
     assert attempt["run_error"] == "error_max_turns"
     # Without result.result the answer is the last assistant text.
     assert attempt["answer_text"] == FINAL_TEXT
+
+
+def test_stream_json_cut_off_before_its_result_line_is_truncated_not_an_answer(env, tmp_path):
+    # Issue 16 item 1: a session with its init line and no result line was recorded as submitted
+    # and untruncated, and its mid-session narration was judged as the answer.
+    set_dir, run_dir = env
+    t = write_lines(tmp_path / "t.jsonl", stream_json_lines()[:-2])
+    record_attempt(run_dir, set_dir, "q1", transcript=t)
+    [attempt] = events_of(run_dir, "attempt")
+    assert attempt["truncated"] is True
+    assert attempt["run_error"] == CUT_OFF
+
+
+def test_saved_session_without_a_result_line_is_not_truncated(tmp_path):
+    # A saved session never has a result line; only stream-json (with its init line) promises one.
+    lines = [line for line in stream_json_lines() if line["type"] not in ("system", "result")]
+    parsed = parse_transcript(write_lines(tmp_path / "s.jsonl", lines))
+    assert (parsed.format, parsed.truncated, parsed.run_error) == ("session", False, None)
 
 
 def test_get_context_error_is_recorded_without_a_ranked_summary(env, tmp_path):
@@ -503,6 +522,15 @@ def test_cli_json_prints_one_document_with_the_recorded_attempt(env, tmp_path):
     assert (doc["qid"], doc["sample"], doc["tool_calls"]) == ("q1", 2, 5)
 
 
+def test_cli_text_says_true_and_false_as_the_ledger_writes_them(env, tmp_path):
+    # Issue 16 item 12: the text said `submitted True` and `contaminated: False`.
+    set_dir, run_dir = env
+    t = write_lines(tmp_path / "t.jsonl", stream_json_lines())
+    proc = run_cli("--run", run_dir, "--set", set_dir, "--qid", "q1", "--transcript", t)
+    assert "submitted true;" in proc.stdout and "contaminated: false" in proc.stdout
+    assert "True" not in proc.stdout and "False" not in proc.stdout
+
+
 def test_cli_refuses_a_folder_without_run_json_with_exit_3(tmp_path):
     set_dir = make_set(tmp_path)
     empty = tmp_path / "not-a-run"
@@ -520,6 +548,28 @@ def test_cli_host_log_without_answer_file_is_a_usage_error(env, tmp_path):
     log.write_text(json.dumps({"toolUses": []}))
     proc = run_cli("--run", run_dir, "--set", set_dir, "--qid", "q1", "--host-log", log)
     assert proc.returncode == 2
+
+
+def test_host_log_given_as_transcript_without_answer_is_refused_like_host_log(env, tmp_path):
+    # Issue 16 item 14: --host-log without --answer-file was refused while the same log passed
+    # as --transcript was recorded silently with no answer text. One rule for both flags.
+    set_dir, run_dir = env
+    log = tmp_path / "h.json"
+    log.write_text(json.dumps({"toolUses": [{"name": "malloy_executeQuery", "input": {"query": "run: x"}}]}))
+    proc = run_cli("--run", run_dir, "--set", set_dir, "--qid", "q1", "--transcript", log)
+    assert proc.returncode == 2
+    assert "--host-log with --answer-file" in proc.stderr and "Traceback" not in proc.stderr
+    assert events_of(run_dir, "attempt") == []
+
+
+def test_transcript_given_as_host_log_is_a_usage_error(env, tmp_path):
+    set_dir, run_dir = env
+    t = write_lines(tmp_path / "t.jsonl", stream_json_lines())
+    answer = tmp_path / "a.md"
+    answer.write_text("42")
+    proc = run_cli("--run", run_dir, "--set", set_dir, "--qid", "q1", "--host-log", t,
+                   "--answer-file", answer)
+    assert proc.returncode == 2 and "pass it as --transcript" in proc.stderr
 
 
 def test_cli_unreadable_transcript_names_the_file_and_exits_3(env, tmp_path):
@@ -589,6 +639,7 @@ def test_new_generation_entity_without_a_usable_id_is_minted_from_type_source_an
 
 def test_cli_bad_sample_is_a_usage_error_said_in_words(tmp_path):
     # argparse names the type function on a bad value; the message must not leak `_count`.
+    (tmp_path / "t.jsonl").write_text("")
     proc = run_cli("--run", tmp_path, "--set", tmp_path, "--qid", "q1", "--transcript",
                    tmp_path / "t.jsonl", "--sample", "abc")
     assert proc.returncode == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.ledger.run import Run
-from malloy_evals.ledger.validate import validate_run
+from malloy_evals.ledger.validate import validate_run, validate_runs
+from malloy_evals.sets.eval_set import check_set
 
 KIT = Path(__file__).resolve().parents[1]
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
@@ -107,9 +109,15 @@ def test_missing_run_json_exits_1(tmp_path):
     assert "error: run.json: missing" in out.stdout
 
 
-def test_unreadable_folder_exits_3(tmp_path):
+def test_folder_that_does_not_exist_is_a_usage_error(tmp_path):
+    # Drift fixed: a path argument that is not there is exit 2 in every script (it was 3 here).
     out = script("validate", tmp_path / "absent")
-    assert out.returncode == 3 and "unreadable" in out.stdout
+    assert out.returncode == 2 and "absent: no such folder" in out.stderr and out.stdout == ""
+
+
+def test_unreadable_folder_is_reported_unreadable_with_exit_3(tmp_path):
+    report = validate_runs([tmp_path / "absent"])
+    assert report.exit_code == 3 and [r.status for r in report.runs] == ["unreadable"]
 
 
 def test_torn_line_exits_1_and_names_it(tmp_path):
@@ -128,8 +136,9 @@ def test_second_live_score_exits_1_naming_both_lines(tmp_path):
     raw_line(run, written(run, {"kind": "score", "qid": "q1", "sample": None, "verdict": "match"}))
     raw_line(run, written(run, {"kind": "score", "qid": "q1", "sample": None, "verdict": "no_match"}))
     check = validate_run(run.dir)
-    assert check.errors == [("events.jsonl:3: score: a second live score for (q1, sample None, "
-                             "baseline); line 2 is not voided")]
+    # The append API's rule and words (LedgerRules), with the line of the score still live.
+    assert check.errors == [("events.jsonl:3: score: attempt (q1, no sample, baseline) already "
+                             "has a live score (line 2, not voided)")]
 
 
 def test_voided_score_then_rescore_is_clean(tmp_path):
@@ -198,8 +207,8 @@ def test_several_folders_one_line_each_and_worst_exit(tmp_path):
     doc = json.loads(out.stdout)
     assert out.returncode == 1
     assert [r["status"] for r in doc["runs"]] == ["ok", "invalid"]
-    out = script("validate", good.dir, tmp_path / "absent")
-    assert out.returncode == 3 and len([ln for ln in out.stdout.splitlines() if ln[:1] != " "]) == 2
+    report = validate_runs([good.dir, tmp_path / "absent"])
+    assert report.exit_code == 3 and [r.status for r in report.runs] == ["ok", "unreadable"]
 
 
 @settings(max_examples=100, deadline=None,
@@ -256,10 +265,15 @@ def test_set_with_bad_golden_kind_exits_1_naming_file_line_and_field(tmp_path):
     assert "  error: cases.jsonl:2: golden.kind: 'scalr' is not one of" in out.stdout
 
 
-def test_unreadable_set_folder_exits_3(tmp_path):
+def test_set_folder_that_does_not_exist_is_a_usage_error(tmp_path):
+    # Drift fixed: a path argument that is not there is exit 2 in every script (it was 3 here).
     out = script("validate_set", tmp_path / "absent", "--json")
-    assert out.returncode == 3
-    assert json.loads(out.stdout)["status"] == "unreadable"
+    assert out.returncode == 2 and "absent: no such folder" in out.stderr and out.stdout == ""
+
+
+def test_unreadable_set_folder_is_reported_unreadable_with_exit_3(tmp_path):
+    report = check_set(tmp_path / "absent")
+    assert report.exit_code == 3 and report.status == "unreadable"
 
 
 @pytest.mark.parametrize("name", ["validate", "validate_set", "new_run"])
@@ -281,3 +295,91 @@ def test_issue_naming_a_code_outside_the_diagnose_table_is_an_error(tmp_path):
         "events.jsonl:2: issue 'x': cause code 'MADE_UP' is not a row of the eval-diagnose table",
         ("events.jsonl:2: issue 'x': cause code 'ALSO_MADE_UP' is not a row of the "
          "eval-diagnose table")]
+
+
+# ------------------------------------------------------------------------------------------
+# validate.py and the append API apply one rule set (LedgerRules), under one lock discipline
+
+
+def test_second_void_of_a_voided_event_is_refused_by_append_and_by_validate(tmp_path):
+    # validate.py used to accept what Run.append refuses: a second void of a voided event.
+    run = make_run(tmp_path)
+    [s] = run.append([{"kind": "score", "qid": "q1", "sample": None, "verdict": "match"}])
+    [first] = run.append([{"kind": "void", "target_event_id": s["event_id"], "reason": "stale"}])
+    with pytest.raises(Exception, match="already voided"):
+        run.void(s["event_id"], "again")
+    raw_line(run, {"kind": "void", "event_id": "v2", "at": "2026-11-30T12:00:00Z",
+                   "target_event_id": s["event_id"], "reason": "again, by hand"})
+    assert validate_run(run.dir).errors == [
+        f"events.jsonl:3: void: {s['event_id']!r} is already voided (line 2)"]
+    assert first["event_id"] != "v2"
+
+
+def test_void_of_a_void_is_refused_by_both(tmp_path):
+    run = make_run(tmp_path)
+    [a] = run.append([attempt()])
+    v = run.void(a["event_id"], "re-recorded")
+    with pytest.raises(Exception, match="itself a void"):
+        run.void(v["event_id"], "undo")
+    raw_line(run, {"kind": "void", "event_id": "v2", "at": "2026-11-30T12:00:00Z",
+                   "target_event_id": v["event_id"], "reason": "undo, by hand"})
+    [error] = validate_run(run.dir).errors
+    assert error.startswith(f"events.jsonl:3: void: {v['event_id']!r} is itself a void")
+    assert error.endswith("(line 2)")
+
+
+def test_void_before_its_target_names_the_later_line(tmp_path):
+    run = make_run(tmp_path)
+    raw_line(run, {"kind": "void", "event_id": "v1", "at": "2026-11-30T12:00:00Z",
+                   "target_event_id": "a-later", "reason": "x"})
+    raw_line(run, {**written(run, attempt()), "event_id": "a-later"})
+    assert validate_run(run.dir).errors == [
+        "events.jsonl:1: void: target 'a-later' comes later (line 2)"]
+
+
+def test_validate_waits_for_an_append_in_progress_instead_of_calling_it_torn(tmp_path):
+    # validate.py read without the writers' lock and reported the half-written batch of a
+    # concurrent append as a torn line.
+    import fcntl
+    import threading
+
+    run = make_run(tmp_path)
+    run.append([attempt()])
+    line = json.dumps(written(run, attempt(qid="q2"))).encode() + b"\n"
+    fd = os.open(run.events_path, os.O_WRONLY | os.O_APPEND)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)            # an appender, mid-write
+        os.write(fd, line[:40])
+        results: list = []
+        reader = threading.Thread(target=lambda: results.append(validate_run(run.dir)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive()                   # it waits for the lock ...
+        os.write(fd, line[40:])
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        reader.join(10)
+    finally:
+        os.close(fd)
+    [check] = results                              # ... and then sees the whole line
+    assert check.errors == [] and check.count == 2
+
+
+def test_validate_and_validate_set_print_one_report_shape(tmp_path):
+    run = make_run(tmp_path)
+    runs = json.loads(script("validate", run.dir, "--json").stdout)["runs"]
+    one_set = json.loads(script("validate_set", tmp_path / "set", "--json").stdout)
+    assert set(runs[0]) == {"dir", "status", "exit_code", "events", "errors", "warnings"}
+    assert set(one_set) == {"dir", "status", "exit_code", "cases", "errors", "warnings"}
+    assert (runs[0]["status"], one_set["status"]) == ("ok", "ok")
+
+
+def test_kind_spelled_with_escapes_is_an_error(tmp_path):
+    # Readers find voids (and the kinds they read) by their plain spelling before decoding.
+    run = make_run(tmp_path)
+    [a] = run.append([attempt()])
+    with run.events_path.open("a") as fh:
+        fh.write('{"kind": "\\u0076oid", "event_id": "v1", "at": "2026-11-30T12:00:00Z", '
+                 f'"target_event_id": "{a["event_id"]}", "reason": "x"}}\n')
+    assert validate_run(run.dir).errors == [
+        ("events.jsonl:2: kind: 'void' is written with JSON escapes; write it plainly (readers "
+         "find it by its spelling)")]

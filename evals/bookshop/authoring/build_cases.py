@@ -536,6 +536,8 @@ case(
     expectedEntities={"required": [], "requiredAnyOf": [["measure:orders:order_count", "measure:order_items:revenue", "measure:order_items:units_sold", "view:order_items:monthly_revenue"]],
                       "acceptable": ["dimension:orders:order_date"]},
     kind="criteria",
+    # The question leaves the measure open: a clarifying question that names it is a right answer.
+    golden_extra={"clarifyOk": True}, goldenRevision=2,
     aux={"by_orders": "run: orders -> { group_by: m is substr(order_date.month::string, 1, 7); aggregate: v is count(); order_by: v desc; limit: 1 }",
          "n_orders": "run: orders -> { group_by: m is order_date.month; aggregate: v is count(); order_by: v desc; limit: 1 }"},
     rubric=("REQUIRED: says which measure defines busiest (orders, copies or revenue). "
@@ -671,6 +673,7 @@ def main():
         golden["rubric"] = c["rubric"].format(**fmt)
         golden["mustState"] = c["mustState"]
         golden["mustNotUse"] = c["mustNotUse"]
+        golden.update(c.get("golden_extra", {}))
         line = {"qid": c["qid"], "question": c["question"], "split": c["split"], "tags": c["tags"],
                 "coverage": c["coverage"], "coverageNote": c["coverageNote"],
                 "requiresConcepts": c["requiresConcepts"], "expectedEntities": c["expectedEntities"],

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer.reexecute import open_endpoint
-from malloy_evals.answer.scoring import attempt_key, score_attempt
+from malloy_evals.answer.scoring import judge_recording_key, score_attempt
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, KitError
 from malloy_evals.judge.calibration import (
     CalibrationReport,
@@ -80,18 +80,20 @@ def author_judge_recordings(eval_set: Any, replies: Path, *, out_dir: Path | Non
             if model_dir is not None:
                 eval_set = eval_set.with_model(model_dir)
             with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
-                for attempt in run.attempts():
+                view = run.view()
+                for attempt in run.attempts(view):
                     qid, sample = attempt["qid"], attempt.get("sample")
-                    if attempt_key(run, qid, sample) not in keys:
+                    key = judge_recording_key(run, qid, sample)
+                    if key not in keys:
                         continue
                     try:
                         result = score_attempt(run, eval_set, qid, sample, provider=provider,
-                                               endpoint=endpoint)
-                        runs.append({"key": attempt_key(run, qid, sample),
+                                               endpoint=endpoint, view=view)
+                        runs.append({"key": key,
                                      "status": result.status, "verdict": result.verdict,
                                      "reason": result.reason})
                     except KitError as exc:
-                        runs.append({"key": attempt_key(run, qid, sample), "status": "error",
+                        runs.append({"key": key, "status": "error",
                                      "message": str(exc)})
     written = sorted(p.stem for p in out.glob("*.json") if p.stem in keys)
     return AuthorReport(str(out), written, calibration, regressions, runs)

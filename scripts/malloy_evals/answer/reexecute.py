@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import paths
+from malloy_evals.core import cli, paths
+from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.words import sample_words
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
     McpConnectionError,
@@ -37,6 +39,7 @@ from malloy_evals.endpoint.mcp_client import (
     rest_base_for,
 )
 from malloy_evals.endpoint.package import package_sha
+from malloy_evals.ledger.artifacts import latest_artifact
 from malloy_evals.ledger.events import check_qid
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import EvalSet, load_set
@@ -44,6 +47,9 @@ from malloy_evals.sets.eval_set import EvalSet, load_set
 PREDICTION_FILE = "prediction.csv"
 ENVELOPE_FILE = "envelope.json"
 ERROR_FILE = "reexecute_error.json"
+# What one re-execution ran, where, against which model, and what it wrote: lets a later step
+# (score_attempt after reexecute.py) reuse it instead of running the same query again.
+PROVENANCE_STEM, PROVENANCE_SUFFIX = "reexecution", ".json"
 # `run: source -> view` (names optionally backtick-quoted): how a named view is recorded (SPEC 3).
 _NAMED_VIEW = re.compile(r"^\s*run\s*:\s*`?([A-Za-z_][\w]*)`?\s*->\s*`?([A-Za-z_][\w]*)`?\s*;?\s*$")
 _ISO_MIDNIGHT = re.compile(r"^(\d{4}-\d{2}-\d{2})T00:00:00(?:\.0+)?Z$")
@@ -78,11 +84,9 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
     and stop it on exit. Environment, package and model path come from set.json."""
 
     es = eval_set if isinstance(eval_set, EvalSet) else load_set(Path(eval_set))
-    if bool(mcp_url) == bool(local):
-        raise UsageError("give exactly one of --mcp-url URL or --local")
+    cli.require_one_endpoint(mcp_url, local)
     if mcp_url and es.served_model is not None:
-        raise UsageError("--model serves a local package folder: use it with --local, not "
-                         "--mcp-url (the server at the URL decides which model it serves)")
+        raise UsageError(cli.MODEL_WITH_MCP_URL)
     env, pkg, model = es.environment, es.target_package, es.target_model_path
     model_sha = revision = None
     if mcp_url:
@@ -136,6 +140,7 @@ class ReexecuteResult:
     suggestions: list[str] = field(default_factory=list)
     limit_hit: bool = False
     endpoint: str = ""
+    reused: bool = False              # an earlier re-execution of the same call, model and endpoint
 
     @property
     def ok(self) -> bool:
@@ -226,13 +231,15 @@ def prediction_csv(envelope: dict[str, Any]) -> str:
 
 
 def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
-                      endpoint: QueryEndpoint) -> ReexecuteResult:
+                      endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None
+                      ) -> ReexecuteResult:
     """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
-    same attempt writes prediction.2.csv). Query errors come back as data."""
-    attempt = run.attempt(qid, sample)
+    same attempt writes prediction.2.csv). Query errors come back as data. `attempt` is its live
+    attempt event when the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt = attempt if attempt is not None else run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     call = final_call(attempt, endpoint.model_path)
     if call is None:
         return ReexecuteResult(qid, sample, "no_query", {}, error="the attempt has no final query",
@@ -246,16 +253,60 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
         detail = {"error": message, "suggestions": suggestions, "call": sent,
                   "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
         path = run.write_artifact(qid, sample, ERROR_FILE, detail)
-        return ReexecuteResult(qid, sample, "query_error", sent, error=message,
-                               suggestions=suggestions, error_path=run.relpath(path),
-                               endpoint=endpoint.label)
-    env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
-    pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
-    rows = envelope.get("rows") or []
-    return ReexecuteResult(qid, sample, "ok", sent, row_count=len(rows),
-                           columns=result_columns(envelope), prediction_path=run.relpath(pred_path),
-                           envelope_path=run.relpath(env_path),
-                           limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label)
+        result = ReexecuteResult(qid, sample, "query_error", sent, error=message,
+                                 suggestions=suggestions, error_path=run.relpath(path),
+                                 endpoint=endpoint.label)
+    else:
+        env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
+        pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
+        rows = envelope.get("rows") or []
+        result = ReexecuteResult(qid, sample, "ok", sent, row_count=len(rows),
+                                 columns=result_columns(envelope),
+                                 prediction_path=run.relpath(pred_path),
+                                 envelope_path=run.relpath(env_path),
+                                 limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label)
+    run.write_artifact(qid, sample, PROVENANCE_STEM + PROVENANCE_SUFFIX,
+                       {"attempt_event_id": attempt.get("event_id"), **_identity(endpoint),
+                        "result": to_jsonable(result)})
+    return result
+
+
+def _identity(endpoint: Any) -> dict[str, Any]:
+    """Which endpoint answered and which model it served, as far as the endpoint can tell."""
+    return {"endpoint": getattr(endpoint, "label", None),
+            "model_sha": getattr(endpoint, "model_sha", None),
+            "served_revision": getattr(endpoint, "served_revision", None)}
+
+
+def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
+                      attempt: dict[str, Any] | None = None) -> ReexecuteResult | None:
+    """The attempt's latest re-execution when it ran this attempt's final query through this
+    endpoint serving this same model, so scoring need not run the query again; else None.
+
+    An endpoint that cannot say which model it serves (no model sha, no served revision) never
+    matches: the same URL may serve another model by now. `attempt` is its live attempt event when
+    the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt = attempt if attempt is not None else run.attempt(qid, sample)
+    path = latest_artifact(run.artifact_dir(qid, sample), PROVENANCE_STEM, PROVENANCE_SUFFIX)
+    if attempt is None or path is None:
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    identity = _identity(endpoint)
+    call = final_call(attempt, endpoint.model_path)
+    sent = {k: v for k, v in (call or {}).items() if v is not None}
+    stored = doc.get("result") if isinstance(doc, dict) else None
+    if (not isinstance(stored, dict) or doc.get("attempt_event_id") != attempt.get("event_id")
+            or (identity["model_sha"], identity["served_revision"]) == (None, None)
+            or any(doc.get(k) != v for k, v in identity.items()) or stored.get("call") != sent):
+        return None
+    written = [stored.get(k) for k in ("prediction_path", "envelope_path", "error_path")]
+    if not any(written) or any(p and not run.resolve(p).is_file() for p in written):
+        return None
+    fields = {f: stored[f] for f in ReexecuteResult.__dataclass_fields__ if f in stored}
+    return ReexecuteResult(**{**fields, "reused": True})
 
 
 def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None,
@@ -267,11 +318,12 @@ def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | 
     run = Run.open(run_dir)
     es = load_set(set_dir, model_dir)
     check_qid(qid)
-    if run.attempt(qid, sample) is None:
+    attempt = run.attempt(qid, sample)
+    if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     with open_endpoint(es, mcp_url=mcp_url, local=local) as endpoint:
-        return reexecute_attempt(run, es, qid, sample, endpoint)
+        return reexecute_attempt(run, es, qid, sample, endpoint, attempt=attempt)
 
 
 def render_text(result: ReexecuteResult) -> str:

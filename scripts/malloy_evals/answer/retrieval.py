@@ -2,8 +2,9 @@
 and when an answer failed, where does the fix go? Plus the run cascade of SPEC 9.
 
 Mechanical, no LLM. The deciders are pure and take values (`score_row`, `attribute`, `summarize`,
-`cascade`); `score_retrieval` is the one function that touches a run folder. It streams the ledger
-once for voids and once for the keys it uses, so memory grows with attempts, never with events.
+`cascade`). `score_retrieval` (the script) streams the ledger through the ledger's one live rule
+(`ledger.live.stream_live`), decoding only the lines and fields it needs, so memory grows with
+attempts, never with events; `score_view` scores the live view a pass already holds.
 """
 
 from __future__ import annotations
@@ -12,15 +13,27 @@ import functools
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from malloy_evals.core import commands
 from malloy_evals.core.errors import InputError
-from malloy_evals.core.vocab import ENTITY_KINDS, split_entity_id
+from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.vocab import DECIDED_VERDICTS, ENTITY_KINDS, split_entity_id
+from malloy_evals.ledger import public_loop
+from malloy_evals.ledger.events import (
+    EVENTS_FILE,
+    RUN_FILE,
+    AttemptKey,
+    decode_line,
+    effective_verdict,
+    well_formed_key,
+)
+from malloy_evals.ledger.live import LiveView, stream_live
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import EvalSet, load_set
 
 Route = Literal["exact", "alias", "in_docs", "missing"]
 CoverageClass = Literal["covered", "gap", "absent", "unclear", "unknown"]
@@ -109,7 +122,11 @@ class Delivered:
             if isinstance(ids, list):
                 # Interned: the same few hundred ids recur in every attempt of a run, and one shared
                 # copy each keeps memory proportional to attempts, not to calls.
-                self.returned.update(dict.fromkeys(sys.intern(e) for e in ids if isinstance(e, str)))
+                try:
+                    self.returned.update(dict.fromkeys(map(sys.intern, ids)))
+                except TypeError:  # an id that is not a string (a hand-edited line): skip it
+                    self.returned.update(dict.fromkeys(sys.intern(e) for e in ids
+                                                       if isinstance(e, str)))
             tokens = summary.get("doc_tokens")
             if isinstance(tokens, list):
                 # A doc token has at least one underscore (SPEC 5.3): a one-word name is never
@@ -171,8 +188,10 @@ class RetrievalRow:
 
 def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str | None,
               expected: Mapping[str, Any] | None, coverage: str | None,
-              coverage_source: CoverageSource, delivered: Delivered) -> RetrievalRow:
-    """Decide one attempt's retrieval row from values (SPEC 5.3)."""
+              coverage_source: CoverageSource, delivered: Delivered,
+              in_model: Mapping[str, bool] | None = None) -> RetrievalRow:
+    """Decide one attempt's retrieval row from values. `in_model` is the coverage
+    report's word on which expected entities the compiled model holds (None: not measured)."""
     groups, acceptable = expected_groups(expected)
     returned = delivered.returned
     kind_names: set[tuple[str, str]] | None = None  # built only when some id was not returned as is
@@ -194,10 +213,12 @@ def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str |
     precision = (sum(1 for e in returned if e in accept) / len(returned)) if returned else None
     missing_kinds = {split_entity_id(e)[0] for members in unmet for e in members}
     failed = verdict == "no_match"
+    unmet_ids = [e for members in unmet for e in members]
     where, component, owner, why = attribute(
         failed=failed, verdict=verdict, coverage=coverage, coverage_source=coverage_source,
         groups=len(groups), recall=recall, missing=[" | ".join(m) for m in unmet],
-        missing_kinds=missing_kinds, asked=delivered.asked)
+        missing_kinds=missing_kinds, asked=delivered.asked,
+        in_model={e: in_model[e] for e in unmet_ids if e in in_model} if in_model else None)
     return RetrievalRow(
         qid=qid, sample=sample, phase=phase, verdict=verdict, failed=failed, coverage=coverage,
         coverage_source=coverage_source, recall=recall, precision=precision, groups=len(groups),
@@ -206,11 +227,45 @@ def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str |
         where_to_fix=where, owner=owner, component=component, why=why)
 
 
+def reattribute(row: Mapping[str, Any], verdict: str | None,
+                in_model: Mapping[str, bool] | None = None) -> RetrievalRow:
+    """A stored retrieval row decided again for another verdict (a person settled the attempt):
+    what retrieval delivered does not change, only whether and where the failure is attributed.
+    `in_model` is the coverage report's word on which missing entities the model holds."""
+    missing = list(row.get("missing") or [])
+    missing_kinds = {split_entity_id(e.strip())[0] for m in missing for e in m.split(" | ")}
+    failed = verdict == "no_match"
+    where, component, owner, why = attribute(
+        failed=failed, verdict=verdict, coverage=row.get("coverage"),
+        coverage_source=row.get("coverage_source") or "none", groups=int(row.get("groups") or 0),
+        recall=row.get("recall"), missing=missing, missing_kinds=missing_kinds,
+        asked=set(row.get("asked_kinds") or []), in_model=in_model)
+    values = {f: row.get(f) for f in _ROW_FIELDS}
+    values.update(verdict=verdict, failed=failed, where_to_fix=where, component=component,
+                  owner=owner, why=why)
+    return RetrievalRow(**values)
+
+
+# What each gap verdict says is missing, so a `model coverage` attribution names it.
+GAP_MEANS = {
+    "MISSING": "no query over the model can produce what the question needs",
+    "RULE_UNWRITTEN": "the rule for combining or filtering the parts is not written",
+    "AMBIGUOUS": "several candidates, and nothing in the model says which one to use",
+    "derivable": "no named entity answers it; it is built from parts (the authored label)",
+}
+
+
 def attribute(*, failed: bool, verdict: str | None, coverage: str | None, coverage_source: str,
               groups: int, recall: float | None, missing: list[str], missing_kinds: set[str],
-              asked: set[str]) -> tuple[str | None, str | None, str | None, str]:
+              asked: set[str], in_model: Mapping[str, bool] | None = None
+              ) -> tuple[str | None, str | None, str | None, str]:
     """(where_to_fix, component, owner, why) for one row: the first rule of SPEC 5.3's table that
-    applies, for failed attempts only; anything else is never attributed."""
+    applies, for failed attempts only; anything else is never attributed.
+
+    A coverage gap is blamed on the model only for what the model lacks: when the coverage report
+    shows the compiled model holds a missing entity (`in_model`), its absence from the answer is
+    the ask's or retrieval's, decided as for a covered case, and the why never claims the model
+    lacks it."""
     if not failed:
         if verdict == "match" and recall is not None and recall < 1:
             return None, None, None, (f"passed with recall {recall:.2f}: passed, not fully delivered "
@@ -232,20 +287,28 @@ def attribute(*, failed: bool, verdict: str | None, coverage: str | None, covera
                 ("every expected entity reached the answerer; eval-diagnose decides who owns the "
                  "wrong answer (sufficiency first)"))
     short = ", ".join(missing)
-    if cls == "gap":
+    in_model = in_model or {}
+    present = [e for e, held in in_model.items() if held]
+    if cls == "gap" and not present:
+        absent = [e for e, held in in_model.items() if not held]
+        lacks = f"the compiled model has no {', '.join(absent)}; " if absent else ""
+        means = GAP_MEANS.get(str(coverage), "the model cannot express it as asked")
         return ("model coverage", "get_context/model", "model",
-                f"{cov}: the model has nothing to surface for {short}")
-    if cls == "covered":
+                f"{cov}: {lacks}{means} (not delivered: {short})")
+    if cls in ("covered", "gap"):
+        held = (f"; the compiled model has {', '.join(present)}, so {cov} is about something "
+                "else (the rule, a join or a named measure), not this entity" if cls == "gap" else "")
         never = sorted(missing_kinds - asked)
         if never:
             return ("never asked", "agent-call", "agent-skill",
                     (f"missing {short}; the answerer never asked get_context for "
-                     f"{', '.join(never)} (asked: {', '.join(sorted(asked)) or 'nothing'})"))
+                     f"{', '.join(never)} (asked: {', '.join(sorted(asked)) or 'nothing'}){held}"))
+        state = f"{cov}: " if cls == "covered" else ""
         return ("not retrieved", "get_context/model", "model",
-                (f"missing {short} although its kind was asked and {cov}: NOT-RETURNED, the entity "
-                 "exists and its docs did not bring it back"))
+                (f"missing {short} although its kind was asked and {state}NOT-RETURNED, the "
+                 f"entity exists and its docs did not bring it back{held}"))
     return ("coverage not measured", None, None,
-            f"missing {short} and coverage is unknown; run check_coverage.py and pass --coverage")
+            f"missing {short} and coverage is unknown; run {commands.CHECK_COVERAGE} and pass --coverage")
 
 
 # ---------------------------------------------------------------- aggregates
@@ -267,7 +330,7 @@ def cascade_rung(row: Mapping[str, Any] | RetrievalRow) -> str:
     if recall < 1:
         return "not retrieved"
     verdict = _get(row, "verdict")
-    if verdict not in ("match", "no_match"):
+    if verdict not in DECIDED_VERDICTS:
         return "not scored"
     return "delivered, wrong" if verdict == "no_match" else "delivered, right"
 
@@ -313,135 +376,101 @@ def summarize(rows: list[RetrievalRow]) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- the ledger, streamed
-
-Key = tuple[str, Any, Any]  # (qid, sample, phase)
+# ---------------------------------------------------------------- the ledger
 
 
 @dataclass
 class AttemptState:
-    """What the stream keeps per attempt key: memory per attempt, never per event."""
+    """What retrieval keeps per attempt key: memory per attempt, never per event."""
     has_attempt: bool = False
     delivered: Delivered = field(default_factory=Delivered)
-    verdict: str | None = None
+    score: dict[str, Any] | None = None   # the latest live score
+    human: dict[str, Any] | None = None   # the latest live human_verdict (a person settled it)
+    attempt_id: str | None = None         # the live attempt's event id
     live_retrieval_ids: list[str] = field(default_factory=list)
 
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        yield from enumerate(fh, start=1)
-
-
-def _parse(path: Path, number: int, line: str, warnings: list[str]) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        # Reading is tolerant, as in the ledger's own reader; validate.py is what fails the file.
-        warnings.append(f"{path.name}:{number}: not valid JSON (skipped)")
-        return None
-    return value if isinstance(value, dict) else None
+    @property
+    def verdict(self) -> str | None:
+        """The attempt's effective verdict: the judge's, or a person's who settled it."""
+        attempt = {"event_id": self.attempt_id} if self.attempt_id else None
+        return effective_verdict(self.score, self.human, attempt).verdict
 
 
-def _cut_hits(line: str) -> str:
-    """The line without the contents of its `hits` array, which retrieval never reads (the array
-    repeats entity_ids with relevance and position; dropping it halves what json must decode).
-    Hit objects are flat, so the first `]` closes the array; should an id itself hold one, the cut
-    line no longer parses and the caller reads the whole line instead."""
-    start = line.find('"hits":[')
-    if start < 0:
-        return line
-    close = line.find("]", start + 8)
-    return line if close < 0 else line[:start + 8] + line[close:]
+_KINDS = ("attempt", "tool_call", "score", "retrieval_score", "human_verdict")
 
 
-def _parse_call(path: Path, number: int, line: str, warnings: list[str]) -> dict[str, Any] | None:
-    cut = _cut_hits(line)
-    if cut is not line:
-        try:
-            value = json.loads(cut)
-            return value if isinstance(value, dict) else None
-        except ValueError:
-            pass
-    return _parse(path, number, line, warnings)
-
-
-def _void_targets(events_path: Path) -> set[str]:
-    """The event ids retracted by void events. Voids are rare, so the file is read in large blocks
-    searched for the word, and only lines holding it are parsed (a block read, not mmap: mapped
-    pages would count toward this process's memory and grow with the ledger)."""
-    voided: set[str] = set()
-    with events_path.open("rb") as fh:
-        carry = b""
-        while True:
-            block = fh.read(1 << 22)
-            data = carry + block
-            cut = len(data) if not block else data.rfind(b"\n") + 1
-            whole, carry = data[:cut], data[cut:]
-            if b'"void"' in whole:
-                for line in whole.split(b"\n"):
-                    if b'"void"' in line:
-                        _add_void(line, voided)
-            if not block:
-                return voided
-
-
-def _add_void(line: bytes, voided: set[str]) -> None:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return  # reported by the line pass, with its number
-    if isinstance(event, dict) and event.get("kind") == "void" and isinstance(event.get("target_event_id"), str):
-        voided.add(event["target_event_id"])
-
-
-def collect_attempts(events_path: Path, warnings: list[str]) -> dict[Key, AttemptState]:
-    """Stream the ledger: the void targets first, then attempts, get_context calls, live scores
-    and live retrieval_scores by attempt key. Lines of other kinds are never parsed."""
-    voided = _void_targets(events_path)
-    states: dict[Key, AttemptState] = {}
-    number = 0
-    for number, line in _lines(events_path):
-        if '"get_context"' in line:
-            event = _parse_call(events_path, number, line, warnings)
-        elif '"attempt"' in line or '"score"' in line or '"retrieval_score"' in line:
-            event = _parse(events_path, number, line, warnings)
-        else:
-            continue
-        if event is None or event.get("event_id") in voided:
-            continue
+def collect_states(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, AttemptState]:
+    """Fold live events, in ledger order, into what retrieval needs per attempt key: whether it
+    has an attempt, what its get_context calls delivered, its live score and human_verdict (for
+    its effective verdict) and its live retrieval_score ids. execute_query calls never deliver entities (SPEC 5.3)."""
+    states: dict[AttemptKey, AttemptState] = {}
+    for event in events:
         kind = event.get("kind")
-        if kind not in ("attempt", "tool_call", "score", "retrieval_score"):
+        if kind not in _KINDS or (kind == "tool_call" and event.get("tool") != "get_context"):
             continue
-        if kind == "tool_call" and event.get("tool") != "get_context":
-            continue  # execute_query never delivers entities (SPEC 5.3)
-        key = (event.get("qid"), event.get("sample"), event.get("phase"))
+        key = well_formed_key(event)
+        if key is None:
+            continue
         state = states.get(key)
         if state is None:
             state = states[key] = AttemptState()
         if kind == "attempt":
             state.has_attempt = True
+            state.attempt_id = event.get("event_id")
         elif kind == "tool_call":
             state.delivered.add_call(event)
         elif kind == "score":
-            state.verdict = event.get("verdict")  # the latest live score wins
+            state.score = event  # the latest live score wins
+        elif kind == "human_verdict":
+            state.human = event
         elif isinstance(event.get("event_id"), str):
             state.live_retrieval_ids.append(event["event_id"])
-    if number and _ends_without_newline(events_path):
-        # A last line without its newline was cut mid-write (the ledger's own rule); a whole
-        # object on it still counts, as in the ledger's reader.
-        torn = f"{events_path.name}:{number}: torn line"
-        warnings[:] = [w for w in warnings if not w.startswith(f"{events_path.name}:{number}:")] + [torn]
     return states
 
 
-def _ends_without_newline(path: Path) -> bool:
-    with path.open("rb") as fh:
-        fh.seek(-1, 2)
-        return fh.read(1) != b"\n"
+# The lines retrieval decodes: get_context calls first (most lines of a ledger), then the rest of
+# its kinds. execute_query calls, issues and voids are never decoded.
+_NEEDLES = (b'"get_context"', b'"attempt"', b'"score"', b'"retrieval_score"', b'"human_verdict"')
+# The decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
+_scan_once: Callable[[str, int], tuple[Any, int]] = (
+    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
+
+
+def _cut_hits(line: bytes) -> bytes:
+    """The line without the contents of its `hits` array, which retrieval never reads (the array
+    repeats entity_ids with relevance and position; dropping it halves what json must decode).
+    Hit objects are flat, so the first `]` closes the array; should an id itself hold one, the cut
+    line no longer parses and the caller decodes the whole line instead."""
+    start = line.find(b'"hits":[')
+    if start < 0:
+        return line
+    close = line.find(b"]", start + 8)
+    return line if close < 0 else line[:start + 8] + line[close:]
+
+
+def _decode(line: bytes, number: int, torn: bool) -> tuple[dict[str, Any] | None, LineProblem | None]:
+    """A ledger line decoded for retrieval: without a get_context call's hits, by the JSON scanner
+    alone, when that gives a whole object; else the line as every reader decodes it."""
+    if not torn:
+        try:
+            text = _cut_hits(line).decode("utf-8")
+            value, end = _scan_once(text, 0)
+        except (ValueError, StopIteration, RecursionError):  # UnicodeDecodeError included
+            pass
+        else:
+            if end == len(text) and isinstance(value, dict):
+                return value, None
+    return decode_line(line, number, torn)
 
 
 def load_coverage_report(path: str | Path) -> dict[str, str | None]:
     """{qid: measured verdict} from a check_coverage report's `cases_detail` (None = undecided)."""
+    return read_coverage_report(path)[0]
+
+
+def read_coverage_report(path: str | Path) -> tuple[dict[str, str | None], dict[str, dict[str, bool]]]:
+    """({qid: measured verdict}, {qid: {expected entity id: held by the compiled model}}) from a
+    check_coverage report; a report made before it recorded `expected_in_model` gives no ids."""
     path = Path(path)
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
@@ -453,11 +482,15 @@ def load_coverage_report(path: str | Path) -> dict[str, str | None]:
     if not isinstance(detail, list):
         raise InputError(path, None, "cases_detail: missing or not a list (is this a check_coverage report?)")
     verdicts: dict[str, str | None] = {}
+    held: dict[str, dict[str, bool]] = {}
     for item in detail:
         if isinstance(item, dict) and isinstance(item.get("qid"), str):
             verdict = item.get("verdict")
             verdicts[item["qid"]] = verdict if isinstance(verdict, str) else None
-    return verdicts
+            ids = item.get("expected_in_model")
+            if isinstance(ids, dict):
+                held[item["qid"]] = {str(k): v for k, v in ids.items() if isinstance(v, bool)}
+    return verdicts, held
 
 
 def effective_coverage(qid: str, authored: str | None,
@@ -493,50 +526,64 @@ def _sort_key(row: RetrievalRow) -> tuple[str, int, int]:
 
 def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str | Path | None = None,
                     append: bool = False) -> RetrievalResult:
-    """Score every live attempt of a run (SPEC 5.3); with `append`, write one retrieval_score per
-    attempt in one batch, voiding each attempt's earlier live one."""
+    """score_retrieval.py: score every live attempt of a run (SPEC 5.3), streaming its ledger so
+    memory follows attempts, never events; with `append`, write one retrieval_score per attempt
+    in one batch, superseding each attempt's earlier live one."""
 
     run_dir = Path(run_dir)
-    if not (run_dir / "run.json").is_file():
-        raise InputError(run_dir / "run.json", None, "no run.json: not a run folder (create one with new_run.py)")
+    if not (run_dir / RUN_FILE).is_file():
+        raise InputError(run_dir / RUN_FILE, None,
+                         f"no run.json: not a run folder (create one with {commands.NEW_RUN})")
     eval_set = load_set(Path(set_dir))
-    measured = load_coverage_report(coverage) if coverage is not None else None
-    warnings: list[str] = []
-    events_path = run_dir / "events.jsonl"
-    try:
-        states = collect_attempts(events_path, warnings) if events_path.exists() else {}
-    except OSError as exc:
-        # An unreadable ledger is could-not-measure (exit 3), reported without a traceback.
-        raise InputError(events_path, None, f"cannot be read: {exc.strerror or exc}") from None
+    measured, held = read_coverage_report(coverage) if coverage is not None else (None, {})
+    events_path = run_dir / EVENTS_FILE
+    if public_loop.ledger_is_public(events_path):
+        # This reader decodes only the lines and keys it uses, in the kit's spelling; it does not
+        # guess (score_view reads one through a live view, which normalises it).
+        raise InputError(events_path, 1, public_loop.refusal("score_retrieval.py"))
+    problems: list[LineProblem] = []
+    states = collect_states(stream_live(events_path, needles=_NEEDLES, decode=_decode,
+                                        problems=problems))
+    run = Run.open(run_dir) if append else None
+    return _score(states, eval_set, measured, held, [str(p) for p in problems], run, str(set_dir))
+
+
+def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
+               coverage: str | Path | None = None, append: bool = False) -> RetrievalResult:
+    """Retrieval over the live view a pass already holds (score_run, diagnose): no second read of
+    the ledger. `coverage` and `append` as score_retrieval."""
+    measured, held = read_coverage_report(coverage) if coverage is not None else (None, {})
+    return _score(collect_states(view.events), eval_set, measured, held,
+                  [str(p) for p in view.problems], run if append else None, str(eval_set.dir))
+
+
+def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
+           measured: Mapping[str, str | None] | None, held: Mapping[str, Mapping[str, bool]],
+           warnings: list[str], run: Run | None, set_label: str) -> RetrievalResult:
+    """The rows of every attempt with an attempt event; appended (superseding) when `run` is given.
+    `held`: per qid, which expected entities the compiled model holds (the coverage report's)."""
     rows: list[RetrievalRow] = []
-    live_ids: dict[Key, list[str]] = {}
+    superseded: list[str] = []  # the live retrieval_score ids of the attempts scored now
     for key, state in states.items():
         if not state.has_attempt:
             continue
-        qid, sample, phase = key
-        case = eval_set.cases.get(qid)
+        case = eval_set.cases.get(key.qid)
         if case is None:
-            warnings.append(f"{qid}: no such case in {set_dir}; attempt skipped")
+            warnings.append(f"{key.qid}: no such case in {set_label}; attempt skipped")
             continue
-        value, source = effective_coverage(qid, case.coverage, measured)
-        rows.append(score_row(qid=qid, sample=sample, phase=phase, verdict=state.verdict,
-                              expected=case.expected_entities,
-                              coverage=value, coverage_source=source, delivered=state.delivered))
-        live_ids[key] = state.live_retrieval_ids
+        superseded += state.live_retrieval_ids
+        value, source = effective_coverage(key.qid, case.coverage, measured)
+        rows.append(score_row(qid=key.qid, sample=key.sample, phase=key.phase,
+                              verdict=state.verdict, expected=case.expected_entities,
+                              coverage=value, coverage_source=source, delivered=state.delivered,
+                              in_model=held.get(key.qid)))
     rows.sort(key=_sort_key)
     appended = voided = 0
-    if append and rows:
-        run = Run.open(run_dir)
-        batch: list[dict[str, Any]] = []
-        for row in rows:
-            for target in live_ids.get((row.qid, row.sample, row.phase), []):
-                batch.append({"kind": "void", "target_event_id": target,
-                              "reason": "superseded by a new score_retrieval row"})
-                voided += 1
-            # An attempt written without a phase belongs to the run's one phase.
-            batch.append({"kind": "retrieval_score", **row_fields(row), "phase": row.phase or run.phase})
-        run.append(batch)
-        appended = len(rows)
+    if run is not None and rows:
+        done = run.supersede(superseded,
+                             [{"kind": "retrieval_score", **row_fields(row)} for row in rows],
+                             "superseded by a new score_retrieval row")
+        appended, voided = len(done.events), len(done.voids)
     return RetrievalResult(rows=rows, summary=summarize(rows), appended=appended, voided=voided,
                            warnings=warnings)
 

@@ -6,17 +6,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.reexecute import open_endpoint, reexecute_attempt
+from malloy_evals.answer.reexecute import fresh_reexecution, open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
-from malloy_evals.checks.model_definitions import read_definitions
-from malloy_evals.checks.must_not_use import Definitions
-from malloy_evals.core.errors import InputError, UnmeasuredError, UsageError
+from malloy_evals.checks.model_definitions import case_definitions
+from malloy_evals.core import cli, commands
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
+from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
 from malloy_evals.judge.providers.base import DryRun, HostReplyPending
 from malloy_evals.ledger.artifacts import PredictionView, read_csv_rows, read_prediction
-from malloy_evals.ledger.events import check_qid
+from malloy_evals.ledger.events import check_qid, sample_segment
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
@@ -35,21 +38,29 @@ class ScoreResult:
     event: dict | None = None
     message: str | None = None
 
+    @property
+    def exit_code(self) -> int:
+        # An ingest that found no reply decided nothing (exit 3); an emit that wrote its request,
+        # a dry run and a written (or printed) verdict are results (exit 0).
+        return EXIT_UNMEASURED if self.status == "pending" else EXIT_OK
+
     def to_json(self) -> dict:
         """The --json document of score_attempt.py (SPEC 5.5)."""
         return {"qid": self.qid, "sample": self.sample, "phase": self.phase,
                 "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
 
 
-def attempt_key(run: Any, qid: str, sample: int | None) -> str:
-    """The judge recording key of a run attempt: `<runId>.<qid>.<sample>` (null sample `_`)."""
-    return f"{run.run_id}.{qid}.{'_' if sample is None else sample}"
+def judge_recording_key(run: Any, qid: str, sample: int | None) -> str:
+    """The key a run attempt's judge reply is recorded under: `<runId>.<qid>.<sample>` (null
+    sample `_`). Not the ledger's attempt key (`ledger.events.attempt_key`)."""
+    return f"{run.run_id}.{qid}.{sample_segment(sample)}"
 
 
-def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None) -> Submission:
+def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None,
+                       view: LiveView | None = None) -> Submission:
     """The attempt's answer, final query and every execute_query call, from the ledger."""
     queries = []
-    for call in run.tool_calls(qid, sample):
+    for call in run.tool_calls(qid, sample, view):
         if call.get("tool") != "execute_query":
             continue
         text = call.get("query")
@@ -62,11 +73,11 @@ def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None) ->
 
 
 def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
-    """The attempt's contamination verdict: as recorded, else checked on its transcript, else
-    "unknown" (no log to check counts as contaminated, SPEC 5.1)."""
-    value = attempt.get("contaminated")
-    if value in (True, False, "unknown"):
-        return value
+    """The attempt's contamination verdict: as recorded (read by `vocab.contamination_value`), else
+    checked on its transcript, else "unknown" (no log to check counts as contaminated)."""
+    recorded = contamination_value(attempt.get("contaminated"))
+    if recorded is not None:
+        return recorded
     transcript = attempt.get("transcript_path")
     if transcript:
         result = check_contamination(log=run.resolve(transcript), set_dir=eval_set.dir,
@@ -74,16 +85,7 @@ def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
                                      truth_package=eval_set.truth_package,
                                      reported_calls=attempt.get("reported_calls"))
         return result.contaminated
-    return "unknown"
-
-
-def model_definitions(eval_set: Any, case: Any) -> Definitions | str | None:
-    """The definitions of the model the attempts were answered against, for the veto's
-    expansion; read (once per model) only for a case with mustNotUse entries."""
-    model_dir = getattr(eval_set, "model_dir", None)
-    if not case.must_not_use or model_dir is None:
-        return None
-    return read_definitions(model_dir, getattr(eval_set, "target_model_path", None))
+    return CONTAMINATION_UNKNOWN
 
 
 def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
@@ -103,50 +105,65 @@ def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
 def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, provider: Any,
                   endpoint: Any = None, reexecutor: Reexecutor | None = None,
                   judge_retries: int = 1, append: bool = True, reexecute: bool = True,
-                  doctrine: Doctrine | None = None) -> ScoreResult:
+                  doctrine: Doctrine | None = None, view: LiveView | None = None) -> ScoreResult:
     """Score one attempt in SPEC 5.5 order and append exactly one score event (append=False:
-    judge.py, which only prints). One endpoint and one provider serve every attempt of a run."""
+    judge.py, which only prints). One endpoint, one provider and one live view of the ledger
+    (`view`, read here when not given) serve every attempt of a run."""
 
-    attempt = run.attempt(qid, sample)
+    view = view or run.view()
+    attempt = run.attempt(qid, sample, view)
     if attempt is None:
         raise InputError(run.events_path, None,
-                         f"no live attempt for qid {qid!r} sample {sample!r} in phase {run.phase!r}")
-    live = run.score(qid, sample) if append else None
+                         f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
+    live = run.score(qid, sample, view) if append else None
     if live is not None:
         # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
         # judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
-                         f"{qid} sample {sample!r} already has a live score "
-                         f"({live.get('event_id')}); re-score it with score_run.py --only {qid} "
-                         "--rescore")
+                         f"{qid} ({sample_words(sample)}) already has a live score "
+                         f"({live.get('event_id')}); re-score it with: "
+                         f"{commands.rescore(run.dir, eval_set.dir, [qid], judge_spec=None, endpoint=None)}")
     case = eval_set.case(qid)
-    submission = attempt_submission(run, attempt, qid, sample)
+    submission = attempt_submission(run, attempt, qid, sample, view)
     contaminated = attempt_contamination(run, eval_set, attempt)
+
+    ingest = getattr(provider, "mode", None) == "ingest"
 
     def rerun() -> PredictionView | None:
         if reexecutor is not None:
             return reexecutor(run, eval_set, qid, sample)
         if reexecute and endpoint is not None:
-            return prediction_from_reexecution(
-                reexecute_attempt(run, eval_set, qid, sample, endpoint), run)
+            # A fresh re-execution (reexecute.py a step earlier: same final query, endpoint and
+            # model) is the prediction; running the query again would only write prediction.2.
+            result = (fresh_reexecution(run, qid, sample, endpoint, attempt=attempt)
+                      or reexecute_attempt(run, eval_set, qid, sample, endpoint, attempt=attempt))
+            return prediction_from_reexecution(result, run)
+        tainted = is_contaminated(contaminated)
+        if ingest and not tainted and JudgeArtifacts(run, qid, sample).pending_host_folder() is None:
+            # Nothing was emitted: say so, rather than judge a prediction nobody showed the host.
+            raise HostReplyPending(_emit_first(run, eval_set, qid, sample))
         existing = read_prediction(run, qid, sample)
+        if existing is None and tainted:
+            return None  # the attempt is null `contaminated` whatever its rows say
         if existing is None:
-            raise UnmeasuredError(
-                f"{qid}: no re-executed prediction in {run.artifact_dir(qid, sample)}; run "
-                f"reexecute.py --run {run.dir} --set {eval_set.dir} --qid {qid} --local first")
+            # A step left out, not an environment failure: nothing is decided and nothing written
+            # (an InputError is not caught as environment_failure by the decision path).
+            raise InputError(run.artifact_dir(qid, sample), None,
+                             f"no re-executed prediction for {qid}; run "
+                             f"{commands.reexecute(run.dir, eval_set.dir, qid, sample)} first")
         return existing
 
     artifacts = JudgeArtifacts(run, qid, sample)
     base = {"qid": qid, "sample": sample, "phase": run.phase}
     try:
         decision = evaluate(eval_set, case, submission, provider=provider,
-                            key=attempt_key(run, qid, sample),
+                            key=judge_recording_key(run, qid, sample),
                             truncated=attempt.get("truncated") is True,
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
-                            doctrine=doctrine, definitions=model_definitions(eval_set, case))
+                            doctrine=doctrine, definitions=case_definitions(eval_set, case))
     except HostReplyPending as exc:
-        waiting = "pending" if getattr(provider, "mode", None) == "ingest" else "emitted"
+        waiting = "pending" if ingest else "emitted"
         return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,
                            message=str(exc))
     except DryRun as exc:
@@ -159,6 +176,11 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
     written = run.append([event])[0]
     return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                        event_id=written.get("event_id"), status="scored", event=written)
+
+
+def _emit_first(run: Any, eval_set: Any, qid: str, sample: int | None) -> str:
+    return (f"{qid}: no emitted judge request in {run.artifact_dir(qid, sample)}; run with "
+            f"--judge host --emit first ({commands.host_emit(run.dir, eval_set.dir, qid, sample)})")
 
 
 def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,
@@ -176,7 +198,7 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
     ingest = getattr(provider, "mode", None) == "ingest"
     if not append or ingest or not (mcp_url or local):
         if append and not ingest:
-            raise UsageError("give exactly one of --mcp-url URL or --local")
+            raise UsageError(cli.ENDPOINT_NEEDED)
         return score_attempt(run, eval_set, qid, sample, provider=provider, reexecute=False,
                              judge_retries=judge_retries, append=append)
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:

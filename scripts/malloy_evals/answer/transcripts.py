@@ -23,14 +23,21 @@ from typing import Any, Literal
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.toollog import ToolLog, read_tool_uses
 from malloy_evals.checks.toollog import ToolUse as LoggedUse
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.core.words import shown
 from malloy_evals.endpoint import context_payload as cp
 from malloy_evals.ledger.events import check_qid, check_sample
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
 Tool = Literal["get_context", "execute_query"]
+
+# `result.subtype` values that mean the session was cut off before it finished: Claude Code's
+# turn cap, and run_answers.py's per-attempt timeout (skills/eval-answer/reference/harness.md).
+# Either makes the attempt truncated, so the run reads INCOMPLETE rather than scoring a half answer.
+CUT_OFF_SUBTYPES = ("error_max_turns", "error_timeout")
 
 # Publisher tool names as the wire and hosts spell them, compared without case or underscores
 # after any `mcp__<server>__` prefix (SPEC 0).
@@ -88,7 +95,7 @@ class Transcript:
     answer_text: str | None = None
     cwd: str | None = None
     reported_calls: int | None = None  # host logs only; a transcript never says it
-    truncated: bool = False           # result.subtype == "error_max_turns"
+    truncated: bool = False           # result.subtype in CUT_OFF_SUBTYPES, or stream-json with no result line
     run_error: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -99,6 +106,10 @@ class Transcript:
     wall_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
     logged_uses: list[LoggedUse] = field(default_factory=list)  # as toollog read them, for contamination
+
+
+# run_error of a stream-json session that has its init line but no closing result line.
+CUT_OFF = "no result line: the session was cut off"
 
 
 def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
@@ -198,6 +209,11 @@ def parse_transcript(path: str | Path) -> Transcript:
     if result is not None:
         _apply_result(out, result)
     else:
+        if out.format == "stream-json":
+            # stream-json always ends with a `result` line; without one the session was cut off
+            # mid-way, and its last narration is not an answer.
+            out.truncated = True
+            out.run_error = CUT_OFF
         _apply_usage(out, list(usage.values()))
         if len(stamps) >= 2:
             out.wall_seconds = max(0.0, (max(stamps) - min(stamps)).total_seconds())
@@ -207,7 +223,7 @@ def parse_transcript(path: str | Path) -> Transcript:
 def _apply_result(out: Transcript, result: dict[str, Any]) -> None:
     """The closing `result` line: truncation, the answer, usage, cost, turns and wall time."""
     subtype = result.get("subtype")
-    out.truncated = subtype == "error_max_turns"
+    out.truncated = subtype in CUT_OFF_SUBTYPES
     if result.get("is_error") or (isinstance(subtype, str) and subtype != "success"):
         out.run_error = str(subtype or "error")
     if isinstance(result.get("result"), str) and result["result"].strip():
@@ -236,7 +252,9 @@ def read_host_log(path: str | Path) -> Transcript:
     """A host tool-use log: tool uses without results, the reported call count and cwd."""
     log = read_tool_uses(Path(path))
     if log.kind != "host_log":
-        raise InputError(path, None, "a Claude Code transcript, not a host tool-use log: pass it as --transcript")
+        # The wrong kind of file for the flag is a mistake on the command line (exit 2).
+        raise UsageError(f"{path}: a Claude Code transcript, not a host tool-use log: pass it as "
+                         "--transcript")
     return _from_host_log(log)
 
 
@@ -568,6 +586,8 @@ class RecordedAttempt:
         return 0
 
 
+HOST_LOG_NEEDS_ANSWER = "pass it as --host-log with --answer-file (a host log carries no answer)"
+
 # Case-scoped kinds that describe one recording of an attempt: a re-recording retracts them all,
 # since a score of the old transcript says nothing about the new one.
 _SUPERSEDED_KINDS = ("attempt", "tool_call", "score", "retrieval_score")
@@ -588,16 +608,20 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
     if (transcript is None) == (host_log is None):
         raise UsageError("give either --transcript, or --host-log with --answer-file")
     if host_log is not None and answer_file is None:
-        raise UsageError("--host-log needs --answer-file (a host log carries no answer)")
+        raise UsageError(HOST_LOG_NEEDS_ANSWER)
+    source = Path(transcript if transcript is not None else host_log)  # type: ignore[arg-type]
+    parsed = parse_transcript(source) if transcript is not None else read_host_log(source)
+    if parsed.format == "host-log" and answer_file is None:
+        # One rule whichever flag names the file: a host log holds no answer text, and an
+        # attempt recorded without one would be judged as if the answerer had said nothing.
+        raise UsageError(f"{source}: a host tool-use log, not a transcript; {HOST_LOG_NEEDS_ANSWER}")
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
-        raise InputError(run_dir / "run.json", None, "missing: not a run folder (create one with new_run.py)")
+        raise InputError(run_dir / "run.json", None, f"missing: not a run folder (create one with {commands.NEW_RUN})")
     run = Run.open(run_dir)
     eval_set = load_set(Path(set_dir))
     case = eval_set.case(qid)
 
-    source = Path(transcript if transcript is not None else host_log)  # type: ignore[arg-type]
-    parsed = parse_transcript(source) if transcript is not None else read_host_log(source)
     if answer_file is not None:
         parsed.answer_text = _read_answer(Path(answer_file))
     record = build_attempt(parsed, reported_calls=reported_calls)
@@ -610,12 +634,7 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
     transcript_path = run.relpath(written[0])
 
     contamination = _contamination(parsed, eval_set, run_dir, record.attempt["reported_calls"])
-    key = (qid, sample, run.phase)
-    events = run.live()
-    voids = [{"kind": "void", "target_event_id": e["event_id"],
-              "reason": f"attempt re-recorded from {source.name}"}
-             for e in events
-             if e.get("kind") in _SUPERSEDED_KINDS and (e.get("qid"), e.get("sample"), e.get("phase")) == key]
+    earlier = run.view().of_key(run.key(qid, sample), _SUPERSEDED_KINDS)
     attempt = {"kind": "attempt", "qid": qid, "sample": sample, "phase": run.phase,
                **record.attempt,
                "question_sha": case.question_sha,
@@ -624,11 +643,11 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
                **contamination}
     calls = [{"kind": "tool_call", "qid": qid, "sample": sample, "phase": run.phase, **c}
              for c in record.tool_calls]
-    written_events = run.append([*voids, attempt, *calls])
-    attempt_event = written_events[len(voids)]
+    done = run.supersede(earlier, [attempt, *calls], f"attempt re-recorded from {source.name}")
+    attempt_event = done.events[0]
     return RecordedAttempt(
         qid=qid, sample=sample, phase=run.phase, attempt_event_id=attempt_event["event_id"],
-        tool_calls=len(calls), voided=len(voids), submitted=attempt["submitted"],
+        tool_calls=len(calls), voided=len(done.voids), submitted=attempt["submitted"],
         final_query=attempt["final_query"], final_query_source=attempt["final_query_source"],
         contaminated=attempt.get("contaminated"), transcript_path=transcript_path,
         warnings=list(parsed.warnings))
@@ -664,8 +683,8 @@ def render_text(result: RecordedAttempt) -> str:
     query = _squash(result.final_query) if result.final_query else "-"
     lines = [(f"recorded {result.qid}{sample} ({result.phase}): attempt {result.attempt_event_id}, "
              f"{result.tool_calls} tool calls{voided}"),
-             f"  submitted {result.submitted}; final query ({result.final_query_source or 'none'}): {query}",
-             f"  contaminated: {result.contaminated}",
+             f"  submitted {shown(result.submitted)}; final query ({result.final_query_source or 'none'}): {query}",
+             f"  contaminated: {shown(result.contaminated)}",
              f"  transcript copy: {result.transcript_path}"]
     lines.extend(f"  warning: {w}" for w in result.warnings)
     return "\n".join(lines)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from malloy_evals.checks.must_not_use import Definitions, MustNotUseResult, check_must_not_use
 from malloy_evals.core.errors import InputError, KitError
-from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.findings import FolderReport, LineProblem
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow, runtime_missing_reason
-from malloy_evals.sets.eval_set import CASES_FILE, SetReport, check_set, load_set
+from malloy_evals.sets.eval_set import CASES_FILE, check_set, load_set
 
 # One compile per package content, model path and data files, for the life of the process (a
 # scoring pass reads the same model for every attempt, from several threads).
@@ -45,6 +46,16 @@ def read_definitions(model_dir: str | Path, model_path: str | None = None) -> De
         return _READ[key]
 
 
+def case_definitions(eval_set: Any, case: Any) -> Definitions | str | None:
+    """The definitions of the model a set's attempts were answered against (`model/`, or the
+    `--model DIR` standing in for it), for the veto's expansion when scoring and diagnosing;
+    read (once per model) only for a case with mustNotUse entries, else None."""
+    model_dir = getattr(eval_set, "model_dir", None)
+    if not case.must_not_use or model_dir is None:
+        return None
+    return read_definitions(model_dir, getattr(eval_set, "target_model_path", None))
+
+
 def _data_files(folder: Path) -> tuple[tuple[str, int], ...]:
     """The tables a package may read (its sibling data/), by name and size: the same model
     bytes over the same tables compile to the same definitions, wherever the folder is."""
@@ -66,7 +77,7 @@ def _compile(folder: Path, model_path: str | None) -> Definitions | str:
     return Definitions.from_runner(raw, model_path)
 
 
-def check_set_with_model(set_dir: str | Path) -> SetReport:
+def check_set_with_model(set_dir: str | Path) -> FolderReport:
     """validate_set.py: every check of check_set, then, when the set's model is at hand, that each
     name in a golden's `mustNotUseAllowedIn` is a definition of that model (an error when it is
     not; a warning saying why when the model cannot be read)."""

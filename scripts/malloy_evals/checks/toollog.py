@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.words import shown
 
 LogKind = Literal["host_log", "transcript"]
 
@@ -195,7 +196,7 @@ def _reported_calls(doc: dict[str, Any], path: str | Path) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(path, None, f"{key}: expected a count (an integer >= 0), got {value!r}")
+        raise InputError(path, None, f"{key}: expected a count (an integer >= 0), got {shown(value)}")
     return value
 
 

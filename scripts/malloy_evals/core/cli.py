@@ -14,20 +14,49 @@ import json
 import runpy
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePath
 from typing import Any
+from urllib.parse import urlsplit
 
 from malloy_evals.core import paths
-from malloy_evals.core.errors import EXIT_USAGE, KitError
+from malloy_evals.core.errors import EXIT_USAGE, InputError, KitError, UsageError
+
+Check = Callable[[argparse.Namespace], str | None]
 
 
-def parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
-    """An ArgumentParser whose description is the script's first docstring line and whose epilog
+class ScriptParser(argparse.ArgumentParser):
+    """An ArgumentParser that decides the whole command line before a script touches anything.
+
+    argparse checks flags and types (the path and count types below run here); then every check a
+    shared builder registered with `add_check` runs, for what argparse cannot say (a flag that
+    only goes with another). Each mistake exits 2 with one usage line, before the script looks
+    for a run, a set, Node, a key or an endpoint (the exit-code table in README.md)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.checks: list[Check] = []
+
+    def add_check(self, check: Check) -> None:
+        """Run `check(args)` after parsing; a string it returns is the usage error."""
+        self.checks.append(check)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed = super().parse_args(args, namespace)
+        for check in self.checks:
+            problem = check(parsed)
+            if problem:
+                self.error(problem)
+        return parsed
+
+
+def parser(doc: str | None, **kwargs: Any) -> ScriptParser:
+    """A ScriptParser whose description is the script's first docstring line and whose epilog
     is the rest of the docstring (the real command lines)."""
     text = (doc or "").strip()
     first, _, rest = text.partition("\n")
-    return argparse.ArgumentParser(
+    return ScriptParser(
         description=first.strip(),
         epilog=rest.strip() or None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -35,8 +64,29 @@ def parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
     )
 
 
+def add_check(p: argparse.ArgumentParser, check: Check) -> None:
+    """Register a post-parse usage check (the parser must come from `parser()`)."""
+    if not isinstance(p, ScriptParser):
+        raise TypeError("build the script's parser with cli.parser(__doc__): a plain "
+                        "ArgumentParser would skip this check")
+    p.add_check(check)
+
+
+def checked_by(check: Callable[[str], Any]) -> Callable[[str], str]:
+    """An argparse type from a library check that raises UsageError: the value, checked when the
+    command line is read (so the mistake is exit 2 before anything else runs)."""
+    def convert(value: str) -> str:
+        try:
+            check(value)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return convert
+
+
 def add_json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true",
+    p.add_argument(JSON, action="store_true",
                    help="print exactly one JSON document on stdout (progress and warnings go to stderr)")
 
 
@@ -116,19 +166,37 @@ def console_main(argv: Sequence[str] | None = None) -> None:
     runpy.run_path(str(script), run_name="__main__")
 
 
+# ---------------------------------------------------------------------------------------------
+# The shared flags: one spelling, one type, one exit code per mistake. The printed command lines
+# of core/commands.py use these same names.
+
+RUN = "--run"
+SET = "--set"
+QID = "--qid"
+SAMPLE = "--sample"
+ONLY = "--only"
+LOCAL = "--local"
+MCP_URL = "--mcp-url"
+JSON = "--json"
+
+
 def existing_dir(value: str) -> Path:
-    """argparse type: a folder that must exist (a missing one is a usage error)."""
+    """argparse type: a folder that must exist (a missing one is a usage error, exit 2)."""
     path = Path(value)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{value}: no such folder")
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{value}: not a folder")
     return path
 
 
 def existing_file(value: str) -> Path:
-    """argparse type: a file that must exist (a missing one is a usage error)."""
+    """argparse type: a file that must exist (a missing one is a usage error, exit 2)."""
     path = Path(value)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{value}: not a file")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{value}: no such file")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value}: a folder, not a file")
     return path
 
 
@@ -143,33 +211,189 @@ def count(value: str) -> int:
     return number
 
 
-def add_attempt_arguments(p: argparse.ArgumentParser) -> None:
-    """--run, --set (as `set_dir`), --qid and --sample: how every attempt-scoped script names its
-    attempt, with the same meaning and checks everywhere."""
-    p.add_argument("--run", required=True, type=Path, help="the run folder (holds run.json)")
-    p.add_argument("--set", required=True, type=Path, dest="set_dir", metavar="SET",
-                   help="the set folder (holds set.json and cases.jsonl)")
-    p.add_argument("--qid", required=True, help="the case the attempt answers")
-    p.add_argument("--sample", type=count, default=None,
-                   help="the attempt's sample number (omit for a case answered once)")
+def at_least_one(value: str) -> int:
+    """argparse type: a whole number, 1 or more (repeats, samples, workers)."""
+    number = count(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return number
+
+
+def _number(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+
+
+def dollars(value: str) -> float:
+    """argparse type: an amount of money, 0 or more."""
+    amount = _number(value)
+    if not amount >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return amount
+
+
+def seconds(value: str) -> float:
+    """argparse type: a duration in seconds, more than 0."""
+    amount = _number(value)
+    if not amount > 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be more than 0 seconds")
+    return amount
 
 
 def split_qids(value: str) -> list[str]:
-    """argparse type for `--only q1,q2`."""
-    return [q.strip() for q in value.split(",") if q.strip()]
+    """argparse type for `--only q1,q2`: a comma-separated list naming at least one."""
+    names = [q.strip() for q in value.split(",") if q.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{value!r} names nothing (q1,q2)")
+    return names
+
+
+def http_url(value: str) -> str:
+    """argparse type: an http(s)://HOST[:PORT][/PATH] address (a Publisher, an MCP endpoint)."""
+    parsed = urlsplit(value)
+    try:
+        parsed.port  # noqa: B018 (reading it validates it)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value}: the port is not a number 1-65535") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise argparse.ArgumentTypeError(f"{value}: expected http://HOST:PORT[/PATH]")
+    return value
+
+
+def port(value: str) -> int:
+    """argparse type: a TCP port, 1 to 65535."""
+    number = count(value)
+    if not 0 < number < 65536:
+        raise argparse.ArgumentTypeError(f"{value}: a port is 1 to 65535")
+    return number
+
+
+def add_run_argument(p: argparse.ArgumentParser, *, help: str = "the run folder (holds run.json)",
+                     required: bool = True, matched_only: bool = False) -> None:
+    """--run: a run folder that must exist (exit 2; one without run.json is exit 3 when opened).
+    `matched_only`: the path is only compared with others (the contamination check), so it need
+    not exist."""
+    p.add_argument(RUN, required=required, type=Path if matched_only else existing_dir,
+                   metavar="RUN", help=help)
+
+
+def add_set_argument(p: argparse.ArgumentParser, *,
+                     help: str = "the set folder (holds set.json and cases.jsonl)",
+                     required: bool = True, matched_only: bool = False) -> None:
+    """--set (as `set_dir`): a set folder that must exist (exit 2; one that cannot be read is exit
+    3 when loaded). `matched_only` as for --run."""
+    p.add_argument(SET, required=required, type=Path if matched_only else existing_dir,
+                   dest="set_dir", metavar="SET", help=help)
+
+
+def add_attempt_arguments(p: argparse.ArgumentParser) -> None:
+    """--run, --set (as `set_dir`), --qid and --sample: how every attempt-scoped script names its
+    attempt, with the same meaning and checks everywhere. A qid or sample that is not in the set
+    or run is exit 3 (found when the run is read), never a usage error."""
+    add_run_argument(p)
+    add_set_argument(p)
+    p.add_argument(QID, required=True, help="the case the attempt answers")
+    p.add_argument(SAMPLE, type=count, default=None,
+                   help="the attempt's sample number (omit for a case answered once)")
+
+
+def add_only_argument(p: argparse.ArgumentParser, *, what: str = "cases") -> None:
+    """--only q1,q2 (as `only`, a list): a name that is not in the set or run is exit 3."""
+    p.add_argument(ONLY, type=split_qids, default=None, metavar="q1,q2",
+                   help=f"only these {what} (comma-separated)")
+
+
+def add_coverage_argument(p: argparse.ArgumentParser, *, use: str) -> None:
+    """--coverage REPORT: a check_coverage.py report file (one that is not there is exit 2; one
+    that cannot be read is exit 3). `use` says what the script does with it."""
+    p.add_argument("--coverage", type=existing_file, default=None, metavar="REPORT",
+                   help=f"a check_coverage.py report (its --out file): {use}")
+
+
+def distinct_folders(*flags: str, why: str) -> Check:
+    """A usage check: no folder named twice across `flags` (nargs="+" folder flags such as
+    `--base` and `--candidate`, or `--runs`); `why` is the usage error."""
+    dests = [f.lstrip("-").replace("-", "_") for f in flags]
+
+    def check(args: argparse.Namespace) -> str | None:
+        given = [Path(v).resolve() for d in dests for v in (getattr(args, d, None) or [])]
+        return why if len(set(given)) != len(given) else None
+
+    return check
+
+
+def add_count_argument(p: argparse.ArgumentParser, flag: str, *, default: int | None,
+                       help: str, minimum: int = 1) -> None:
+    """A count flag (`--repeat`, `--samples`, `--parallel`, `--limit`): 0 or more, or at least
+    1; anything else is exit 2."""
+    if minimum not in (0, 1):
+        raise ValueError("a count is 0 or more, or 1 or more")
+    p.add_argument(flag, type=count if minimum == 0 else at_least_one, default=default,
+                   metavar="N", help=help)
+
+
+ENDPOINT_NEEDED = f"give {LOCAL} or {MCP_URL} URL: where to re-execute"
+
+
+def add_endpoint_arguments(p: argparse.ArgumentParser, *,
+                           required: bool | Callable[[argparse.Namespace], bool] = True,
+                           purpose: str = "re-execute") -> None:
+    """--local | --mcp-url URL: where queries run. Exclusive; `required` (or, as a function of the
+    parsed flags, required when it says so: score_attempt.py --ingest needs none) makes giving
+    neither a usage error."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(MCP_URL, type=http_url, metavar="URL",
+                       help=f"{purpose} through this MCP endpoint (a Publisher, or serve_local.py "
+                            "--http), e.g. http://127.0.0.1:4040/mcp")
+    where.add_argument(LOCAL, action="store_true",
+                       help=f"{purpose} through the kit's own endpoint over the set's model/ "
+                            "package (started and stopped here)")
+
+    def needs_endpoint(args: argparse.Namespace) -> str | None:
+        needed = required(args) if callable(required) else required
+        return ENDPOINT_NEEDED if needed and not (args.local or args.mcp_url) else None
+
+    if required:
+        add_check(p, needs_endpoint)
+
+
+def require_one_endpoint(mcp_url: str | None, local: bool) -> None:
+    """The library's own guard for callers that are not scripts: exactly one endpoint."""
+    if bool(mcp_url) == bool(local):
+        raise UsageError(f"give exactly one of {LOCAL} or {MCP_URL} URL")
+
+
+def check_known(names: Sequence[str] | None, known: Iterable[Any], *, where: str | Path | None,
+                what: str = "qids not in the set", flag: str = ONLY) -> None:
+    """A name given on the command line that the set or run does not have is exit 3 (the input
+    cannot be measured as asked), naming the file looked in: `--only names qids not in the set:
+    q9`."""
+    if not names:
+        return
+    have = set(known)
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        raise InputError(where, None, f"{flag} names {what}: {', '.join(unknown)}")
 
 
 def add_model_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:
     """--model DIR: another package folder standing in for the set's model/ (a candidate model),
-    the same meaning in every script that serves the model or shows it to the judge."""
+    the same meaning in every script that serves the model or shows it to the judge. Beside
+    --mcp-url it is a usage error (exit 2): a remote server decides which model it serves."""
     p.add_argument("--model", type=existing_dir, metavar="DIR", default=None,
                    help=help or "use this Malloy package folder instead of the set's model/: "
                                 "served by --local, shown to the judge, pinned as the run's "
                                 "modelSha (e.g. evals/bookshop/model-candidate)")
+    add_check(p, _model_without_mcp_url)
 
 
-def check_model_argument(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse --model beside --mcp-url (exit 2): a remote server decides which model it serves."""
+MODEL_WITH_MCP_URL = ("--model names a local package folder for --local; with --mcp-url the "
+                      "server decides which model it serves")
+
+
+def _model_without_mcp_url(args: argparse.Namespace) -> str | None:
     if getattr(args, "model", None) is not None and getattr(args, "mcp_url", None):
-        p.error("--model names a local package folder for --local; with --mcp-url the server "
-                "decides which model it serves")
+        return MODEL_WITH_MCP_URL
+    return None

@@ -25,6 +25,7 @@ from referencing.jsonschema import DRAFT202012
 
 from malloy_evals.core import paths, vocab
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.words import shown
 
 SUFFIX = ".schema.json"
 
@@ -146,9 +147,9 @@ def _message(error: ValidationError) -> str:
         allowed: list[str] = []
         for e in _leaves(error.context):
             if e.validator == "enum":
-                allowed += [repr(v) for v in e.validator_value]
+                allowed += [shown(v) for v in e.validator_value]
             elif e.validator == "const":
-                allowed.append(repr(e.validator_value))
+                allowed.append(shown(e.validator_value))
             elif e.validator == "pattern":
                 allowed.append(f"a string matching {e.validator_value}")
             elif e.validator == "type":
@@ -156,7 +157,16 @@ def _message(error: ValidationError) -> str:
             else:
                 allowed.append(e.message)
         if allowed:
-            return f"{error.instance!r} is not one of: {', '.join(dict.fromkeys(allowed))}"
+            return f"{shown(error.instance)} is not one of: {', '.join(dict.fromkeys(allowed))}"
+    # jsonschema quotes values as Python does (`None is not of type 'object'`); a person reads
+    # the JSON file, where that value is written `null`.
+    if error.validator == "type":
+        types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return f"{shown(error.instance)} is not of type {', '.join(map(repr, types))}"
+    if error.validator == "enum":
+        return f"{shown(error.instance)} is not one of [{', '.join(map(shown, error.validator_value))}]"
+    if error.validator == "const":
+        return f"{shown(error.instance)} is not {shown(error.validator_value)}"
     return error.message
 
 

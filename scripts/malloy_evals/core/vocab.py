@@ -118,3 +118,29 @@ def split_entity_id(entity_id: str) -> tuple[str, str, str]:
     if len(parts) == 2:
         return parts[0], "", parts[1]
     return "", "", entity_id
+
+
+# The `contaminated` vocabulary: true, false, or "unknown". An answerer nobody could check may have
+# read the answers, so "unknown" counts as contaminated in every decision and aggregate. Ledgers
+# written by hand or by older tools may hold the booleans as strings ("true", "false").
+CONTAMINATION_UNKNOWN = "unknown"
+
+
+def contamination_value(value: object) -> bool | str | None:
+    """A recorded `contaminated` value as the kit reads it: True, False, "unknown", or None when
+    nothing usable was recorded (null, or a value outside the vocabulary)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("true", "false"):
+            return word == "true"
+        if word == CONTAMINATION_UNKNOWN:
+            return CONTAMINATION_UNKNOWN
+    return None
+
+
+def is_contaminated(value: object) -> bool:
+    """Whether a recorded `contaminated` value voids the attempt: true, "true" and "unknown" do;
+    false, "false", null (nothing recorded) and anything outside the vocabulary do not."""
+    return contamination_value(value) in (True, CONTAMINATION_UNKNOWN)

@@ -11,6 +11,7 @@ from typing import Any
 from malloy_evals.core import codes, vocab
 from malloy_evals.diagnose.replies import Diagnosis
 from malloy_evals.diagnose.selection import DIAGNOSED_BY
+from malloy_evals.ledger.events import AttemptKey, attempt_key
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,12 @@ def issue_events(run_id: str, clusters: list[Cluster], diagnoses: list[Diagnosis
     return events
 
 
-def own_issue_voids(events: Iterable[Mapping[str, Any]], qids: set[str] | None
-                    ) -> list[dict[str, Any]]:
-    """Voids for the live issues this script wrote earlier (diagnosed_by starts with DIAGNOSED_BY).
+def own_issues(events: Iterable[Mapping[str, Any]], qids: set[str] | None
+               ) -> list[Mapping[str, Any]]:
+    """The live issues this script wrote earlier (diagnosed_by starts with DIAGNOSED_BY), which a
+    new pass supersedes (`Run.supersede`).
 
-    `qids` None (a whole-run pass) voids them all; otherwise only those sharing a qid with the
+    `qids` None (a whole-run pass) takes them all; otherwise only those sharing a qid with the
     cases diagnosed now, so a narrowed re-run does not drop other cases' issues.
     """
     out = []
@@ -152,6 +154,66 @@ def own_issue_voids(events: Iterable[Mapping[str, Any]], qids: set[str] | None
             continue
         if qids is not None and not (set(e.get("qids") or []) & qids):
             continue
-        out.append({"kind": "void", "target_event_id": e["event_id"],
-                    "reason": "superseded by a new diagnose.py run"})
+        out.append(e)
+    return out
+
+
+# An issue in one of these states is done with: a later pass never re-opens or re-closes it.
+SETTLED_STATUSES = frozenset({"fixed", "rejected"})
+
+
+def fixed_issue_statuses(events: Iterable[Mapping[str, Any]],
+                         passing: Mapping[AttemptKey, bool]) -> list[dict[str, Any]]:
+    """One `issue_status fixed` per live issue, not yet fixed or rejected, every attempt of whose
+    cases now passes; `passing_attempt_ids` names those attempts' events.
+
+    Args:
+        events: the run's live events, in ledger order.
+        passing: attempt key -> whether that attempt passes now (a `match` with every needed
+            entity delivered: a pass that still misses an entity is diagnosed again, not fixed).
+    """
+    events = list(events)
+    status: dict[str, str] = {}
+    issues: dict[str, Mapping[str, Any]] = {}
+    attempts: dict[str, list[Mapping[str, Any]]] = {}
+    for e in events:
+        kind = e.get("kind")
+        if kind == "issue":
+            issues[str(e.get("issue_id"))] = e
+        elif kind == "issue_status":
+            status[str(e.get("issue_id"))] = str(e.get("status"))
+        elif kind == "attempt":
+            attempts.setdefault(str(e.get("qid")), []).append(e)
+    out = []
+    for issue_id, issue in issues.items():
+        if status.get(issue_id) in SETTLED_STATUSES:
+            continue
+        qids = [str(q) for q in issue.get("qids") or []]
+        members = [a for q in qids for a in attempts.get(q, [])]
+        # Every case must have been answered again: a case with no attempt in this run says
+        # nothing about the fix.
+        if not qids or any(q not in attempts for q in qids):
+            continue
+        if all(passing.get(attempt_key(a), False) for a in members):
+            out.append({"kind": "issue_status", "issue_id": issue_id, "status": "fixed",
+                        "passing_attempt_ids": [str(a.get("event_id")) for a in members]})
+    return out
+
+
+def open_issues(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The live issues whose latest status is neither fixed nor rejected, in ledger order:
+    `{issue_id, status, qids, primary_code, owner}` (an issue with no status reads as open)."""
+    events = list(events)
+    status = {str(e.get("issue_id")): str(e.get("status")) for e in events
+              if e.get("kind") == "issue_status"}
+    out = []
+    for e in events:
+        if e.get("kind") != "issue":
+            continue
+        issue_id = str(e.get("issue_id"))
+        state = status.get(issue_id, "open")
+        if state in SETTLED_STATUSES:
+            continue
+        out.append({"issue_id": issue_id, "status": state, "qids": list(e.get("qids") or []),
+                    "primary_code": e.get("primary_code"), "owner": e.get("owner")})
     return out

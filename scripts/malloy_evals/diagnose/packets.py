@@ -7,17 +7,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.checks.model_definitions import read_definitions
+from malloy_evals.checks.model_definitions import case_definitions
 from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
 from malloy_evals.core.errors import InputError
 from malloy_evals.diagnose.selection import (
     ANSWER_CHARS,
     GOLDEN_ROWS,
     RETURNED_IDS,
-    AttemptKey,
     Bucketed,
     Selection,
 )
+from malloy_evals.ledger.events import AttemptKey
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.sets.eval_set import golden_value
 
 
@@ -64,12 +65,12 @@ def _must_not_use(case: Any, final_query: str | None, score: Mapping[str, Any],
     return out
 
 
-def _attempt_block(run: Any, events: list[dict[str, Any]], case: Any, b: Bucketed,
+def _attempt_block(view: LiveView, case: Any, b: Bucketed,
                    retrieval_row: Mapping[str, Any] | None,
                    definitions: Definitions | str | None = None) -> dict[str, Any]:
-    attempt = run.attempt(b.qid, b.sample, events) or {}
-    score = run.score(b.qid, b.sample, events) or {}
-    calls = run.tool_calls(b.qid, b.sample, events)
+    attempt = view.attempt(b.key) or {}
+    score = view.score(b.key) or {}
+    calls = view.tool_calls(b.key)
     gets, runs = [], []
     for c in calls:
         if c.get("tool") == "get_context":
@@ -109,17 +110,18 @@ def _attempt_block(run: Any, events: list[dict[str, Any]], case: Any, b: Buckete
     }
 
 
-def build_packet(run: Any, events: list[dict[str, Any]], eval_set: Any, qid: str,
+def build_packet(view: LiveView, eval_set: Any, qid: str,
                  attempts: list[Bucketed], retrieval_rows: Mapping[AttemptKey, Mapping[str, Any]],
                  measured_coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The evidence one diagnoser call sees for one case: its question, golden, coverage, and each
     selected attempt's answer, queries, get_context calls, judge why, retrieval row and veto."""
     case = eval_set.case(qid)
+    definitions = case_definitions(eval_set, case)
     measured = (measured_coverage or {}).get(qid)
     if measured is None:
         # The run was scored against a coverage report: its rows carry the measured verdict, so
         # the packet is the same whether or not --coverage is passed again here.
-        rows = [retrieval_rows.get((b.qid, b.sample)) or {} for b in attempts]
+        rows = [retrieval_rows.get(b.key) or {} for b in attempts]
         measured = next((r.get("coverage") for r in rows
                          if r.get("coverage_source") == "measured"), None)
     return {
@@ -128,24 +130,15 @@ def build_packet(run: Any, events: list[dict[str, Any]], eval_set: Any, qid: str
         "expectedEntities": case.expected_entities,
         "coverage": {"authored": case.coverage, "coverageNote": case.coverage_note,
                      "measured": measured},
-        "attempts": [_attempt_block(run, events, case, b, retrieval_rows.get((b.qid, b.sample)),
-                                    _definitions(eval_set, case)) for b in attempts],
+        "attempts": [_attempt_block(view, case, b, retrieval_rows.get(b.key), definitions)
+                     for b in attempts],
     }
 
 
-def _definitions(eval_set: Any, case: Any) -> Definitions | str | None:
-    """The model's definitions for the veto's expansion, read (once per model) only when the
-    case has mustNotUse entries."""
-    model_dir = getattr(eval_set, "model_dir", None)
-    if not case.must_not_use or model_dir is None:
-        return None
-    return read_definitions(model_dir, getattr(eval_set, "target_model_path", None))
-
-
-def behaviour(run: Any, events: list[dict[str, Any]], b: Bucketed) -> dict[str, Any]:
+def behaviour(view: LiveView, b: Bucketed) -> dict[str, Any]:
     """What an attempt did, for falsifying behavioural clusters: calls, bare targets, errors."""
-    attempt = run.attempt(b.qid, b.sample, events) or {}
-    gets = [c for c in run.tool_calls(b.qid, b.sample, events) if c.get("tool") == "get_context"]
+    attempt = view.attempt(b.key) or {}
+    gets = [c for c in view.tool_calls(b.key) if c.get("tool") == "get_context"]
     shapes = [s for c in gets for s in (c.get("target_shapes") or [])]
     return {"n_get_context": len(gets),
             "n_execute": attempt.get("n_execute"),
@@ -154,10 +147,10 @@ def behaviour(run: Any, events: list[dict[str, Any]], b: Bucketed) -> dict[str, 
             "target_types": dict(Counter(str(s.get("type")) for s in shapes))}
 
 
-def controls_block(run: Any, events: list[dict[str, Any]], selection: Selection) -> dict[str, Any]:
+def controls_block(view: LiveView, selection: Selection) -> dict[str, Any]:
     """Behaviour rates of failing versus passing attempts, and how far they can be trusted."""
     def rates(items: list[Bucketed]) -> dict[str, Any]:
-        rows = [behaviour(run, events, b) for b in items]
+        rows = [behaviour(view, b) for b in items]
         n = len(rows)
         if not n:
             return {"attempts": 0}

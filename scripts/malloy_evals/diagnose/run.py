@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_retrieval
+from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_view
 from malloy_evals.core import cli, codes
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError
 from malloy_evals.diagnose.issues import (
     Cluster,
+    fixed_issue_statuses,
     issue_events,
-    own_issue_voids,
+    open_issues,
+    own_issues,
     singleton_clusters,
     validate_clusters,
 )
@@ -32,7 +34,6 @@ from malloy_evals.diagnose.selection import (
     DIAGNOSED_BY,
     PARALLEL,
     ROLE,
-    AttemptKey,
     Bucketed,
     Selection,
     select_cases,
@@ -40,8 +41,14 @@ from malloy_evals.diagnose.selection import (
 from malloy_evals.judge.providers.base import DryRun, HostReplyPending, last_json_object
 from malloy_evals.judge.providers.host import HostProvider
 from malloy_evals.judge.providers.select import provider_stats
+from malloy_evals.ledger.events import AttemptKey, attempt_key, effective_verdict
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
+
+# An --ingest that found no reply for a request: that case is undiagnosed (exit 3 when no case
+# was diagnosed), unlike an --emit, whose written requests are its result.
+NO_HOST_REPLY = "no host reply"
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,8 @@ class DiagnoseResult:
     issues_appended: list[str]
     issues_voided: int
     warnings: list[str] = field(default_factory=list)
+    issues_fixed: list[str] = field(default_factory=list)   # issue_status fixed appended now
+    open_issues: list[dict[str, Any]] = field(default_factory=list)  # after this pass
 
     @property
     def exit_code(self) -> int:
@@ -74,23 +83,24 @@ class DiagnoseResult:
                 "diagnoses": self.diagnoses, "undiagnosed": self.undiagnosed,
                 "clusters": self.clusters, "clustered_by": self.clustered_by,
                 "issues_appended": self.issues_appended, "issues_voided": self.issues_voided,
+                "issues_fixed": self.issues_fixed, "open_issues": self.open_issues,
                 "warnings": self.warnings}
 
 
-def _retrieval_rows(run: Any, events: list[dict[str, Any]], set_dir: Path,
+def _retrieval_rows(run: Run, view: LiveView, eval_set: EvalSet,
                     warnings: list[str]) -> dict[AttemptKey, dict[str, Any]]:
-    """Each attempt's retrieval row: its live retrieval_score event, else computed now."""
-    rows = {(e.get("qid"), e.get("sample")): e for e in events if e.get("kind") == "retrieval_score"}
-    attempts = {(e.get("qid"), e.get("sample")) for e in events if e.get("kind") == "attempt"}
-    if attempts - set(rows):
-
+    """Each attempt's retrieval row: its live retrieval_score event, else computed now from the
+    same live view."""
+    rows = view.latest("retrieval_score")
+    if set(view.latest("attempt")) - set(rows):
         try:
-            computed = score_retrieval(run.dir, set_dir)
+            computed = score_view(run, eval_set, view)
         except KitError as exc:
             warnings.append(f"retrieval rows not computed: {exc}")
             return rows
         for r in computed.rows:
-            rows.setdefault((r.qid, r.sample), row_fields(r))
+            fields = row_fields(r)
+            rows.setdefault(attempt_key(fields), fields)
     return rows
 
 
@@ -100,6 +110,8 @@ def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
     try:
         return provider.complete(request), None
     except HostReplyPending as exc:
+        if getattr(provider, "mode", None) == "ingest":
+            return None, f"{NO_HOST_REPLY}: {exc}"  # nothing to read: not decided, not waiting
         return None, f"host reply pending: {exc}"
     except DryRun as exc:
         return None, f"dry run: {exc}"
@@ -123,15 +135,13 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     table = codes.load_codes()
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
-    events = run.live()
+    cli.check_known(only, eval_set.cases, where=eval_set.dir / CASES_FILE)
+    view = run.view()  # the one read of the ledger for this pass
+    events = view.events
     warnings: list[str] = []
-    retrieval_rows = _retrieval_rows(run, events, Path(set_dir), warnings)
+    retrieval_rows = _retrieval_rows(run, view, eval_set, warnings)
     misses = {k: (r.get("recall") is not None and r.get("recall") < 1)
               for k, r in retrieval_rows.items()}
-    if only:
-        unknown = [q for q in only if q not in eval_set.cases]
-        if unknown:
-            raise UsageError(f"--only names qids not in the set: {', '.join(unknown)}")
     selection = select_cases(events, {q: c.split for q, c in eval_set.cases.items()},
                              verdicts=verdicts, split=split, only=only, limit=limit,
                              retrieval_misses=misses)
@@ -148,7 +158,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     artifacts = run.dir / "diagnose"
     def one(item: tuple[str, list[Bucketed]]) -> Diagnosis | Undiagnosed:
         qid, attempts = item
-        packet = build_packet(run, events, eval_set, qid, attempts, retrieval_rows, measured)
+        packet = build_packet(view, eval_set, qid, attempts, retrieval_rows, measured)
         request = case_request(run.run_id, qid, packet, table)
         reply, why = _call(provider, request)
         passed_only = all(b.verdict == "match" for b in attempts)
@@ -168,37 +178,56 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         for outcome in pool.map(one, by_qid.items()):
             (diagnoses if isinstance(outcome, Diagnosis) else undiagnosed).append(outcome)
-    clusters, clustered_by = _cluster(run, events, selection, diagnoses, provider, table,
+    clusters, clustered_by = _cluster(run, view, selection, diagnoses, provider, table,
                                       artifacts)
     diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them
+    # An earlier issue whose cases all pass now is fixed, whoever filed it: it gets a `fixed`
+    # status rather than being replaced by a re-diagnosis. A dry run writes nothing at all.
+    passing = {k: v == "match" and not misses.get(k, False) for k, v in _verdicts(view).items()}
+    fixed = [] if getattr(provider, "dry_run", False) else fixed_issue_statuses(events, passing)
+    fixed_ids = {e["issue_id"] for e in fixed}
     appended: list[str] = []
+    old: list[Mapping[str, Any]] = []
+    new: list[dict[str, Any]] = []
     voided = 0
     if clusters:
         narrowed = only is not None or limit is not None
-        voids = own_issue_voids(events, {d.qid for d in diagnoses} if narrowed else None)
+        earlier = own_issues(events, {d.qid for d in diagnoses} if narrowed else None)
+        old = [e for e in earlier if e.get("issue_id") not in fixed_ids]
         new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}")
-        run.append(voids + new)
-        voided = len(voids)
         appended = [e["issue_id"] for e in new if e["kind"] == "issue"]
+    if old or new or fixed:
+        # One batch: the earlier issues superseded by the new ones, and the fixed statuses.
+        done = run.supersede(old, [*new, *fixed], "superseded by a new diagnose.py run")
+        voided = len(done.voids)
+        view.refresh()
+    still_open = open_issues(view.events)
 
     stats = provider_stats(provider)
     if stats:
         warnings.append(f"diagnoser calls: {json.dumps(stats, sort_keys=True)}")
     return DiagnoseResult(run.run_id, diagnoser, selection, diagnoses, undiagnosed, clusters,
-                          clustered_by, appended, voided, warnings)
+                          clustered_by, appended, voided, warnings,
+                          [e["issue_id"] for e in fixed], still_open)
 
 
-def _cluster(run: Any, events: list[dict[str, Any]], selection: Selection,
+def _verdicts(view: LiveView) -> dict[AttemptKey, str | None]:
+    """Each attempt's effective verdict (None when unscored): the judge's, or a person's who
+    settled it (`effective_verdict`)."""
+    return {key: effective_verdict(view.score(key), view.human_verdict(key), attempt).verdict
+            for key, attempt in view.latest("attempt").items()}
+
+
+def _cluster(run: Any, view: LiveView, selection: Selection,
              diagnoses: list[Diagnosis], provider: Any, table: Mapping[str, codes.CauseCode],
              artifacts: Path) -> tuple[list[Cluster], str]:
     if not diagnoses:
         return [], "nothing diagnosed"
     if len(diagnoses) == 1:
         return singleton_clusters(diagnoses), "single case"
-    request = cluster_request(run.run_id, diagnoses, controls_block(run, events, selection), table)
+    request = cluster_request(run.run_id, diagnoses, controls_block(view, selection), table)
     reply, why = _call(provider, request)
-    if reply is None and why and why.startswith("host reply pending") \
-            and getattr(provider, "mode", None) == "ingest":
+    if reply is None and why and why.startswith(NO_HOST_REPLY):
         # Host flow: the per-case replies are in; emit the clustering request for the host and
         # write no issue until its reply is there (a second --ingest picks it up).
 
@@ -258,6 +287,15 @@ def render_text(result: DiagnoseResult) -> str:
     if sel.excluded:
         lines.append("excluded: " + ", ".join(f"{k} {v}" for k, v in
                                               sel.excluded_by_reason().items()))
-    lines.append(f"issues appended {len(result.issues_appended)}, voided {result.issues_voided}")
+    lines.append(f"issues appended {len(result.issues_appended)}, voided {result.issues_voided}"
+                 f", fixed {len(result.issues_fixed)}"
+                 + (f" ({', '.join(result.issues_fixed)}: every attempt of their cases passes now)"
+                    if result.issues_fixed else ""))
+    if result.open_issues:
+        lines.append(f"open issues ({len(result.open_issues)}):")
+        lines += [f"  {i['issue_id']} [{i['status']}] {i['primary_code']} -> {i['owner']}: "
+                  f"{', '.join(i['qids'])}" for i in result.open_issues]
+    else:
+        lines.append("open issues: none")
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from malloy_evals.core.errors import UsageError
+from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
 
 ROLE = "diagnose"
 # What this script writes into an issue's `diagnosed_by`; a re-run voids live issues carrying it,
@@ -30,9 +32,6 @@ R_NOT_NAMED = "not named in --only"
 R_LIMIT = "beyond the limit"
 R_NOT_IN_SET = "not in the set"
 
-AttemptKey = tuple[str, "int | None"]
-
-
 # --------------------------------------------------------------------------- selection
 
 @dataclass(frozen=True)
@@ -43,6 +42,12 @@ class Bucketed:
     sample: int | None
     verdict: str | None
     reason: str | None = None
+    phase: str | None = None
+
+    @property
+    def key(self) -> AttemptKey:
+        """The attempt's key in the ledger (and in the live view)."""
+        return AttemptKey(self.qid, self.sample, self.phase)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -90,9 +95,11 @@ def _reason_class(reason: str | None) -> str:
     return (reason or "").split(":", 1)[0]
 
 
-def _is_contaminated(value: Any) -> bool:
-    """true, "unknown" (SPEC 5.1: counts as contaminated everywhere) and legacy "true" strings."""
-    return value is True or (isinstance(value, str) and value.lower() in ("true", "unknown"))
+def verdicts_problem(verdicts: Iterable[str]) -> str | None:
+    """What is wrong with a --verdicts list, or None: each must be one a diagnosis can select."""
+    bad = [v for v in verdicts if v not in SELECTABLE_VERDICTS]
+    return f"--verdicts: {', '.join(bad)} not one of {', '.join(SELECTABLE_VERDICTS)}" if bad \
+        else None
 
 
 def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], *,
@@ -104,7 +111,7 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
     Args:
         events: the run's live events (voids applied).
         cases: qid -> split of the set's cases.
-        retrieval_misses: (qid, sample) -> True when a needed entity never reached the answerer
+        retrieval_misses: attempt key -> True when a needed entity never reached the answerer
             (retrieval recall below 1); a passing attempt with a miss is `retrieval_only`.
 
     Order of the rules, first that applies: not in the set, contaminated, unscored, outside the
@@ -113,9 +120,9 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
     `limit` counts cases (one packet per case); `limit=0` selects nothing.
     """
     verdicts = tuple(verdicts)
-    bad = [v for v in verdicts if v not in SELECTABLE_VERDICTS]
-    if bad:
-        raise UsageError(f"--verdicts: {', '.join(bad)} not one of {', '.join(SELECTABLE_VERDICTS)}")
+    problem = verdicts_problem(verdicts)
+    if problem:
+        raise UsageError(problem)
     if split not in SPLITS:
         raise UsageError(f"--split {split!r}: one of {', '.join(SPLITS)}")
     if limit is not None and limit < 0:
@@ -123,11 +130,17 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
     misses = retrieval_misses or {}
     attempts: dict[AttemptKey, dict[str, Any]] = {}
     scores: dict[AttemptKey, dict[str, Any]] = {}
+    humans: dict[AttemptKey, dict[str, Any]] = {}  # a person's settled verdicts
     for e in events:
         kind = e.get("kind")
+        key = well_formed_key(e)
+        if key is None:
+            continue
+        if kind == "human_verdict":
+            humans[key] = dict(e)
+            continue
         if kind not in ("attempt", "score"):
             continue
-        key = (e.get("qid"), e.get("sample"))
         (attempts if kind == "attempt" else scores)[key] = dict(e)  # the latest live one wins
         attempts.setdefault(key, {})
     failed: list[Bucketed] = []
@@ -135,27 +148,29 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
     retrieval_only: list[Bucketed] = []
     excluded: list[Bucketed] = []
     for key, attempt in attempts.items():
-        qid, sample = key
+        qid, sample, phase = key
         score = scores.get(key)
-        verdict = score.get("verdict") if score else None
+        # The judge's verdict, or the person's who settled it (the one rule, ledger.events).
+        verdict = effective_verdict(score, humans.get(key), attempt or None).verdict
         if qid not in cases:
-            excluded.append(Bucketed(qid, sample, verdict, R_NOT_IN_SET))
-        elif (_is_contaminated(attempt.get("contaminated"))
-              or (score is not None and (_is_contaminated(score.get("contaminated"))
+            excluded.append(Bucketed(qid, sample, verdict, R_NOT_IN_SET, phase))
+        elif (is_contaminated(attempt.get("contaminated"))
+              or (score is not None and (is_contaminated(score.get("contaminated"))
                                          or score.get("reason") == "contaminated"))):
-            excluded.append(Bucketed(qid, sample, verdict, R_CONTAMINATED))
+            excluded.append(Bucketed(qid, sample, verdict, R_CONTAMINATED, phase))
         elif score is None or verdict is None:
             why = "no score event" if score is None else (score.get("reason") or "null verdict")
-            excluded.append(Bucketed(qid, sample, None, f"{R_UNSCORED}: {why}"))
+            excluded.append(Bucketed(qid, sample, None, f"{R_UNSCORED}: {why}", phase))
         elif split != "all" and cases[qid] != split:
             reason = R_HOLDOUT if cases[qid] == "holdout" else f"{R_SPLIT}: {cases[qid]}"
-            excluded.append(Bucketed(qid, sample, verdict, reason))
+            excluded.append(Bucketed(qid, sample, verdict, reason, phase))
         elif verdict == "match":
-            (retrieval_only if misses.get(key) else passed).append(Bucketed(qid, sample, verdict))
+            (retrieval_only if misses.get(key) else passed).append(
+                Bucketed(qid, sample, verdict, None, phase))
         elif verdict not in verdicts:
-            excluded.append(Bucketed(qid, sample, verdict, f"{R_VERDICT}: {verdict}"))
+            excluded.append(Bucketed(qid, sample, verdict, f"{R_VERDICT}: {verdict}", phase))
         else:
-            failed.append(Bucketed(qid, sample, verdict))
+            failed.append(Bucketed(qid, sample, verdict, None, phase))
     if only is not None:
         named = set(only)
         failed, dropped_f = _partition(failed, lambda b: b.qid in named)
@@ -176,4 +191,4 @@ def _partition(items: list[Bucketed], keep: Callable[[Bucketed], bool]
 
 
 def _with_reason(b: Bucketed, reason: str) -> Bucketed:
-    return Bucketed(b.qid, b.sample, b.verdict, reason)
+    return Bucketed(b.qid, b.sample, b.verdict, reason, b.phase)

@@ -188,6 +188,11 @@ class McpClient:
 
     def list_tools(self) -> list[str]:
         """The tool names the server lists."""
+        return [spec["name"] for spec in self.tool_specs()]
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """Every tool the server lists as `{name, description, input_schema}`: what a model is
+        handed as its tool list (the API answerer's loop)."""
         try:
             result = self._run(lambda c: c.list_tools())
         except KitError:
@@ -195,7 +200,8 @@ class McpClient:
         except Exception as exc:
             raise _translate(exc, self.label) from exc
         self._tool_names = [t.name for t in result.tools]
-        return list(self._tool_names)
+        return [{"name": t.name, "description": t.description or "",
+                 "input_schema": dict(t.input_schema)} for t in result.tools]
 
     def resolve_tool(self, name: str) -> str:
         """The server's own name for a tool given in any spelling (bare, Publisher, prefixed)."""

@@ -18,23 +18,27 @@ Contract notes (from the Publisher's server at 0.0.209):
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import re
 import threading
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
-
-import mcp_types
-from mcp import MCPError
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field, ValidationError
 
 from malloy_evals.core.errors import UnmeasuredError, UsageError
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
+
+if TYPE_CHECKING:
+    # The MCP SDK (and pydantic under it) takes about 0.4 s to import: it is imported where it is
+    # used, so `serve_local.py --help` and everything else that imports this module stay fast.
+    import mcp_types
+    from mcp.server.mcpserver import MCPServer
+    from pydantic import ValidationError
 
 SERVER_NAME = "malloy-publisher-mcp-server"  # the Publisher's server name, so hosts treat us alike
 DEFAULT_RESULT_LIMIT = 10
@@ -104,7 +108,18 @@ def parse_package_arg(value: str, extra_allow: list[Path] | None = None,
     return ServedPackage(m.group(1), m.group(2), directory, allow, timeout)
 
 
+def check_unique_packages(packages: list[ServedPackage]) -> None:
+    """Each ENV/PKG served once (a usage error otherwise)."""
+    seen: set[tuple[str, str]] = set()
+    for p in packages:
+        if (p.environment, p.name) in seen:
+            raise UsageError(f"--package {p.environment}/{p.name} given twice")
+        seen.add((p.environment, p.name))
+
+
 def _resource_block(uri: str, payload: Any) -> mcp_types.EmbeddedResource:
+    import mcp_types
+
     return mcp_types.EmbeddedResource(
         type="resource",
         resource=mcp_types.TextResourceContents(uri=uri, mime_type="application/json",
@@ -114,6 +129,8 @@ def _resource_block(uri: str, payload: Any) -> mcp_types.EmbeddedResource:
 
 def tool_success(uri: str, payload: Any, note: str | None = None) -> mcp_types.CallToolResult:
     """The Publisher's success shape: the JSON resource at content[0], an optional text block."""
+    import mcp_types
+
     content: list[Any] = [_resource_block(uri, payload)]
     if note:
         content.append(mcp_types.TextContent(type="text", text=note))
@@ -123,6 +140,8 @@ def tool_success(uri: str, payload: Any, note: str | None = None) -> mcp_types.C
 def tool_error(uri: str, message: str, suggestions: list[str] | None = None,
                **extra: Any) -> mcp_types.CallToolResult:
     """The Publisher's `jsonToolError`: {error, suggestions, ...} as a resource, then as text."""
+    import mcp_types
+
     suggestions = list(suggestions or [])
     text = message + ("\n\nSuggestions:\n" + "\n".join(f"- {s}" for s in suggestions) if suggestions else "")
     return mcp_types.CallToolResult(
@@ -193,12 +212,8 @@ class Endpoint:
     """The served packages and the tool logic; `server` is the MCPServer that exposes them."""
 
     def __init__(self, packages: list[ServedPackage]):
-        self.packages: dict[tuple[str, str], ServedPackage] = {}
-        for p in packages:
-            key = (p.environment, p.name)
-            if key in self.packages:
-                raise UsageError(f"--package {p.environment}/{p.name} given twice")
-            self.packages[key] = p
+        check_unique_packages(packages)
+        self.packages = {(p.environment, p.name): p for p in packages}
         self.server = self._build()
 
     # -- lookups --
@@ -223,6 +238,9 @@ class Endpoint:
                       queryName: str | None = None, filterParams: dict[str, Any] | None = None,
                       givens: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
         """malloy_executeQuery: ad-hoc Malloy or a named view / query, in restricted mode."""
+        import mcp_types
+        from mcp import MCPError
+
         if query and queryName:
             raise MCPError(mcp_types.INVALID_PARAMS, "Cannot provide both 'query' and 'queryName'")
         if not query and not queryName:
@@ -456,14 +474,20 @@ class Endpoint:
     # -- wiring --
 
     def _build(self) -> MCPServer:
-        server = _PublisherShapedServer(SERVER_NAME, version="0.0.1", instructions=INSTRUCTIONS,
-                                        log_level="WARNING")
-        ep = self
+        import mcp_types
+        from pydantic import Field
 
-        @server.tool(name="malloy_executeQuery",
-                     description="Run a Malloy query against a model in a package: ad-hoc `query` "
-                                 "text, or `sourceName` + `queryName` for a named view, or "
-                                 "`queryName` alone for a named query. Returns rows as JSON.")
+        server = _server_class()(SERVER_NAME, version="0.0.1", instructions=INSTRUCTIONS,
+                                 log_level="WARNING")
+        ep = self
+        # The tools' annotations name SDK types this module imports only here: resolved now, so
+        # the SDK reads real types, not names it would look up in this module's globals.
+        tool = _typed_tool(server, {"mcp_types": mcp_types, "Field": Field})
+
+        @tool(name="malloy_executeQuery",
+              description="Run a Malloy query against a model in a package: ad-hoc `query` "
+                          "text, or `sourceName` + `queryName` for a named view, or "
+                          "`queryName` alone for a named query. Returns rows as JSON.")
         def malloy_executeQuery(environmentName: str, packageName: str, modelPath: str,
                                 query: str | None = None, sourceName: str | None = None,
                                 queryName: str | None = None,
@@ -472,10 +496,10 @@ class Endpoint:
             return ep.execute_query(environmentName, packageName, modelPath, query, sourceName,
                                     queryName, filterParams, givens)
 
-        @server.tool(name="malloy_getContext",
-                     description="Find what to query. No arguments: environments. environmentName: "
-                                 "its packages. packageName: its sources. query: ranked sources, "
-                                 "views, dimensions, measures and named queries (lexical).")
+        @tool(name="malloy_getContext",
+              description="Find what to query. No arguments: environments. environmentName: "
+                          "its packages. packageName: its sources. query: ranked sources, "
+                          "views, dimensions, measures and named queries (lexical).")
         def malloy_getContext(environmentName: str | None = None, packageName: str | None = None,
                               query: Annotated[str | None, Field(max_length=500)] = None,
                               sourceName: str | None = None,
@@ -485,12 +509,12 @@ class Endpoint:
             return ep.get_context(environmentName, packageName, query, sourceName, limit,
                                   search_targets, scopes)
 
-        @server.tool(name="malloy_getStatus", description="Server state and the served packages.")
+        @tool(name="malloy_getStatus", description="Server state and the served packages.")
         def malloy_getStatus() -> mcp_types.CallToolResult:
             return ep.get_status()
 
-        @server.tool(name="malloy_reloadPackage",
-                     description="Recompile a package's models after they changed on disk.")
+        @tool(name="malloy_reloadPackage",
+              description="Recompile a package's models after they changed on disk.")
         def malloy_reloadPackage(environmentName: str, packageName: str) -> mcp_types.CallToolResult:
             return ep.reload_package(environmentName, packageName)
 
@@ -543,18 +567,39 @@ def argument_error(tool: str, arguments: dict[str, Any], exc: ValidationError) -
     return tool_error(_uri(env, fragment=tool), message, suggestions)
 
 
-class _PublisherShapedServer(MCPServer):
-    """MCPServer whose argument-validation failures keep the Publisher's error shape (SPEC 6:
-    every error is `isError` with `{error, suggestions}` at content[0] plus a text block); the
-    SDK alone answers them with a bare text block a Publisher client cannot read."""
+def _typed_tool(server: MCPServer, names: dict[str, Any]
+                ) -> Callable[..., Callable[[Callable[..., Any]], Any]]:
+    """`server.tool(...)` for functions whose string annotations name `names`: each function's
+    annotations are resolved first (this module postpones annotations)."""
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        try:
-            return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            if isinstance(exc.__cause__, ValidationError):
-                return argument_error(name, arguments, exc.__cause__)
-            raise
+    def tool(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+        def register(fn: Callable[..., Any]) -> Any:
+            fn.__annotations__ = typing.get_type_hints(fn, localns=names, include_extras=True)
+            return server.tool(**options)(fn)
+        return register
+    return tool
+
+
+@functools.cache
+def _server_class() -> type[MCPServer]:
+    """MCPServer whose argument-validation failures keep the Publisher's error shape (every
+    error is `isError` with `{error, suggestions}` at content[0] plus a text block); the SDK alone
+    answers them with a bare text block a Publisher client cannot read. Made on first use, with
+    the SDK."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
+
+    class PublisherShapedServer(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    return argument_error(name, arguments, exc.__cause__)
+                raise
+
+    return PublisherShapedServer
 
 
 def build_server(packages: list[ServedPackage]) -> Endpoint:

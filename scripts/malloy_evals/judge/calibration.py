@@ -7,8 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import cli
 from malloy_evals.core.cli import to_jsonable
-from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
+from malloy_evals.core.errors import (
+    EXIT_FINDING,
+    EXIT_OK,
+    EXIT_UNMEASURED,
+    InputError,
+    KitError,
+    UsageError,
+)
 from malloy_evals.core.jsonl import read_objects
 from malloy_evals.judge.decision import evaluate, golden_gate
 from malloy_evals.judge.doctrine import judge_prompt_sha, load_doctrine
@@ -222,12 +230,14 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
     answer counts only when every sample ends as it must."""
 
     if samples < 1:
-        raise InputError(None, None, "--samples must be at least 1")
+        raise UsageError("--samples must be at least 1")
     doctrine = load_doctrine()
     phrases = load_agreement_phrases()
     path = eval_set.calibration_path
     if not path.is_file():
         raise InputError(path, None, "no judge-calibration.jsonl in the set")
+    cli.check_known(only, (e.get("qid") for _, e in read_objects(path)), where=path,
+                    what="qids with no calibration entry")
     entries: list[CalibrationEntry] = []
     dry = False
     for line, entry in read_objects(path):
@@ -377,7 +387,7 @@ def check_regressions(eval_set: Any, provider: Any, *, repeat: int = 1, judge_re
                       ) -> RegressionReport:
     """Re-judge every settled fixture `repeat` times through the run's decision path."""
     if repeat < 1:
-        raise InputError(None, None, "--repeat must be at least 1")
+        raise UsageError("--repeat must be at least 1")
     doctrine = load_doctrine()
     phrases = load_agreement_phrases()
     path = Path(fixtures) if fixtures else eval_set.regressions_path
@@ -385,6 +395,9 @@ def check_regressions(eval_set: Any, provider: Any, *, repeat: int = 1, judge_re
     spec = getattr(provider, "spec", "?")
     if not path.is_file():
         return RegressionReport(str(eval_set.dir), spec, repeat, [], *pins, fixtures_file=False)
+    cli.check_known(only, (str(v) for line, fx in read_objects(path)
+                           for v in (fx.get("qid"), fx.get("fixtureId") or f"line{line}")),
+                    where=path, what="no fixture (by fixtureId or qid)")
     rows: list[FixtureResult] = []
     for line, fx in read_objects(path):
         fid = str(fx.get("fixtureId") or f"line{line}")

@@ -17,15 +17,22 @@ from typing import Any
 
 from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
 from malloy_evals.core.errors import UnmeasuredError
+from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
 from malloy_evals.judge.doctrine import Doctrine, judge_prompt_sha, judge_version_pin, load_doctrine
 from malloy_evals.judge.packet import Submission, build_packet, build_request, source_definitions
-from malloy_evals.judge.providers.base import BudgetExhausted, HostReplyPending, ProviderError
+from malloy_evals.judge.providers.base import (
+    BudgetExhausted,
+    HostReplyPending,
+    ProviderError,
+    RecordingMissing,
+)
 from malloy_evals.judge.providers.select import pinned_model
 from malloy_evals.judge.verdict import call_judge, post_process
 from malloy_evals.ledger.artifacts import PredictionView
 from malloy_evals.sets.eval_set import golden_value
 
-GATED_STATUSES = ("provisional", "invalid", "ambiguous", "verified_wrong")
+# Every golden status but `verified` stops an attempt before the judge (a missing status is verified).
+GATED_STATUSES = tuple(s for s in GOLDEN_STATUSES if s != "verified")
 
 # reexecutor(run, eval_set, qid, sample) -> PredictionView; injected by tests and calibration.
 Reexecutor = Callable[[Any, Any, str, Any], "PredictionView"]
@@ -149,7 +156,7 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
     doctrine = doctrine or load_doctrine()
     pins = _pins(doctrine, case, provider, key)
 
-    tainted = contaminated is True or contaminated == "unknown"
+    tainted = is_contaminated(contaminated)
 
     def null(reason: str, **extra: Any) -> Decision:
         return Decision(verdict=None, reason=reason, contaminated=contaminated, **pins, **extra)
@@ -185,20 +192,30 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
                             model_sources=_model_sources(eval_set, submission))
     request = build_request(doctrine, packet, key)
 
+    common = {"prediction_path": prediction_path, "must_not_use_hits": hits, "leaf_hits": leaf}
+    # A contaminated attempt is null whatever the judge says, so a reply nobody wrote (no
+    # authored or recorded reply, no host reply) is not required: the judge's read is kept when
+    # there is one, and its absence never leaves the attempt unscored.
+    emitting = getattr(provider, "mode", None) == "emit"
     host = getattr(provider, "spec", "") == "host"
     if artifacts is not None and host:
-        if getattr(provider, "mode", "") == "ingest":
+        if not emitting:
             folder = artifacts.pending_host_folder()
             if folder is None:
+                if tainted:
+                    return null("contaminated", **common)
                 raise HostReplyPending(f"{key}: no emitted judge request waiting for a reply; "
                                        "run with --emit first")
         else:
             folder = artifacts.new_folder()
         provider.place(key, folder)
 
-    common = {"prediction_path": prediction_path, "must_not_use_hits": hits, "leaf_hits": leaf}
     try:
         call = call_judge(provider, request, retries=judge_retries)
+    except (RecordingMissing, HostReplyPending):
+        if tainted and not emitting:
+            return null("contaminated", **common)
+        raise
     except BudgetExhausted:
         return judge_null("budget_exhausted", **common)
     except ProviderError as exc:

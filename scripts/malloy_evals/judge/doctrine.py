@@ -14,6 +14,7 @@ from typing import Any
 
 from malloy_evals.core import cli, paths
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS
 from malloy_evals.judge.providers.base import canonical_json, sha256_text
 
 SKILL = "eval-judge"
@@ -21,12 +22,8 @@ DOCTRINE_START = "<!-- doctrine:start -->"
 DOCTRINE_END = "<!-- doctrine:end -->"
 
 
-JUDGE_VERDICTS = ("match", "near_match", "no_match")
-GOLD_STATUSES = ("verified", "verified_benign", "suspect", "verified_wrong")
-
-
 # Bump when render_packet's layout changes: it is hashed into judge_prompt_sha with the template.
-PACKET_LAYOUT = "packet-layout-3"
+PACKET_LAYOUT = "packet-layout-4"
 
 JUDGE_PROMPT_TEMPLATE = """\
 Judge the answer in the packet below by the doctrine in your instructions.

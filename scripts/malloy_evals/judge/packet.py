@@ -54,9 +54,9 @@ def _defang(text: str) -> str:
 # is data posing as a section: a fake "PREDICTION:" in a query's block comment, or a pasted
 # "RUBRIC:" or "## GOLDEN:" inside the answer itself. The fence alone does not stop a judge from
 # reading such a line as the kit's, so it is marked wherever answerer text sits.
-_HEADINGS = ("QUESTION", "CASE", "GOLDEN", "CANONICAL QUERY", "RUBRIC", "MUST STATE",
-             "MUST NOT USE", "ANSWER", "QUERIES THE ANSWERER RAN", "FINAL QUERY", "PREDICTION",
-             "MODEL SOURCES")
+_HEADINGS = ("QUESTION", "CASE", "GOLDEN", "ALTERNATE READINGS", "CLARIFYING QUESTION",
+             "CANONICAL QUERY", "RUBRIC", "MUST STATE", "MUST NOT USE", "ANSWER",
+             "QUERIES THE ANSWERER RAN", "FINAL QUERY", "PREDICTION", "MODEL SOURCES")
 _HEADING_LINE = re.compile(r"(?m)^([ \t>#*_/|-]*)(" + "|".join(_HEADINGS) + r")\b")
 ANSWERER_MARK = "(answerer text)"
 
@@ -129,13 +129,22 @@ def source_definitions(model_text: str, final_query: str | None,
 
 
 def golden_view(case: Any, value: Any) -> dict:
-    """The golden as the packet carries it: kind, status, value (rows capped), canonical query."""
+    """The golden as the packet carries it: kind, status, value (rows capped), canonical query,
+    and, when the case has them, its alternate readings and whether it allows a clarifying
+    question."""
     kind = case.golden_kind
     view: dict[str, Any] = {"kind": kind, "status": case.golden_status,
                             "canonicalQuery": case.canonical_query}
+    if case.alternates:
+        view["alternates"] = [{k: a.get(k) for k in ("assumption", "accept", "value", "note")}
+                              for a in case.alternates]
+    if case.clarify_ok:
+        view["clarify"] = "preferred" if case.clarify_preferred else "allowed"
     if kind == "rows" and isinstance(value, list):
         view["row_count"] = len(value)
         view["rows"] = value[:ROW_CAP]
+        if case.ordered:
+            view["ordered"] = True
     elif kind == "scalar":
         view["value"] = value
     elif kind == "unanswerable" or kind == "criteria":
@@ -184,7 +193,8 @@ def render_packet(packet: dict) -> str:
     if g["kind"] == "rows" and "rows" in g:
         shown = len(g["rows"])
         out.append(f"{head}; {g['row_count']} rows" + (f", first {shown} shown" if
-                                                         shown < g["row_count"] else ""))
+                                                         shown < g["row_count"] else "")
+                   + ("; ranked: their order is part of the key" if g.get("ordered") else ""))
         out.append(_rows_json(g["rows"]) or "(no rows)")
     elif g["kind"] == "unanswerable":
         out.append(f"{head}\n(unanswerable: no honest value exists in this model; judge a refusal "
@@ -193,6 +203,18 @@ def render_packet(packet: dict) -> str:
         out.append(f"{head}\n(criteria: no value; the RUBRIC clauses are the whole key)")
     else:
         out.append(f"{head}\n{json.dumps(g.get('value'), ensure_ascii=False)}")
+    if g.get("alternates"):
+        out += ["", "ALTERNATE READINGS (the evaluators' own; the rubric wins where they differ):"]
+        for alt in g["alternates"]:
+            mark = {True: "accepted", False: "rejected"}.get(alt.get("accept"), "unmarked")
+            line = f"- {mark}: {alt.get('assumption') or '(no assumption stated)'}"
+            if alt.get("value") is not None:
+                line += f"; gives {_cap(json.dumps(alt['value'], ensure_ascii=False), 4000, 'value')}"
+            if alt.get("note"):
+                line += f" ({alt['note']})"
+            out.append(line)
+    if g.get("clarify"):
+        out += ["", f"CLARIFYING QUESTION: {g['clarify']} for this case"]
     if g.get("canonicalQuery"):
         out += ["", "CANONICAL QUERY (run on the truth package):", g["canonicalQuery"]]
     out += ["", "RUBRIC:", packet["rubric"] or "(none)"]

@@ -14,7 +14,9 @@ from typing import Any
 
 from malloy_evals.core import paths
 from malloy_evals.core.errors import InputError
-from malloy_evals.judge.doctrine import GOLD_STATUSES, JUDGE_VERDICTS, SKILL
+from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS, is_contaminated
+from malloy_evals.core.words import shown
+from malloy_evals.judge.doctrine import SKILL
 from malloy_evals.judge.providers.base import LlmReply, LlmRequest, json_objects
 
 AGREEMENT_FILE = paths.SKILLS_DIR / SKILL / "reference" / "agreement-phrases.md"
@@ -96,10 +98,10 @@ def check_verdict_object(obj: Any) -> tuple[JudgeReply | None, str | None]:
         return None, "no JSON object with a verdict"
     verdict = obj.get("verdict")
     if verdict not in JUDGE_VERDICTS:
-        return None, f"verdict {verdict!r} is not one of {', '.join(JUDGE_VERDICTS)}"
+        return None, f"verdict {shown(verdict)} is not one of {', '.join(JUDGE_VERDICTS)}"
     confidence = _as_int(obj.get("confidence"))
     if confidence is None or not 1 <= confidence <= 10:
-        return None, f"confidence {obj.get('confidence')!r} is not an integer 1-10"
+        return None, f"confidence {shown(obj.get('confidence'))} is not an integer 1-10"
     why = obj.get("why")
     if not isinstance(why, str) or not why.strip():
         return None, "no `why`"
@@ -264,7 +266,7 @@ def post_process(parsed: JudgeReply, *, veto_hits: list[str] | tuple[str, ...] =
         why = CONTRADICTION_PREFIX + why
     if veto_hits:
         verdict = "no_match"  # mechanical and certain: it beats the judge's doubt as well
-    if contaminated is True or contaminated == "unknown":
+    if is_contaminated(contaminated):
         verdict, reason = None, "contaminated"
     return FinalVerdict(verdict=verdict, reason=reason, why=why, confidence=parsed.confidence,
                         column_pairing=parsed.column_pairing, gold_status=parsed.gold_status,

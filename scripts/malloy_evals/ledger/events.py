@@ -1,7 +1,12 @@
-"""Ledger events: ids, attempt keys, the tolerant reader and the live view.
+"""Ledger events: ids, attempt keys, the tolerant line reader every reader of the ledger shares,
+and the effective verdict.
 
 A reader survives a torn last line (a crash mid-write): it reports `events.jsonl:N: torn line` and
-returns the whole events before it. The live view applies every `void`.
+returns the whole events before it. Readers take the ledger's size under the writers' lock and read
+up to it, so a batch being appended is never seen half-written (see `snapshot_end`). Lines written
+by the public eval loop are read as kit events as they are decoded (`LineDecoder`, `public_loop`).
+`effective_verdict` is the one rule for what an attempt's verdict is once a person may have settled
+it.
 """
 
 from __future__ import annotations
@@ -10,27 +15,39 @@ import contextlib
 import fcntl
 import gc
 import json
+import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NamedTuple
 
 from malloy_evals.core import vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.words import shown
+from malloy_evals.ledger import public_loop
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
 ARTIFACTS_DIR = "artifacts"
 SCHEMA_VERSION = 1
 NULL_SAMPLE_SEGMENT = "_"
-UNIQUE_KINDS = ("score", "retrieval_score")  # at most one live per attempt key (SPEC 3 rule 5)
+# At most one live per attempt key (reference/ledger-schema.md); a person's verdict is held to it too.
+UNIQUE_KINDS = ("score", "retrieval_score", "human_verdict")
 # run.json keys that are the run's identity: update_info may not change them.
 IDENTITY_KEYS = ("runId", "phase", "schemaVersion", "started")
 
-AttemptKey = tuple[str, "int | None", str]
+
+
+class AttemptKey(NamedTuple):
+    """Which attempt an event belongs to. A run holds one phase, but the key carries it, so an
+    event of another phase (a hand-edited ledger) never passes for one of this run's."""
+
+    qid: str
+    sample: int | None
+    phase: str
 
 
 class LedgerError(InputError):
@@ -63,7 +80,7 @@ def check_sample(sample: object) -> int | None:
     """Return `sample` when it is a non-negative int or None, else raise InputError."""
     if sample is None or (isinstance(sample, int) and not isinstance(sample, bool) and sample >= 0):
         return sample  # type: ignore[return-value]
-    raise InputError(None, None, f"sample {sample!r} must be a non-negative integer or null")
+    raise InputError(None, None, f"sample {shown(sample)} must be a non-negative integer or null")
 
 
 def sample_segment(sample: int | None) -> str:
@@ -72,18 +89,21 @@ def sample_segment(sample: int | None) -> str:
     return NULL_SAMPLE_SEGMENT if sample is None else str(sample)
 
 
-def attempt_key(event: dict[str, Any]) -> AttemptKey:
-    """An event's attempt key (qid, sample, phase)."""
-    return (event.get("qid"), event.get("sample"), event.get("phase"))  # type: ignore[return-value]
+def attempt_key(event: Mapping[str, Any]) -> AttemptKey:
+    """An event's attempt key (qid, sample, phase), as the event holds them."""
+    return AttemptKey(event.get("qid"), event.get("sample"), event.get("phase"))  # type: ignore[arg-type]
 
 
-def _well_formed_key(event: dict[str, Any]) -> AttemptKey | None:
+def well_formed_key(event: Mapping[str, Any]) -> AttemptKey | None:
     """The attempt key when its parts have the right types (a hand-edited line may not), else None."""
-    qid, sample, phase = attempt_key(event)
-    ok_sample = sample is None or (isinstance(sample, int) and not isinstance(sample, bool))
-    if isinstance(qid, str) and ok_sample and isinstance(phase, str):
-        return (qid, sample, phase)
+    qid, sample, phase = event.get("qid"), event.get("sample"), event.get("phase")
+    # Exact types: JSON gives no subclasses, and a bool must not pass for a sample number.
+    if type(qid) is str and type(phase) is str and (sample is None or type(sample) is int):
+        return _new_key(AttemptKey, (qid, sample, phase))
     return None
+
+
+_new_key = tuple.__new__  # builds an AttemptKey without NamedTuple's Python-level __new__
 
 
 def _check_name(name: str) -> list[str]:
@@ -107,6 +127,7 @@ class LedgerRead:
     events: list[dict[str, Any]]
     problems: list[LineProblem]
     line_numbers: list[int] = field(default_factory=list)  # 1-based line of each event
+    public_lines: list[int] = field(default_factory=list)  # lines written by the public loop
 
     @property
     def torn(self) -> bool:
@@ -131,84 +152,228 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+TORN = "torn line (the last line has no newline; a write was cut off)"
+_BLOCK = 1 << 20  # bytes read at a time by the streaming readers
+
+
+def decode_line(raw: bytes, number: int, torn: bool, file: str = EVENTS_FILE
+                ) -> tuple[dict[str, Any] | None, LineProblem | None]:
+    """One ledger line (without its newline) as the ledger's readers take it: an event when it is a
+    whole JSON object, else the problem naming its line. A torn last line is a problem, and its
+    content still counts when it parses (the write may have stopped right before the newline)."""
+    try:
+        text = raw.decode("utf-8")
+        obj: Any = json.loads(text) if text.strip() else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        obj = ValueError
+    if torn:
+        return (obj if isinstance(obj, dict) else None), LineProblem(file, number, TORN)
+    if obj is ValueError:
+        return None, LineProblem(file, number, "not valid JSON")
+    if obj is None and not raw.strip():
+        return None, LineProblem(file, number, "empty line")
+    if not isinstance(obj, dict):
+        return None, LineProblem(file, number, "not a JSON object")
+    return obj, None
+
+
+Decode = Callable[[bytes, int, bool], "tuple[dict[str, Any] | None, LineProblem | None]"]
+
+
+class LineDecoder:
+    """`decode_line` for one pass over one ledger, in line order, with the public eval loop's lines
+    read as kit events (`public_loop`): the one decoding every reader of a ledger uses.
+
+    A public tool call's place among its attempt's calls depends on the lines before it, so one
+    decoder serves one pass. `decode` replaces the plain decode (a reader that needs only some
+    fields cuts the rest first); with `refuse` (the ledger's path), a public-loop line that cannot
+    be placed on an attempt raises InputError naming it (exit 3) instead of being a problem."""
+
+    def __init__(self, file: str = EVENTS_FILE, decode: Decode | None = None,
+                 refuse: str | Path | None = None) -> None:
+        self.file = file
+        self._decode = decode
+        self._refuse = refuse
+        self._public: public_loop.Normaliser | None = None
+        self.public_lines: list[int] = []  # lines written by the public loop, read as kit events
+
+    def __call__(self, raw: bytes, number: int, torn: bool
+                 ) -> tuple[dict[str, Any] | None, LineProblem | None]:
+        if self._decode is None:
+            event, problem = decode_line(raw, number, torn, self.file)
+        else:
+            event, problem = self._decode(raw, number, torn)
+        if event is None or "event_id" in event:  # public_loop.is_public_line, inlined: hot
+            return event, problem
+        if self._public is None:
+            self._public = public_loop.Normaliser(self.file)
+        event, public_problem = self._public.take(event, number)
+        if public_problem is not None:
+            if self._refuse is not None:
+                raise InputError(self._refuse, number, public_problem.message)
+            return None, problem or public_problem
+        self.public_lines.append(number)
+        return event, problem
+
+
+def snapshot_end(fd: int) -> int:
+    """The ledger's size at a moment no append is under way, taken under the shared lock the
+    writers respect. Appends only add past it and nothing rewrites a line, so every byte before it
+    belongs to a whole batch: reading up to it needs no lock, and another process appending while
+    it is read cannot make a false torn line."""
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def iter_chunks(fh: BinaryIO, start: int, end: int) -> Iterator[tuple[bytes, bool]]:
+    """The bytes between `start` and `end` of an open ledger in chunks of whole lines (each chunk
+    ends in a newline), and last, when `end` does not follow a newline, the torn tail alone with
+    True. Streams, so memory follows the chunk and the longest line, never the file."""
+    fh.seek(start)
+    pos, carry = start, b""
+    while pos < end:
+        block = fh.read(min(_BLOCK, end - pos))
+        if not block:
+            break
+        pos += len(block)
+        cut = block.rfind(b"\n") + 1
+        if not cut:
+            carry += block
+            continue
+        yield (carry + block[:cut] if carry else block[:cut]), False
+        carry = block[cut:]
+    if carry:
+        yield carry, True
+
+
+def iter_blocks(fh: BinaryIO, start: int, end: int) -> Iterator[tuple[list[bytes], bool]]:
+    """`iter_chunks` split into lines (without their newlines)."""
+    for chunk, torn in iter_chunks(fh, start, end):
+        lines = chunk.split(b"\n")
+        if not torn:
+            lines.pop()  # the empty string after the chunk's last newline
+        yield lines, torn
+
+
+def iter_lines(fh: BinaryIO, start: int, end: int) -> Iterator[tuple[bytes, bool]]:
+    """Each line between byte `start` and `end` of an open ledger, without its newline, with
+    whether it is torn (see `iter_blocks`)."""
+    for lines, torn in iter_blocks(fh, start, end):
+        for line in lines:
+            yield line, torn
+
+
 def parse_ledger(data: bytes, file: str = EVENTS_FILE) -> LedgerRead:
     """Parse ledger bytes: every line that is a whole JSON object becomes an event; others are problems."""
     with _gc_paused():
-        return _parse_ledger(data, file)
+        return _collect(_split(data), LineDecoder(file))
 
 
-def _parse_ledger(data: bytes, file: str) -> LedgerRead:
+def _split(data: bytes) -> Iterator[tuple[bytes, bool]]:
+    # Split on b"\n" only: str.splitlines would also split on U+2028 inside a JSON string.
+    lines = data.split(b"\n")
+    last = lines.pop()
+    for line in lines:
+        yield line, False
+    if last:
+        yield last, True
+
+
+def _collect(lines: Iterable[tuple[bytes, bool]], decode: LineDecoder) -> LedgerRead:
     events: list[dict[str, Any]] = []
     numbers: list[int] = []
     problems: list[LineProblem] = []
-    # Split on b"\n" only: str.splitlines would also split on U+2028 inside a JSON string.
-    lines = data.split(b"\n")
-    last_is_partial = lines[-1] != b""
-    if not last_is_partial:
-        lines.pop()
-    for index, raw in enumerate(lines):
-        number = index + 1
-        torn = last_is_partial and index == len(lines) - 1
-        try:
-            text = raw.decode("utf-8")
-            obj = json.loads(text) if text.strip() else None
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            obj = ValueError
-        if torn:
-            # A last line without its newline was cut mid-write; its content is whole only if it parses.
-            problems.append(LineProblem(file, number, "torn line (the last line has no newline; "
-                                                      "a write was cut off)"))
-            if isinstance(obj, dict):
-                events.append(obj)
-                numbers.append(number)
-            continue
-        if obj is ValueError:
-            problems.append(LineProblem(file, number, "not valid JSON"))
-        elif obj is None and not raw.strip():
-            problems.append(LineProblem(file, number, "empty line"))
-        elif not isinstance(obj, dict):
-            problems.append(LineProblem(file, number, "not a JSON object"))
-        else:
-            events.append(obj)
+    for number, (raw, torn) in enumerate(lines, start=1):
+        event, problem = decode(raw, number, torn)
+        if problem is not None:
+            problems.append(problem)
+        if event is not None:
+            events.append(event)
             numbers.append(number)
-    return LedgerRead(events, problems, numbers)
+    return LedgerRead(events, problems, numbers, decode.public_lines)
 
 
 def read_ledger(path: str | Path) -> LedgerRead:
-    """Read an events.jsonl tolerantly, under a shared lock so no append is seen half-written."""
+    """Read an events.jsonl tolerantly, up to a size taken under the writers' lock (`snapshot_end`)."""
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-            try:
-                data = fh.read()
-            finally:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            end = snapshot_end(fh.fileno())
+            with _gc_paused():
+                # A public-loop line the kit cannot place on an attempt: stop rather than guess.
+                return _collect(iter_lines(fh, 0, end), LineDecoder(path.name, refuse=path))
     except FileNotFoundError:
         return LedgerRead([], [LineProblem(path.name, None, "missing")], [])
     except OSError as exc:
         # Present but unreadable (a folder, no permission): could not measure, never a traceback.
         raise InputError(path, None, f"cannot be read: {exc.strerror or exc}") from None
-    return parse_ledger(data, path.name)
-
-
-def live_view(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The events still standing: every non-void event no void retracts, in ledger order."""
-    events = list(events)
-    voided = {e.get("target_event_id") for e in events if e.get("kind") == "void"}
-    return [e for e in events if e.get("kind") != "void" and e.get("event_id") not in voided]
-
-
-def latest_by_key(events: Iterable[dict[str, Any]], kind: str) -> dict[AttemptKey, dict[str, Any]]:
-    """The last event of `kind` per attempt key, from events already live-filtered."""
-    out: dict[AttemptKey, dict[str, Any]] = {}
-    for e in events:
-        if e.get("kind") == kind:
-            out[attempt_key(e)] = e
-    return out
 
 
 def latest_issue_status(events: Iterable[dict[str, Any]]) -> dict[str, str]:
     """issue_id -> its latest status, from live events (SPEC 3: the latest per issue wins)."""
     return {e["issue_id"]: e["status"] for e in events
             if e.get("kind") == "issue_status" and "issue_id" in e and "status" in e}
+
+
+# --------------------------------------------------------------------------------------------
+# The effective verdict: the judge's, unless a person settled it
+
+# Null reasons a person's verdict never replaces: the attempt is void or was never judged for a
+# reason no reading of the answer changes (contamination, truncation, nothing submitted, a golden
+# the set does not defend, an environment failure). A person settles judgements, not these.
+MECHANICAL_NULL_REASONS = ("contaminated", "answerer_truncated", "not_submitted",
+                           "environment_failure", "golden_missing", "golden_provisional",
+                           "golden_invalid", "golden_ambiguous", "golden_verified_wrong")
+
+
+@dataclass(frozen=True)
+class EffectiveVerdict:
+    """An attempt's verdict as every summary counts it."""
+
+    verdict: str | None          # match / near_match / no_match / needs_human, or None
+    reason: str | None           # the score's reason (a null reason when the verdict is None)
+    gold_status: str | None      # the person's view of the golden when settled, else the judge's
+    settled_by: str | None = None  # who settled it, when a live human_verdict decided it
+    judge_verdict: str | None = None  # the score's own verdict, whoever decided
+
+
+def _reason_head(reason: Any) -> str:
+    return str(reason or "").split(":", 1)[0].strip()
+
+
+def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, Any] | None,
+                          attempt: Mapping[str, Any] | None = None) -> bool:
+    """Whether a live human_verdict stands in place of this score.
+
+    It needs a live score that was not nulled for a mechanical reason, and it covers only the
+    attempt the person judged: a re-recorded attempt (another live attempt event) is new work.
+    """
+    if human is None or score is None:
+        return False
+    if score.get("verdict") is None and _reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
+        return False
+    judged = human.get("attempt_event_id")
+    if judged and attempt is not None and attempt.get("event_id") != judged:
+        return False
+    return human.get("verdict") is not None
+
+
+def effective_verdict(score: Mapping[str, Any] | None, human: Mapping[str, Any] | None = None,
+                      attempt: Mapping[str, Any] | None = None) -> EffectiveVerdict:
+    """THE rule for an attempt's verdict: its live score's, overridden by a live human_verdict.
+
+    `score`, `human` and `attempt` are the attempt's live events (None when it has none). Every
+    summary, comparison and report decides an attempt's verdict through this function.
+    """
+    if score is None:
+        return EffectiveVerdict(None, None, None)
+    judge = score.get("verdict")
+    if human_verdict_applies(score, human, attempt):
+        assert human is not None
+        gold = human.get("gold_status") or score.get("gold_status")
+        return EffectiveVerdict(human["verdict"], None, gold, str(human.get("settled_by") or "?"),
+                                judge)
+    return EffectiveVerdict(judge, score.get("reason"), score.get("gold_status"), None, judge)

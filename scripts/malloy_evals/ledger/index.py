@@ -13,7 +13,8 @@ from array import array
 from itertools import accumulate, repeat
 from typing import Any
 
-from malloy_evals.ledger.events import UNIQUE_KINDS, AttemptKey, _well_formed_key
+from malloy_evals.ledger.events import UNIQUE_KINDS
+from malloy_evals.ledger.rules import LedgerRules
 
 # The appender's index (rules 5 and void targets) streams the ledger and keeps what the rules need:
 # every id as a hash and an offset (16 bytes an event), and, for voids and the two unique kinds, the
@@ -89,7 +90,7 @@ class _IdTable:
 
 
 class _Index:
-    """What an appender must know of the ledger to enforce rule 5 and void targets, read incrementally.
+    """What an appender must know of the ledger to enforce its rules (`LedgerRules`), read incrementally.
 
     `refresh` (under the append lock) reads only the bytes past `offset`, the end of the last line
     it took in; it starts over when the file is another file (inode) or shorter than `offset`.
@@ -99,37 +100,20 @@ class _Index:
         self.file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file indexed
         self.offset = 0
         self.ids = _IdTable()
-        self.void_ids: set[str] = set()  # ids of void events (a void is never voided)
-        self.voided: set[str] = set()
-        self.live_unique: dict[tuple[str, AttemptKey], str] = {}
-        self.unique_key_of: dict[str, tuple[str, AttemptKey]] = {}  # live unique events only
+        self.rules = LedgerRules()
 
     def add(self, event: dict[str, Any], offset: int) -> None:
         """Take in one event whose line starts at byte `offset`."""
+        if self.add_id(event, offset):
+            self.rules.take(event)
+
+    def add_id(self, event: dict[str, Any], offset: int) -> bool:
+        """Record the event's id in the id table (not its rules); False when it has no usable id."""
         eid = event.get("event_id")
         if isinstance(eid, str):
             self.ids.add(_id_hash(eid), offset)
-            self._take_rules(event, eid)
-
-    def _take_rules(self, event: dict[str, Any], eid: str) -> None:
-        """What rule 5 and void targets need of an event already in the id table."""
-        kind = event.get("kind")
-        if kind == "void":
-            self.void_ids.add(eid)
-            target = event.get("target_event_id")
-            if not isinstance(target, str):
-                return
-            self.voided.add(target)
-            slot = self.unique_key_of.pop(target, None)
-            if slot and self.live_unique.get(slot) == target:
-                del self.live_unique[slot]
-        elif kind in UNIQUE_KINDS and (key := _well_formed_key(event)) is not None:
-            slot = (kind, key)
-            old = self.live_unique.get(slot)
-            if old is not None:  # a hand-made second live one: the later wins, as in validate
-                self.unique_key_of.pop(old, None)
-            self.live_unique[slot] = eid
-            self.unique_key_of[eid] = slot
+            return True
+        return False
 
     def add_line(self, line: bytes, offset: int) -> None:
         """Take in one ledger line (without its newline) starting at byte `offset`."""
@@ -178,7 +162,7 @@ class _Index:
             for i in [i for i, m in enumerate(matches) if m[1] in ruled]:
                 event = _decode_line(lines[i])
                 if event is not None:  # else its id stays in the table; `existing` reads it back
-                    self._take_rules(event, event["event_id"])
+                    self.rules.take(event)
             return starts[-1]
         for line, m, offset in zip(lines, matches, starts, strict=False):
             if (m is not None and m[1] not in _RULED_KINDS and line.endswith(b"}")
@@ -192,7 +176,7 @@ class _Index:
 
     def existing(self, fd: int, event_ids: set[str]) -> set[str]:
         """Which of `event_ids` the indexed ledger holds (exact: candidate lines are read back)."""
-        found = {i for i in event_ids if i in self.void_ids or i in self.unique_key_of}
+        found = {i for i in event_ids if i in self.rules.void_ids or i in self.rules.unique_key_of}
         rest = event_ids - found
         if rest:
             for offset in self.ids.candidates({_id_hash(i) for i in rest}):

@@ -13,13 +13,16 @@ import fcntl
 import json
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from malloy_evals import __version__
-from malloy_evals.core import schemas, vocab
+from malloy_evals.core import commands, schemas, vocab
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.words import shown
+from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     ARTIFACTS_DIR,
     EVENTS_FILE,
@@ -32,17 +35,23 @@ from malloy_evals.ledger.events import (
     LedgerRead,
     _check_name,
     _numbered,
-    attempt_key,
     check_qid,
-    latest_by_key,
-    live_view,
     new_event_id,
     now,
     read_ledger,
     sample_segment,
 )
 from malloy_evals.ledger.index import _Index
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.sets.eval_set import EvalSet, load_set
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """What `Run.supersede` wrote: the voids, then the events that replace what they retract."""
+
+    voids: list[dict[str, Any]]
+    events: list[dict[str, Any]]
 
 
 class Run:
@@ -104,7 +113,7 @@ class Run:
             raise InputError(directory, None, "not a folder")
         info = _load_run_json(d / RUN_FILE)
         if info.get("phase") not in vocab.PHASES:
-            raise InputError(d / RUN_FILE, None, f"phase: {info.get('phase')!r} is not one of "
+            raise InputError(d / RUN_FILE, None, f"phase: {shown(info.get('phase'))} is not one of "
                                                  f"{list(vocab.PHASES)}")
         return cls(d, info)
 
@@ -202,53 +211,35 @@ class Run:
 
     def _check_batch(self, batch: list[dict[str, Any]], index: _Index, fd: int,
                      supplied: set[str]) -> None:
-        """Refuse duplicate ids, bad void targets and a second live score per key (rule 5).
+        """Refuse repeated ids and whatever the ledger's rules refuse (`LedgerRules`), taking each
+        event into the index's rules as it passes, so later events of the batch see earlier ones.
+        A refusal leaves the index half-updated: the caller drops it.
 
         `supplied` holds the ids callers chose; a fresh uuid4 id cannot repeat, so it is not looked up.
         """
         batch_ids = {e["event_id"] for e in batch}
         targets = {e["target_event_id"] for e in batch if e["kind"] == "void"}
         known = index.existing(fd, supplied | (targets - batch_ids))
-        # Overlays on the index, so a big ledger's index is not copied for every append.
-        ids: set[str] = set()
-        kinds: dict[str, str] = {}
-        voided: set[str] = set()
-        live: dict[tuple[str, AttemptKey], str | None] = {}  # None: freed by a void in this batch
-        key_of: dict[str, tuple[str, AttemptKey]] = {}
+        seen: set[str] = set()
 
-        def live_id(slot: tuple[str, AttemptKey]) -> str | None:
-            return live[slot] if slot in live else index.live_unique.get(slot)
+        def exists(event_id: str) -> bool:
+            return event_id in seen or event_id in known
 
         for e in batch:
-            eid, kind = e["event_id"], e["kind"]
-            if eid in ids or eid in known:
+            eid = e["event_id"]
+            if exists(eid):
                 raise LedgerError(self.events_path, None, f"event_id {eid!r} is already in the ledger")
-            if kind == "void":
-                target = e["target_event_id"]
-                if target not in ids and target not in known:
-                    raise LedgerError(self.events_path, None,
-                                      f"void: target_event_id {target!r} is not an event of this ledger")
-                if kinds.get(target) == "void" or target in index.void_ids:
-                    raise LedgerError(self.events_path, None, f"void: {target!r} is itself a void; "
-                                                              "append the retracted event again instead")
-                if target in voided or target in index.voided:
-                    raise LedgerError(self.events_path, None, f"void: {target!r} is already voided")
-                voided.add(target)
-                slot = key_of.get(target) or index.unique_key_of.get(target)
-                if slot and live_id(slot) == target:
-                    live[slot] = None
-            elif kind in UNIQUE_KINDS:
-                slot = (kind, attempt_key(e))
-                existing = live_id(slot)
-                if existing is not None:
-                    qid, sample, phase = slot[1]
-                    raise LedgerError(self.events_path, None,
-                                      f"{kind}: attempt ({qid}, sample {sample}, {phase}) already has "
-                                      f"a live {kind} ({existing}); void it in the same batch first")
-                live[slot] = eid
-                key_of[eid] = slot
-            ids.add(eid)
-            kinds[eid] = kind
+            refusal = index.rules.refusal(e, exists)
+            if refusal is not None:
+                if e["kind"] in UNIQUE_KINDS:
+                    message = f"{refusal.message} ({refusal.other}); void it in the same batch first"
+                elif refusal.other and refusal.other != e["target_event_id"]:
+                    message = f"{refusal.message} (by {refusal.other})"
+                else:
+                    message = refusal.message
+                raise LedgerError(self.events_path, None, message)
+            index.rules.take(e)
+            seen.add(eid)
 
     def append(self, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Validate and append a batch of events atomically; returns them as written (ids, times)."""
@@ -269,16 +260,19 @@ class Run:
         supplied = {e["event_id"] for e, src in zip(batch, events, strict=True) if src.get("event_id")}
         needs_index = bool(supplied) or any(e["kind"] in ("void", *UNIQUE_KINDS) for e in batch)
         with self._locked() as fd:
+            if os.fstat(fd).st_size and public_loop.first_line_is_public(public_loop.read_head(fd)):
+                # Its lines have no ids a void could name, and a mixed file is nobody's format.
+                raise LedgerError(self.events_path, 1, public_loop.refusal("appending to it"))
             index = None
             if needs_index:
                 index = self._index if self._index is not None else _Index()
-                self._index = index
                 tail = index.refresh(fd)
+                # Until the batch is written the index may hold what the file does not (a torn
+                # last line taken in, the batch's own events): it is kept only once written.
+                self._index = None
                 if tail:
                     # A last line without its newline: this batch starts with a newline, which
-                    # makes that line whole, so it counts (readers take it when it parses). The
-                    # index keeps it only if the batch is written: a refused batch drops the index.
-                    self._index = None
+                    # makes that line whole, so it counts (readers take it when it parses).
                     index.add_line(tail, index.offset)
                 self._check_batch(batch, index, fd, supplied)
             size = os.fstat(fd).st_size
@@ -293,7 +287,7 @@ class Run:
             if index is not None:
                 offset = size + len(data) - sum(lengths)  # past a leading newline, if one was added
                 for e, length in zip(batch, lengths, strict=True):
-                    index.add(e, offset)
+                    index.add_id(e, offset)  # its rules were taken in by _check_batch
                     offset += length
                 index.offset = offset
                 self._index = index
@@ -305,7 +299,19 @@ class Run:
 
     def void(self, event_id: str, reason: str) -> dict[str, Any]:
         """Append a void retracting `event_id`."""
-        return self.append_event({"kind": "void", "target_event_id": event_id, "reason": reason})
+        return self.supersede([event_id], [], reason).voids[0]
+
+    def supersede(self, old: Iterable[Mapping[str, Any] | str], new: Iterable[dict[str, Any]],
+                  reason: str, reasons: Mapping[str, str] | None = None) -> Superseded:
+        """Replace events in one atomic batch: a void (with `reason`, or the one `reasons` gives
+        its id) for each `old` event (an event or its id), then the `new` events. Nothing is
+        written when any is refused, so the old events stand until their successors are in the
+        ledger."""
+        ids = list(dict.fromkeys(o if isinstance(o, str) else o["event_id"] for o in old))
+        why = reasons or {}
+        voids = [{"kind": "void", "target_event_id": i, "reason": why.get(i, reason)} for i in ids]
+        written = self.append([*voids, *new])
+        return Superseded(voids=written[:len(voids)], events=written[len(voids):])
 
     # ---- reading
 
@@ -313,45 +319,41 @@ class Run:
         """Every whole event of the ledger and the problems of the lines that are not (tolerant)."""
         return read_ledger(self.events_path)
 
+    def view(self) -> LiveView:
+        """The live view of the ledger as it is now: read it once per pass and ask it, not the run."""
+        return LiveView.read(self.events_path)
+
     def live(self) -> list[dict[str, Any]]:
         """The live events (voids applied), in ledger order."""
-        return live_view(self.read().events)
+        return self.view().events
 
-    def _live_for(self, kind: str, qid: str, sample: int | None,
-                  events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-        events = self.live() if events is None else events
-        key = (qid, sample, self.phase)
-        return [e for e in events if e.get("kind") == kind and attempt_key(e) == key]
+    def key(self, qid: str, sample: int | None) -> AttemptKey:
+        """The attempt key of (qid, sample) in this run's phase."""
+        return AttemptKey(qid, sample, self.phase)
 
-    def attempt(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+    def attempt(self, qid: str, sample: int | None, view: LiveView | None = None
                 ) -> dict[str, Any] | None:
         """The latest live attempt event of (qid, sample) in this run's phase, or None."""
-        found = self._live_for("attempt", qid, sample, events)
-        return found[-1] if found else None
+        return (view or self.view()).attempt(self.key(qid, sample))
 
-    def attempts(self, events: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    def attempts(self, view: LiveView | None = None) -> list[dict[str, Any]]:
         """One live attempt per key (the latest), in order of first appearance."""
-        events = self.live() if events is None else events
-        return list(latest_by_key(events, "attempt").values())
+        return (view or self.view()).attempts()
 
-    def tool_calls(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+    def tool_calls(self, qid: str, sample: int | None, view: LiveView | None = None
                    ) -> list[dict[str, Any]]:
         """The live tool_call events of (qid, sample), ordered by call_index."""
-        calls = self._live_for("tool_call", qid, sample, events)
-        return sorted(calls, key=lambda e: e.get("call_index") if isinstance(e.get("call_index"), int)
-                      else 0)
+        return (view or self.view()).tool_calls(self.key(qid, sample))
 
-    def score(self, qid: str, sample: int | None, events: list[dict[str, Any]] | None = None
+    def score(self, qid: str, sample: int | None, view: LiveView | None = None
               ) -> dict[str, Any] | None:
         """The live score of (qid, sample), or None."""
-        found = self._live_for("score", qid, sample, events)
-        return found[-1] if found else None
+        return (view or self.view()).score(self.key(qid, sample))
 
-    def retrieval_score(self, qid: str, sample: int | None,
-                        events: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    def retrieval_score(self, qid: str, sample: int | None, view: LiveView | None = None
+                        ) -> dict[str, Any] | None:
         """The live retrieval_score of (qid, sample), or None."""
-        found = self._live_for("retrieval_score", qid, sample, events)
-        return found[-1] if found else None
+        return (view or self.view()).retrieval_score(self.key(qid, sample))
 
     # ---- artifacts
 
@@ -422,7 +424,7 @@ def _load_run_json(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(path, None, "missing: not a run folder (create one with new_run.py)") from None
+        raise InputError(path, None, f"missing: not a run folder (create one with {commands.NEW_RUN})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, None, f"cannot be read: {exc}") from None
     try:

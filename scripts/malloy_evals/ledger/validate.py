@@ -1,4 +1,10 @@
-"""The strict check of a run folder behind validate.py: run.json, every event, the ledger's rules."""
+"""The strict check of a run folder behind validate.py: run.json, every event, the ledger's rules.
+
+The ledger streams: each line is decoded, checked and dropped, and what is kept is the id and line
+of every event and the rules' own state (`LedgerRules`, shared with `Run.append`), so memory
+follows the number of events, never their size. It reads up to a size taken under the writers'
+lock (`snapshot_end`), so a batch another process is appending is never reported as torn.
+"""
 
 from __future__ import annotations
 
@@ -9,53 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core import schemas, vocab
-from malloy_evals.core.codes import load_codes
+from malloy_evals.core.codes import CauseCode, load_codes
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
-from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.findings import FolderReport, LineProblem
+from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     EVENTS_FILE,
     RUN_FILE,
-    UNIQUE_KINDS,
-    AttemptKey,
-    LedgerRead,
-    _well_formed_key,
-    parse_ledger,
+    LineDecoder,
+    _gc_paused,
+    iter_lines,
+    snapshot_end,
 )
+from malloy_evals.ledger.rules import LedgerRules
 from malloy_evals.ledger.run import _load_run_json
-
-
-@dataclass(frozen=True)
-class RunCheck:
-    """What validate found in one run folder."""
-
-    dir: str
-    readable: bool
-    events: int
-    errors: list[str]
-    warnings: list[str]
-
-    @property
-    def status(self) -> str:
-        if not self.readable:
-            return "unreadable"
-        return "invalid" if self.errors else "ok"
-
-    @property
-    def exit_code(self) -> int:
-        if not self.readable:
-            return EXIT_UNMEASURED
-        return EXIT_FINDING if self.errors else EXIT_OK
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dir": self.dir, "status": self.status, "events": self.events,
-                "errors": self.errors, "warnings": self.warnings}
 
 
 @dataclass(frozen=True)
 class ValidationReport:
     """validate.py's result over several run folders."""
 
-    runs: list[RunCheck]
+    runs: list[FolderReport]
 
     @property
     def exit_code(self) -> int:
@@ -68,20 +48,30 @@ class ValidationReport:
         return {"ok": self.exit_code == EXIT_OK, "exit_code": self.exit_code,
                 "runs": [r.to_json() for r in self.runs]}
 
+    def render(self) -> str:
+        """One line per folder, then its problems."""
+        return "\n".join(r.render() for r in self.runs)
 
-def validate_run(directory: str | Path) -> RunCheck:
+
+def _report(directory: str | Path, readable: bool, events: int, errors: list[str],
+            warnings: list[str]) -> FolderReport:
+    return FolderReport(str(directory), readable, "events", events, errors, warnings)
+
+
+def validate_run(directory: str | Path) -> FolderReport:
     """Check one run folder strictly: run.json, every line, phases, voids, one live score per key."""
     d = Path(directory)
     errors: list[LineProblem] = []
     warnings: list[LineProblem] = []
     if not d.is_dir():
-        return RunCheck(str(directory), False, 0, [f"{directory}: not a folder"], [])
+        return _report(directory, False, 0, [f"{directory}: not a folder"], [])
     try:
         os.listdir(d)
     except OSError as exc:
-        return RunCheck(str(directory), False, 0, [f"{directory}: cannot be read: {exc.strerror}"], [])
+        return _report(directory, False, 0, [f"{directory}: cannot be read: {exc.strerror}"], [])
 
     phase = None
+    public = public_loop.ledger_is_public(d / EVENTS_FILE)
     try:
         info = _load_run_json(d / RUN_FILE)
     except InputError as exc:
@@ -89,116 +79,151 @@ def validate_run(directory: str | Path) -> RunCheck:
     else:
         phase = info.get("phase")
         for p in schemas.validate("run", info):
-            (warnings if p.unknown else errors).append(LineProblem(RUN_FILE, None, str(p)))
+            # The public loop's run.json lacks the kit's set pins (setName, schemaVersion, ...):
+            # what it is, not a defect of it; a wrong value is still an error.
+            soft = p.unknown or (public and p.message == "required field missing")
+            (warnings if soft else errors).append(LineProblem(RUN_FILE, None, str(p)))
 
     try:
-        with (d / EVENTS_FILE).open("rb") as fh:
-            data = fh.read()
+        fh = (d / EVENTS_FILE).open("rb")
     except FileNotFoundError:
         errors.append(LineProblem(EVENTS_FILE, None, "missing"))
-        data = None
+        n_events = 0
     except OSError as exc:
-        return RunCheck(str(directory), False, 0,
-                        [f"{EVENTS_FILE}: cannot be read: {exc.strerror}"], [])
-    n_events = 0
-    if data is not None:
-        read = parse_ledger(data)
-        n_events = len(read.events)
-        errors.extend(read.problems)
-        e_more, w_more = _check_events(read, phase)
-        errors.extend(e_more)
-        warnings.extend(w_more)
+        return _report(directory, False, 0, [f"{EVENTS_FILE}: cannot be read: {exc.strerror}"], [])
+    else:
+        checker = _LedgerCheck(phase, errors, warnings)
+        try:
+            with fh, _gc_paused():
+                end = snapshot_end(fh.fileno())
+                for number, (line, torn) in enumerate(iter_lines(fh, 0, end), start=1):
+                    checker.line(number, line, torn)
+        except OSError as exc:
+            return _report(directory, False, 0, [f"{EVENTS_FILE}: cannot be read: {exc.strerror}"],
+                           [])
+        checker.finish()
+        n_events = checker.events
+        if checker.decode.public_lines:
+            warnings.append(LineProblem(EVENTS_FILE, None, (
+                f"{len(checker.decode.public_lines)} event(s) written by the public eval loop, read "
+                f"as kit events (ids {public_loop.ID_PREFIX}N, camelCase fields renamed, "
+                "contaminated strings read as booleans); their departures from the kit's schemas "
+                "are warnings")))
     errors.sort(key=lambda p: (p.file != RUN_FILE, p.line or 0))
     warnings.sort(key=lambda p: (p.file != RUN_FILE, p.line or 0))
-    return RunCheck(str(directory), True, n_events, [str(p) for p in errors],
-                    [str(p) for p in warnings])
+    return _report(directory, True, n_events, [str(p) for p in errors], [str(p) for p in warnings])
 
 
-def _check_events(read: LedgerRead, phase: str | None) -> tuple[list[LineProblem], list[LineProblem]]:
-    """Per-event schema checks and the cross-event rules of SPEC 3 (phase, voids, rule 5)."""
-    errors: list[LineProblem] = []
-    warnings: list[LineProblem] = []
-    first_line: dict[str, int] = {}
-    kind_of: dict[str, Any] = {}
-    for event, line in zip(read.events, read.line_numbers, strict=True):
+class _LedgerCheck:
+    """Per-event schema checks and the ledger's rules over events fed one line at a time."""
+
+    def __init__(self, phase: str | None, errors: list[LineProblem],
+                 warnings: list[LineProblem]) -> None:
+        self.phase = phase
+        self.errors = errors
+        self.warnings = warnings
+        self.events = 0
+        self.rules = LedgerRules()
+        self.line_of: dict[str, int] = {}           # event id -> its first line
+        self.pending: dict[str, list[int]] = {}     # void target not (yet) seen -> the voids' lines
+        self._codes: dict[str, CauseCode] | KitError | None = None
+        self.decode = LineDecoder()  # public-loop lines read as kit events, their lines counted
+
+    def error(self, line: int, message: str) -> None:
+        self.errors.append(LineProblem(EVENTS_FILE, line, message))
+
+    def line(self, number: int, raw: bytes, torn: bool) -> None:
+        """Decode, check and take in one line."""
+        event, problem = self.decode(raw, number, torn)
+        if problem is not None:
+            self.errors.append(problem)
+        if event is None:
+            return
+        self.events += 1
+        # A public-loop line is read as the kit's event; its departures from the kit's schemas are
+        # what it is, not defects (warnings), and its kind may be renamed, so not found as spelled.
+        public = bool(self.decode.public_lines) and self.decode.public_lines[-1] == number
+        self._schema(event, number, public)
+        for name in () if public else ("kind", "tool"):
+            value = event.get(name)
+            if isinstance(value, str) and value.isidentifier() \
+                    and f'"{value}"'.encode() not in raw:
+                self.error(number, f"{name}: {value!r} is written with JSON escapes; write it "
+                                   "plainly (readers find it by its spelling)")
         eid = event.get("event_id")
-        if isinstance(eid, str):
-            if eid in first_line:
-                errors.append(LineProblem(EVENTS_FILE, line, f"event_id {eid!r} repeats line "
-                                                             f"{first_line[eid]}"))
+        first = self.line_of.get(eid) if isinstance(eid, str) else None
+        repeated = first is not None
+        if repeated:
+            self.error(number, f"event_id {eid!r} repeats line {first}")
+        refusal = self.rules.refusal(event, lambda target: target in self.line_of)
+        if refusal is not None:
+            target = event.get("target_event_id")
+            if event.get("kind") == "void" and target not in self.line_of:
+                # Not seen yet: `finish` says whether it comes later or never.
+                self.pending.setdefault(str(target), []).append(number)
             else:
-                first_line[eid] = line
-                kind_of[eid] = event.get("kind")
-    voided: dict[str, int] = {}
-    live_unique: dict[tuple[str, AttemptKey], tuple[str, int]] = {}
-    slots: dict[str, tuple[str, AttemptKey]] = {}
-    for event, line in zip(read.events, read.line_numbers, strict=True):
+                where = self.line_of.get(refusal.other or "")
+                not_voided = ", not voided" if event.get("kind") != "void" else ""
+                self.error(number, refusal.message
+                           + (f" (line {where}{not_voided})" if where is not None else ""))
+        if isinstance(eid, str) and not repeated:
+            self.line_of[eid] = number
+        self.rules.take(event)
+
+    def finish(self) -> None:
+        """Report the voids whose target never came before them."""
+        for target, lines in self.pending.items():
+            later = self.line_of.get(target)
+            for line in lines:
+                if later is None:
+                    self.error(line, f"void: target_event_id {target!r} is not an event of this "
+                                     "ledger")
+                else:
+                    self.error(line, f"void: target {target!r} comes later (line {later})")
+
+    def _schema(self, event: dict[str, Any], line: int, public: bool) -> None:
         kind = event.get("kind")
         label = kind if isinstance(kind, str) else "event"
         for p in schemas.validate_event(event):
-            (warnings if p.unknown else errors).append(LineProblem(EVENTS_FILE, line, f"{label}: {p}"))
+            if p.unknown or public:
+                self.warnings.append(LineProblem(EVENTS_FILE, line, f"{label}: {p}"))
+            else:
+                self.error(line, f"{label}: {p}")
         if kind in vocab.CASE_SCOPED_KINDS:
             if "qid" in event and not vocab.is_qid(event["qid"]):
-                errors.append(LineProblem(EVENTS_FILE, line, f"{label}: qid: {event['qid']!r} is not "
-                                                             "a safe id"))
-            if phase is not None and "phase" in event and event["phase"] != phase:
-                errors.append(LineProblem(EVENTS_FILE, line, f"{label}: phase {event['phase']!r} differs "
-                                                             f"from run.json's {phase!r}"))
+                self.error(line, f"{label}: qid: {event['qid']!r} is not a safe id")
+            if self.phase is not None and "phase" in event and event["phase"] != self.phase:
+                self.error(line, f"{label}: phase {event['phase']!r} differs from run.json's "
+                                 f"{self.phase!r}")
         if kind == "attempt":
             rc, htu = event.get("reported_calls"), event.get("host_tool_uses")
             if isinstance(rc, int) and isinstance(htu, int) and rc > htu:
-                warnings.append(LineProblem(EVENTS_FILE, line, f"attempt {event.get('qid')}: "
-                                            f"reported_calls {rc} > host_tool_uses {htu} (the host "
-                                            "log misses calls; check_contamination treats this as "
-                                            "contamination)"))
+                self.warnings.append(LineProblem(EVENTS_FILE, line, (
+                    f"attempt {event.get('qid')}: reported_calls {rc} > host_tool_uses {htu} (the "
+                    "host log misses calls; check_contamination treats this as contamination)")))
         if kind == "issue":
-            errors.extend(_unknown_cause_codes(event, line))
-        if kind == "void":
-            target = event.get("target_event_id")
-            if isinstance(target, str):
-                tline = first_line.get(target)
-                if tline is None:
-                    errors.append(LineProblem(EVENTS_FILE, line, f"void: target_event_id {target!r} "
-                                                                 "is not an event of this ledger"))
-                elif tline > line:
-                    errors.append(LineProblem(EVENTS_FILE, line, f"void: target {target!r} comes "
-                                                                 f"later (line {tline})"))
-                elif kind_of.get(target) == "void":
-                    errors.append(LineProblem(EVENTS_FILE, line, f"void: target {target!r} (line "
-                                                                 f"{tline}) is itself a void"))
-                else:
-                    voided[target] = line
-                    slot = slots.get(target)
-                    if slot and live_unique.get(slot, ("", 0))[0] == target:
-                        del live_unique[slot]
-        elif (kind in UNIQUE_KINDS and isinstance(event.get("event_id"), str)
-              and (key := _well_formed_key(event)) is not None):
-            slot = (kind, key)
-            if slot in live_unique:
-                qid, sample, ph = slot[1]
-                errors.append(LineProblem(EVENTS_FILE, line, f"{kind}: a second live {kind} for "
-                                          f"({qid}, sample {sample}, {ph}); line "
-                                          f"{live_unique[slot][1]} is not voided"))
-            live_unique[slot] = (event["event_id"], line)
-            slots[event["event_id"]] = slot
-    return errors, warnings
+            self._cause_codes(event, line)
 
-
-def _unknown_cause_codes(event: dict[str, Any], line: int) -> list[LineProblem]:
-    """Codes an issue names that are not rows of the eval-diagnose table: the schema checks only
-    their spelling, membership comes from the table (SPEC 3)."""
-
-    named = [event.get("primary_code"), *(event.get("contributing_codes") or [])]
-    named = [c for c in named if isinstance(c, str)]
-    if not named:
-        return []
-    try:
-        table = load_codes()
-    except KitError as exc:
-        return [LineProblem(EVENTS_FILE, line, f"issue: cannot check its codes: {exc}")]
-    return [LineProblem(EVENTS_FILE, line, f"issue {event.get('issue_id')!r}: cause code {c!r} is "
-                                           "not a row of the eval-diagnose table")
-            for c in named if c not in table]
+    def _cause_codes(self, event: dict[str, Any], line: int) -> None:
+        """Codes an issue names that are not rows of the eval-diagnose table: the schema checks
+        only their spelling, membership comes from the table."""
+        contributing = event.get("contributing_codes")
+        named = [event.get("primary_code"), *(contributing if isinstance(contributing, list) else [])]
+        named = [c for c in named if isinstance(c, str)]
+        if not named:
+            return
+        if self._codes is None:
+            try:
+                self._codes = load_codes()
+            except KitError as exc:
+                self._codes = exc
+        if isinstance(self._codes, KitError):
+            self.error(line, f"issue: cannot check its codes: {self._codes}")
+            return
+        for c in named:
+            if c not in self._codes:
+                self.error(line, f"issue {event.get('issue_id')!r}: cause code {c!r} is not a row "
+                                 "of the eval-diagnose table")
 
 
 def validate_runs(directories: Iterable[str | Path]) -> ValidationReport:

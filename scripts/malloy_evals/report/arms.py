@@ -16,9 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.ledger.events import AttemptKey, effective_verdict
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import _is_contaminated, attempt_label
+from malloy_evals.report.figures import attempt_label
 from malloy_evals.sets.eval_set import EvalSet
 
 # An attempt's outcome, as the comparison sees it.
@@ -62,34 +64,41 @@ class AttemptOutcome:
 
 def attempt_outcome(events: Iterable[Mapping[str, Any]],
                     set_golden_status: str | None = None) -> AttemptOutcome:
-    """The outcome of one attempt from its live events (attempt, score, and any later kind).
+    """The outcome of one attempt from its live events (attempt, score, human_verdict, and any
+    later kind).
 
     pass = match, fail = no_match, neither = near_match / needs_human, null = no verdict (with
     its reason; an attempt nobody scored is null `unscored`). An attempt the run summary keeps
     out of its pass rate (truncated, contaminated or "unknown", a golden declared
-    verified_wrong by the set or the judge) is left out of the comparison.
+    verified_wrong by the set, the judge or the person who settled it) is left out of the
+    comparison.
 
-    This is the one place a comparison turns a ledger into outcomes: when a person's settled
-    verdict exists as an event, it replaces the judge's here, and nowhere else.
+    This is the one place a comparison turns a ledger into outcomes; the verdict is the
+    attempt's effective verdict (`ledger.events.effective_verdict`): the judge's, or a person's
+    who settled it.
     """
     attempt: Mapping[str, Any] = {}
     score: Mapping[str, Any] | None = None
+    human: Mapping[str, Any] | None = None
     for e in events:
         if e.get("kind") == "attempt":
             attempt = e
         elif e.get("kind") == "score":
             score = e
-    verdict = score.get("verdict") if score else None
-    reason = (score.get("reason") if score else "unscored") if verdict is None else None
+        elif e.get("kind") == "human_verdict":
+            human = e
+    effective = effective_verdict(score, human, attempt or None)
+    verdict = effective.verdict
+    reason = (effective.reason if score else "unscored") if verdict is None else None
 
     left_out = None
     if attempt.get("truncated") is True or reason == "answerer_truncated":
         left_out = "truncated"
-    elif (_is_contaminated(attempt.get("contaminated"))
-          or (score is not None and _is_contaminated(score.get("contaminated")))
+    elif (is_contaminated(attempt.get("contaminated"))
+          or (score is not None and is_contaminated(score.get("contaminated")))
           or reason == "contaminated"):
         left_out = "contaminated"
-    elif set_golden_status == "verified_wrong" or (score or {}).get("gold_status") == "verified_wrong":
+    elif set_golden_status == "verified_wrong" or effective.gold_status == "verified_wrong":
         left_out = "verified_wrong"
     outcome = OUTCOME_OF_VERDICT.get(verdict or "", NULL)
     return AttemptOutcome(outcome, verdict, reason, left_out)
@@ -220,14 +229,19 @@ def _golden_status(eval_set: EvalSet | None, qid: str) -> str | None:
     return eval_set.cases[qid].golden_status
 
 
-RunEvents = tuple[Mapping[str, Any], str, Sequence[Mapping[str, Any]]]  # run.json, folder, live events
+# run.json, folder, and the run's live view (or its live events, voided ones already removed)
+RunEvents = tuple[Mapping[str, Any], str, "LiveView | Sequence[Mapping[str, Any]]"]
+
+
+def _sample_order(key: AttemptKey) -> tuple[str, int]:
+    return key.qid, -1 if key.sample is None else key.sample
 
 
 def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | None = None) -> Arm:
-    """An arm from its runs' run.json, folder and live events (voided events already removed).
+    """An arm from its runs' run.json, folder and live view (or live events).
 
-    Every event carrying a qid is an attempt's event, keyed by (run, qid, sample); a key with no
-    `attempt` event is not an attempt and is ignored, as the run summary does.
+    A case-scoped event belongs to its attempt key (qid, sample, phase), within its run; a key
+    with no `attempt` event is not an attempt and is ignored, as the run summary does.
     """
     per_case: dict[str, list[AttemptOutcome]] = {}
     revisions: dict[str, list[int]] = {}
@@ -237,21 +251,16 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
     left_labels: dict[str, list[str]] = {}
     total = scored = 0
     for info, directory, events in runs:
-        groups: dict[tuple[str, Any], list[Mapping[str, Any]]] = {}
-        for e in events:
-            if isinstance(e.get("qid"), str):
-                groups.setdefault((e["qid"], e.get("sample")), []).append(e)
+        view = events if isinstance(events, LiveView) else LiveView.of_events(events)
         run_left: Counter[str] = Counter()
         run_attempts = 0
-        for (qid, sample), group in sorted(groups.items(), key=lambda kv: (
-                kv[0][0], -1 if not isinstance(kv[0][1], int) else kv[0][1])):
-            if not any(e.get("kind") == "attempt" for e in group):
-                continue
+        for key, attempt in sorted(view.latest("attempt").items(),
+                                   key=lambda kv: _sample_order(kv[0])):
+            qid, sample = key.qid, key.sample
             run_attempts += 1
-            outcome = attempt_outcome(group, _golden_status(eval_set, qid))
+            outcome = attempt_outcome(view.of_key(key), _golden_status(eval_set, qid))
             per_case.setdefault(qid, []).append(outcome)
-            score = next((e for e in reversed(group) if e.get("kind") == "score"), None)
-            attempt = next(e for e in reversed(group) if e.get("kind") == "attempt")
+            score = view.score(key)
             if score is not None:
                 scored += 1
                 rev = score.get("golden_revision")
@@ -287,10 +296,10 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
 def load_arm(label: str, run_dirs: Sequence[str | Path], eval_set: EvalSet | None = None) -> Arm:
     """An arm read from its run folders' run.json and live ledgers (InputError, exit 3, for a
     folder that is not a run)."""
-    runs = []
+    runs: list[RunEvents] = []
     for d in run_dirs:
         run = Run.open(d)
-        runs.append((run.info, str(d), run.live()))
+        runs.append((run.info, str(d), run.view()))  # one read of each run's ledger
     return arm_from_events(label, runs, eval_set)
 
 
@@ -454,11 +463,3 @@ def flip_table(base: Arm, candidate: Arm, qids: Iterable[str],
 def flips(rows: Sequence[CaseRow]) -> tuple[list[str], list[str]]:
     """(fixed qids, broken qids) of a flip table."""
     return ([r.qid for r in rows if r.change == FIXED], [r.qid for r in rows if r.change == BROKEN])
-
-
-def check_qids_in_set(qids: Iterable[str], eval_set: EvalSet, flag: str) -> None:
-    """InputError (exit 3) naming every qid of `flag` that is not a case of the set."""
-    unknown = [q for q in qids if q not in eval_set.cases]
-    if unknown:
-        raise InputError(eval_set.dir / "cases.jsonl", None,
-                         f"{flag} names qids that are not cases of this set: {', '.join(unknown)}")

@@ -20,21 +20,19 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import schemas
+from malloy_evals.core import cli, commands, schemas
+from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, UsageError
 from malloy_evals.report.arms import (
     FIXED,
     MOVED,
     Arm,
     CaseRow,
-    check_qids_in_set,
     flip_table,
     flips,
     load_arm,
     pair_arms,
 )
-from malloy_evals.report.figures import from_kit_root
-from malloy_evals.report.noise import SCRIPT as MEASURE_SCRIPT
 from malloy_evals.report.noise import NoiseBand, band_differences, read_band
 from malloy_evals.report.stats import (
     DEFAULT_RESAMPLES,
@@ -42,7 +40,7 @@ from malloy_evals.report.stats import (
     mcnemar_exact_p,
     paired_bootstrap,
 )
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
 BETTER, WORSE, NO_DIFFERENCE = "candidate better", "candidate worse", "no detectable difference"
 NOT_COMPARABLE = "not comparable"
@@ -212,10 +210,7 @@ def _left_out_line(arm: Arm) -> str | None:
 
 
 def _measure_command(base: Arm, set_label: str) -> str:
-    runs = [from_kit_root(r.dir) for r in base.runs]
-    if len(runs) < 2:
-        runs.append("<another run of the base arm>")
-    return f"{MEASURE_SCRIPT} --runs {' '.join(runs)} --set {set_label} --out noise-band.json"
+    return str(commands.measure_noise([r.dir for r in base.runs], set_label, commands.BAND_FILE))
 
 
 def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | None = None,
@@ -327,7 +322,8 @@ def compare_runs(base_dirs: Sequence[str | Path], candidate_dirs: Sequence[str |
     if resamples < 1:
         raise UsageError("--resamples must be at least 1")
     eval_set = load_set(set_dir)
-    check_qids_in_set(targets, eval_set, "--targets")
+    cli.check_known(targets, eval_set.cases, where=eval_set.dir / CASES_FILE,
+                    what="qids that are not cases of this set", flag="--targets")
     band = read_band(band_path) if band_path is not None else None
     base = load_arm("base", base_dirs, eval_set)
     candidate = load_arm("candidate", candidate_dirs, eval_set)

@@ -16,17 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import retrieval
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import InputError, KitError
-from malloy_evals.core.paths import KIT_ROOT
+from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
+from malloy_evals.diagnose.issues import open_issues
+from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
+from malloy_evals.ledger.live import LiveView
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
 
-DECIDED_VERDICTS = ("match", "no_match")
-VERDICT_ORDER = ("match", "no_match", "near_match", "needs_human", None)
-
-AttemptKey = tuple[str, Any]  # (qid, sample); a run holds one phase, so these two identify an attempt
+# The verdict counts in the order a summary shows them: the two decisions first, then the rest.
+VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,7 +109,9 @@ class CaseRow:
     n_get_context: int
     n_execute: int
     entities_delivered: int       # distinct entity ids returned by this attempt's get_context calls
-    why: str | None
+    why: str | None               # the judge's why, or the person's when they settled it
+    settled_by: str | None = None     # the person whose live human_verdict decided the verdict
+    judge_verdict: str | None = None  # the judge's verdict a person's settled one replaced
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,11 @@ class RunSummary:
     cost: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     cases: list[CaseRow] = field(default_factory=list)
+    settled_by_person: int = 0    # verdicts a live human_verdict decided (review.py)
+    overruled_by_person: int = 0  # ... of which the person's verdict differs from the judge's
+    golden_drift: list[str] = field(default_factory=list)  # qids scored with --allow-drift
+    judges: dict[str, int] = field(default_factory=dict)  # judge_model of each live score -> scores
+    open_issues: list[dict[str, Any]] = field(default_factory=list)  # live, not fixed or rejected
 
     @property
     def exit_code(self) -> int:
@@ -163,18 +173,8 @@ def attempt_label(qid: str, sample: Any) -> str:
     return qid if sample is None else f"{qid}#{sample}"
 
 
-def _key(event: Mapping[str, Any]) -> AttemptKey:
-    return (str(event.get("qid")), event.get("sample"))
-
-
-def _sort_key(key: AttemptKey) -> tuple[str, int]:
-    qid, sample = key
-    return (qid, -1 if sample is None else int(sample))
-
-
-def _is_contaminated(value: Any) -> bool:
-    # "unknown" counts as contaminated in every aggregate (SPEC 5.1).
-    return value is True or value == "unknown"
+def _sort_key(key: AttemptKey) -> tuple[str, int, str]:
+    return (key.qid, -1 if key.sample is None else key.sample, key.phase)
 
 
 def _null_reason_head(reason: str | None) -> str:
@@ -224,6 +224,7 @@ class _Attempt:
     attempt: dict[str, Any] | None = None
     score: dict[str, Any] | None = None
     retrieval: dict[str, Any] | None = None
+    human: dict[str, Any] | None = None   # the live human_verdict, when a person settled it
     calls: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -232,15 +233,19 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
     groups: dict[AttemptKey, _Attempt] = {}
     for e in events:
         kind = e.get("kind")
-        if kind not in ("attempt", "score", "retrieval_score", "tool_call"):
+        key = well_formed_key(e)
+        if kind not in ("attempt", "score", "retrieval_score", "tool_call", "human_verdict") \
+                or key is None:
             continue
-        g = groups.setdefault(_key(e), _Attempt())
+        g = groups.setdefault(key, _Attempt())
         if kind == "attempt":
             g.attempt = dict(e)
         elif kind == "score":
             g.score = dict(e)
         elif kind == "retrieval_score":
             g.retrieval = dict(e)
+        elif kind == "human_verdict":
+            g.human = dict(e)
         else:
             g.calls.append(dict(e))
     return {k: g for k, g in groups.items() if g.attempt is not None}
@@ -266,6 +271,23 @@ def _call_counts(g: _Attempt) -> tuple[int, int, int]:
     return n_ctx, n_exec, len(entities)
 
 
+def judge_counts(scores: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many live scores each judge produced, most first: a run scored partly by a host
+    subagent and partly by hand is not one judge's run. A score that pins no judge (an older
+    ledger) names none and is left out."""
+    counts = Counter(str(s["judge_model"]) for s in scores if s.get("judge_model"))
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def judges_text(judges: Mapping[str, int], fallback: str | None = None) -> str | None:
+    """The judge as a person reads it: the one judge, or every judge with its count of scores."""
+    if not judges:
+        return fallback
+    if len(judges) == 1:
+        return next(iter(judges))
+    return "mixed: " + ", ".join(f"{name} {n}" for name, n in judges.items())
+
+
 # ---------------------------------------------------------------------------------------------
 # Commands printed for an INCOMPLETE run
 
@@ -280,21 +302,12 @@ def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
                     host_logged: frozenset[AttemptKey] = frozenset()) -> list[str]:
     """The re-record command per attempt, then the one re-score command (SPEC 9). An attempt
     recorded from a host tool-use log is re-recorded the same way (`host_logged`)."""
-    py = ".venv/bin/python skills/eval-answer/scripts"
-    cmds = []
-    for qid, sample in attempts:
-        sample_flag = "" if sample is None else f" --sample {sample}"
-        source = ("--host-log <new-host-log.json> --answer-file <new-answer.md>"
-                  if (qid, sample) in host_logged else "--transcript <new-transcript.jsonl>")
-        cmds.append(f"{py}/record_attempt.py --run {run_dir} --set {set_dir} --qid {qid}"
-                    f"{sample_flag} {source}")
-    qids = ",".join(sorted({q for q, _ in attempts}))
-    # A host judge re-scores in two steps; the first (--emit) is the one to print.
-    judge = (judge_spec or "<provider>") + (" --emit" if judge_spec == "host" else "")
-    cmds.append(f"{py}/score_run.py --run {run_dir} --set {set_dir} "
-                f"--judge {judge} {endpoint_flag or '(--local | --mcp-url URL)'}"
-                f" --only {qids} --rescore")
-    return cmds
+    cmds = [commands.record_attempt(run_dir, set_dir, key.qid, key.sample,
+                                    host_log=key in host_logged)
+            for key in attempts]
+    cmds.append(commands.rescore(run_dir, set_dir, sorted({key.qid for key in attempts}),
+                                 judge_spec=judge_spec, endpoint=endpoint_flag))
+    return [str(c) for c in cmds]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,13 +329,15 @@ def summarize_events(
 
     Args:
         info: run.json.
-        events: live events (attempt, tool_call, score, retrieval_score; others ignored). The
+        events: live events (attempt, tool_call, score, retrieval_score, and issues with their
+            statuses for the open-issue list; others ignored). The
             cascade and recall come from the retrieval_score rows, through retrieval's own
             `summarize` and `cascade`, so the two reports can never disagree.
         eval_set: the loaded set, for each case's golden status; None when unavailable.
         coverage_report: a check_coverage report, shown as the coverage figure.
         run_dir, set_dir, judge_spec, endpoint_flag: spelled into the repair commands.
     """
+    events = list(events)
     groups = _group(events)
     keys = sorted(groups, key=_sort_key)
 
@@ -336,11 +351,12 @@ def summarize_events(
     rows: list[CaseRow] = []
     retrieval_rows: list[dict[str, Any]] = []
     excluded_vw = 0
+    settled: list[AttemptKey] = []
 
     host_logged: list[AttemptKey] = []
     for key in keys:
         g = groups[key]
-        qid, sample = key
+        qid, sample = key.qid, key.sample
         label = attempt_label(qid, sample)
         att = g.attempt or {}
         if str(att.get("transcript_path") or "").endswith("host-log.json"):
@@ -348,18 +364,20 @@ def summarize_events(
         score = g.score
         set_status = _set_status(eval_set, qid)
 
-        verdict = score.get("verdict") if score else None
-        reason = score.get("reason") if score else None
-        gold_status = score.get("gold_status") if score else None
+        # The judge's verdict, or a person's where a live human_verdict settled it: one rule.
+        effective = effective_verdict(score, g.human, g.attempt)
+        verdict, reason, gold_status = effective.verdict, effective.reason, effective.gold_status
+        if effective.settled_by is not None:
+            settled.append(key)
 
         is_truncated = bool(att.get("truncated")) or reason == "answerer_truncated"
         contam_value = att.get("contaminated")
-        if score is not None and _is_contaminated(score.get("contaminated")):
+        if score is not None and is_contaminated(score.get("contaminated")):
             contam_value = score.get("contaminated")
-        is_contaminated = _is_contaminated(contam_value) or reason == "contaminated"
+        voided_by_contamination = is_contaminated(contam_value) or reason == "contaminated"
         if is_truncated:
             truncated.append(key)
-        if is_contaminated:
+        if voided_by_contamination:
             contaminated.append(key)
 
         # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
@@ -410,22 +428,21 @@ def summarize_events(
             retrieval_verdict=r.get("verdict"),
             answerer_cost_usd=att.get("cost_usd"), judge_cost_usd=(score or {}).get("judge_cost_usd"),
             num_turns=att.get("num_turns"), n_get_context=n_ctx, n_execute=n_exec,
-            entities_delivered=n_entities, why=(score or {}).get("why"),
+            entities_delivered=n_entities,
+            why=(g.human or {}).get("why") if effective.settled_by else (score or {}).get("why"),
+            settled_by=effective.settled_by,
+            judge_verdict=effective.judge_verdict if effective.settled_by else None,
         ))
 
-    verdict_counts = {
-        "match": verdicts["match"], "no_match": verdicts["no_match"],
-        "near_match": verdicts["near_match"], "needs_human": verdicts["needs_human"],
-        "null": verdicts["null"],
-    }
+    verdict_counts = {**{v: verdicts[v] for v in VERDICT_ORDER}, "null": verdicts["null"]}
 
     incomplete = None
     if truncated or contaminated:
         bad = sorted(set(truncated) | set(contaminated), key=_sort_key)
         incomplete = Incomplete(
-            truncated=[attempt_label(*k) for k in truncated],
-            contaminated=[attempt_label(*k) for k in contaminated],
-            qids=sorted({q for q, _ in bad}),
+            truncated=[attempt_label(k.qid, k.sample) for k in truncated],
+            contaminated=[attempt_label(k.qid, k.sample) for k in contaminated],
+            qids=sorted({key.qid for key in bad}),
             commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
                                      host_logged=frozenset(host_logged)),
         )
@@ -441,15 +458,23 @@ def summarize_events(
     else:
         headline = rate.text
         shown_rate = rate
+    drift = [str(q) for q in (info.get("goldenDrift") or [])]
+    if drift:
+        # Scored with --allow-drift: the figures rest on goldens the truth package no longer
+        # gives, and the headline must not read as if they did.
+        headline += (f"; GOLDEN DRIFT in {len(drift)} case(s) ({', '.join(drift)}): scored "
+                     "against goldens that no longer re-derive")
 
     retrieval_figures = _retrieval_figures(retrieval_rows)
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
     warnings = _warnings(rows, retrieval_rows)
     cost = _cost(rows)
+    judges = judge_counts(g.score for g in groups.values() if g.score is not None)
 
     return RunSummary(
         run_id=info.get("runId"), set_name=info.get("setName"), phase=info.get("phase"),
-        answerer_model=info.get("answererModel"), judge_model=info.get("judgeModel"),
+        answerer_model=info.get("answererModel"),
+        judge_model=judges_text(judges, info.get("judgeModel")),
         judge_version=info.get("judgeVersion"),
         status="incomplete" if incomplete else "complete", headline=headline,
         attempts=len(rows), scored=sum(1 for r in rows if r.scored), unscored=unscored,
@@ -457,6 +482,10 @@ def summarize_events(
         excluded_verified_wrong=excluded_vw, doubted_goldens=doubted, vetoes=vetoes,
         incomplete=incomplete, cascade=cascade_result, retrieval=retrieval_figures,
         coverage=_coverage_figures(coverage_report), cost=cost, warnings=warnings, cases=rows,
+        settled_by_person=len(settled),
+        overruled_by_person=sum(1 for r in rows if r.settled_by and r.judge_verdict != r.verdict),
+        golden_drift=drift,
+        judges=judges, open_issues=open_issues(events),
     )
 
 
@@ -487,12 +516,12 @@ def _warnings(rows: list[CaseRow], retrieval_rows: list[dict[str, Any]]) -> list
                if r.excluded is None and r.cascade_rung is None]
     if missing:
         out.append(f"{len(missing)} attempt(s) have no retrieval row and are not in the cascade "
-                   f"({', '.join(missing)}): run score_retrieval.py --append (score_run does)")
+                   f"({', '.join(missing)}): run {commands.SCORE_RETRIEVAL_APPEND} (score_run does)")
     stale = [attempt_label(r.qid, r.sample) for r in rows
              if r.cascade_rung is not None and r.retrieval_verdict != r.verdict]
     if stale:
         out.append(f"retrieval rows carry an older verdict for {', '.join(stale)}: "
-                   "re-run score_retrieval.py --append")
+                   f"re-run {commands.SCORE_RETRIEVAL_APPEND}")
     return out
 
 
@@ -527,44 +556,23 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
 
 def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str | Path | None = None,
               *, judge_spec: str | None = None, endpoint_flag: str | None = None,
-              run_label: str | None = None, set_label: str | None = None) -> RunSummary:
+              run_label: str | None = None, set_label: str | None = None,
+              view: LiveView | None = None) -> RunSummary:
     """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade.
 
     `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
     a relative one that does not reach the same folder from the kit's root (where the printed
-    `.venv/bin/python skills/...` commands run) is printed absolute.
+    `.venv/bin/python skills/...` commands run) is printed absolute. `view` is the live view the
+    pass already holds (read here when not given).
     """
     report = load_coverage_report(coverage_report)
-    events = list(run.live())
+    events = (view or run.view()).events
     return summarize_events(
         _run_info(run), events, eval_set, coverage_report=report,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
         set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
-        judge_spec=_judge_spec_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
+        judge_spec=commands.provider_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
     )
-
-
-def from_kit_root(label: str) -> str:
-    """`label` when it names the same place from the kit's root as from here, else absolute.
-
-    The repair commands start `.venv/bin/python skills/...`, so they run from the kit's root;
-    `runs/r1` typed in another folder would point somewhere else there."""
-
-    path = Path(label)
-    if path.is_absolute() or label.startswith("<"):
-        return label
-    here = path.resolve()
-    return label if (KIT_ROOT / path).resolve() == here else str(here)
-
-
-def _judge_spec_from_kit_root(spec: str | None) -> str | None:
-    """`hand:FILE` / `replay:DIR` with the path made to work from the kit's root."""
-    if not spec:
-        return spec
-    kind, sep, arg = spec.partition(":")
-    if kind in ("hand", "replay") and sep and arg:
-        return f"{kind}:{from_kit_root(arg)}"
-    return spec
 
 
 def _run_info(run: Any) -> Mapping[str, Any]:

@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
-from malloy_evals.report.figures import RunSummary, _is_contaminated, attempt_label
+from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
+from malloy_evals.core.words import number_or_na
+from malloy_evals.report.figures import CaseRow, RunSummary, attempt_label
 
 
 def _pct(x: float | None) -> str:
@@ -26,12 +29,30 @@ def _cell(value: Any, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def case_notes(row: CaseRow) -> list[str]:
+    """What the case table's notes column says of an attempt (RESULTS.md and report.html)."""
+    notes = []
+    if row.excluded:
+        notes.append("excluded: golden verified_wrong")
+    if row.truncated:
+        notes.append("truncated")
+    if is_contaminated(row.contaminated):
+        unknown = contamination_value(row.contaminated) == CONTAMINATION_UNKNOWN
+        notes.append(f"contaminated ({CONTAMINATION_UNKNOWN})" if unknown else "contaminated")
+    if row.must_not_use_hits:
+        notes.append("veto: " + ", ".join(row.must_not_use_hits))
+    if row.settled_by:
+        notes.append(f"settled by {row.settled_by} (judge said {row.judge_verdict or 'null'})")
+    return notes
+
+
 def render_markdown(s: RunSummary) -> str:
     """RESULTS.md: what a person reads after a run (every figure is also in summary.json)."""
     out: list[str] = []
     out.append(f"# Run {s.run_id or '?'} ({s.phase or '?'}) on set {s.set_name or '?'}")
     out.append("")
-    out.append(f"Answerer {s.answerer_model or 'unknown'}; judge {s.judge_model or 'unknown'}"
+    judge = f"judges {s.judge_model}" if len(s.judges) > 1 else f"judge {s.judge_model or 'unknown'}"
+    out.append(f"Answerer {s.answerer_model or 'unknown'}; {judge}"
                f" (JUDGE_VERSION {s.judge_version if s.judge_version is not None else '?'}).")
     out.append("")
     out.append(f"**{s.headline}**")
@@ -45,6 +66,9 @@ def render_markdown(s: RunSummary) -> str:
     out.append(f"Out of the denominator: {', '.join(neither)}"
                + (f"; {s.excluded_verified_wrong} with a verified_wrong golden"
                   if s.excluded_verified_wrong else "") + ".")
+    if s.settled_by_person:
+        out.append(f"{s.settled_by_person} verdict(s) settled by a person (review.py), counted in "
+                   f"place of the judge's; {s.overruled_by_person} of them overrule it.")
     if s.null_reasons:
         out.append("Null verdicts by reason: "
                    + ", ".join(f"{k} {n}" for k, n in s.null_reasons.items()) + ".")
@@ -68,6 +92,13 @@ def render_markdown(s: RunSummary) -> str:
                 "instead of `--transcript`), then re-score them:"), "",
                 "```bash", *inc.commands, "```"]
 
+    if s.golden_drift:
+        out += ["", "## Golden drift", "",
+                ("Scored with `--allow-drift`: these goldens no longer follow from their "
+                 "canonical queries on the truth package (`verify_goldens.py` says how), so "
+                 "their verdicts rest on a key nobody defends today:"), "",
+                *[f"- {q}" for q in s.golden_drift]]
+
     if s.doubted_goldens:
         out += ["", "## Doubted goldens", "",
                 ("Not model failures: the key itself is in doubt. verified_wrong is out of "
@@ -87,7 +118,8 @@ def render_markdown(s: RunSummary) -> str:
     if waiting:
         out += ["", "## Needs a human", "",
                 ("The judge was unsure (confidence 5 or lower) or contradicted itself; a person "
-                "settles these, and a settled one belongs in judge-regressions.jsonl."), ""]
+                 "settles these with `skills/eval-judge/scripts/review.py`, which records the "
+                 "verdict and adds the prediction to judge-regressions.jsonl."), ""]
         for r in waiting:
             out.append(f"- {attempt_label(r.qid, r.sample)} (confidence {r.confidence})")
 
@@ -103,7 +135,8 @@ def render_markdown(s: RunSummary) -> str:
             overlay = overlays.get(rung)
             out.append(f"| {rung} | {n} | {'' if overlay is None else overlay} |")
     else:
-        out.append("No retrieval rows: run `score_retrieval.py --append` (score_run does) first.")
+        out.append(f"No retrieval rows: run `{commands.SCORE_RETRIEVAL_APPEND}` (score_run does) "
+                   "first.")
 
     r = s.retrieval
     out += ["", "## Retrieval", ""]
@@ -135,6 +168,14 @@ def render_markdown(s: RunSummary) -> str:
             out.append("By verdict: " + ", ".join(
                 f"{k} {n}" for k, n in dict(c["by_verdict"]).items()) + ".")
 
+    if s.open_issues:
+        out += ["", "## Open issues", "",
+                ("From eval-diagnose: an issue stays here until its status is fixed (diagnose.py "
+                 "marks it so once every attempt of its cases passes) or rejected."), ""]
+        for issue in s.open_issues:
+            out.append(f"- {issue['issue_id']} [{issue['status']}] {issue['primary_code']} -> "
+                       f"{issue['owner']}: {', '.join(issue['qids'])}")
+
     c = s.cost
     out += ["", "## Cost", ""]
     out.append(f"- answerer: {_usd(c['answerer_usd'], c['answerer_unknown'])}")
@@ -142,7 +183,7 @@ def render_markdown(s: RunSummary) -> str:
     out.append(f"- turns: {c['turns'] if c['turns'] is not None else 'unknown'}")
     out.append(f"- get_context calls: {c['get_context_calls']}; execute_query calls: "
                f"{c['execute_query_calls']}")
-    out.append(f"- entities delivered per answer: {c['entities_delivered_per_answer']}")
+    out.append(f"- entities delivered per answer: {number_or_na(c['entities_delivered_per_answer'])}")
 
     out += ["", "## Cases", "",
             "| attempt | verdict | confidence | coverage | recall | where to fix | notes | why |",
@@ -150,16 +191,7 @@ def render_markdown(s: RunSummary) -> str:
     for row in s.cases:
         verdict = row.verdict if row.verdict else (f"null ({row.reason})" if row.scored
                                                    else "unscored")
-        notes = []
-        if row.excluded:
-            notes.append("excluded: golden verified_wrong")
-        if row.truncated:
-            notes.append("truncated")
-        if _is_contaminated(row.contaminated):
-            notes.append(f"contaminated ({row.contaminated})" if row.contaminated == "unknown"
-                         else "contaminated")
-        if row.must_not_use_hits:
-            notes.append("veto: " + ", ".join(row.must_not_use_hits))
+        notes = case_notes(row)
         recall = "" if row.recall is None else f"{row.recall:.2f}"
         out.append(f"| {attempt_label(row.qid, row.sample)} | {_cell(verdict)} | "
                    f"{_cell(row.confidence)} | {_cell(row.coverage)} | {recall} | "

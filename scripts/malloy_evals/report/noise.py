@@ -16,7 +16,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import schemas
+from malloy_evals.core import commands, schemas
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
 from malloy_evals.ledger.events import now
 from malloy_evals.report.arms import (
@@ -29,12 +29,10 @@ from malloy_evals.report.arms import (
     load_arm,
     pair_arms,
 )
-from malloy_evals.report.figures import from_kit_root
 from malloy_evals.sets.eval_set import load_set
 
 BAND_KIND = "noise_band"
 BAND_VERSION = 1
-SCRIPT = ".venv/bin/python skills/eval-answer/scripts/measure_noise.py"
 
 
 @dataclass(frozen=True)
@@ -165,9 +163,8 @@ def measure_noise(run_dirs: list[str | Path], set_dir: str | Path, out: str | Pa
     for d in run_dirs:
         arm = load_arm(str(d), [d], eval_set)
         arms.append(replace(arm, label=arm.runs[0].run_id))  # an A/A arm is named by its run
-    command = (f"{SCRIPT} --runs {' '.join(from_kit_root(str(d)) for d in run_dirs)} "
-               f"--set {from_kit_root(str(set_dir))} --out {out}"
-               + (" --only-common-cases" if only_common_cases else ""))
+    command = str(commands.measure_noise(run_dirs, set_dir, out,
+                                         only_common_cases=only_common_cases))
     band, found = band_from_arms(arms, eval_set.name,
                                           only_common_cases=only_common_cases, command=command)
     notes = []

@@ -12,15 +12,17 @@ import csv
 import hashlib
 import io
 import json
+import os
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from malloy_evals.core import schemas, vocab
-from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError
-from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.errors import InputError
+from malloy_evals.core.findings import FolderReport, LineProblem
 
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
@@ -123,6 +125,27 @@ class Case:
     def canonical_query(self) -> str | None:
         g = self.golden or {}
         return g.get("canonicalQuery")
+
+    @property
+    def alternates(self) -> list[dict[str, Any]]:
+        """golden.alternates: other readings, accepted (`accept: true`) or rejected traps."""
+        g = self.golden or {}
+        return [a for a in (g.get("alternates") or []) if isinstance(a, dict)]
+
+    @property
+    def clarify_ok(self) -> bool:
+        """Whether a clarifying question that names the missing detail answers this case."""
+        return bool((self.golden or {}).get("clarifyOk")) or self.clarify_preferred
+
+    @property
+    def clarify_preferred(self) -> bool:
+        """Whether a clarifying question is the preferred answer to this case."""
+        return bool((self.golden or {}).get("clarifyPreferred"))
+
+    @property
+    def ordered(self) -> bool:
+        """Whether a rows golden is ranked: its row order is part of the key."""
+        return bool((self.golden or {}).get("ordered"))
 
     @property
     def tags(self) -> list[str]:
@@ -231,33 +254,6 @@ class EvalSet:
     def recordings_dir(self, role: str) -> Path:
         """`<set>/recordings/<role>/` (judge, coverage, diagnose)."""
         return self.dir / "recordings" / role
-
-
-@dataclass(frozen=True)
-class SetReport:
-    """What check_set found in one set folder (validate_set.py)."""
-
-    dir: str
-    readable: bool
-    cases: int
-    errors: list[str]
-    warnings: list[str]
-
-    @property
-    def status(self) -> str:
-        if not self.readable:
-            return "unreadable"
-        return "invalid" if self.errors else "ok"
-
-    @property
-    def exit_code(self) -> int:
-        if not self.readable:
-            return EXIT_UNMEASURED
-        return EXIT_FINDING if self.errors else EXIT_OK
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dir": self.dir, "status": self.status, "cases": self.cases,
-                "errors": self.errors, "warnings": self.warnings, "exit_code": self.exit_code}
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,7 +395,7 @@ def _check_golden(set_dir: Path, scan: _Scan, golden: dict[str, Any], number: in
                 scan.problem(CASES_FILE, number, f"golden.mustNotUseAllowedIn: {_clip(entry)} is not "
                              "an entry of golden.mustNotUse (write the entry exactly as it is there)")
     kind, status = golden.get("kind"), golden.get("status") or "verified"
-    if kind in VALUE_KINDS and status == "verified" and "value" not in golden and not path:
+    if kind in VALUE_KINDS and status == "verified" and golden.get("value") is None and not path:
         scan.problem(CASES_FILE, number, f"golden: a verified {kind} golden has neither value nor "
                                          "path; the judge will see no answer key", warning=True)
 
@@ -536,13 +532,48 @@ def _check_fixtures(set_dir: Path, scan: _Scan) -> None:
                 scan.problem(file, number, f"qid: {qid!r} is not a case of cases.jsonl", warning=True)
 
 
-def check_set(set_dir: str | Path) -> SetReport:
+def check_set(set_dir: str | Path) -> FolderReport:
     """Every error and warning of a set folder (validate_set.py); an unreadable folder is exit 3."""
     d = Path(set_dir)
     try:
         scan = _scan(d)
         _check_fixtures(d, scan)
     except InputError as exc:
-        return SetReport(str(set_dir), False, 0, [str(exc)], [])
-    return SetReport(str(set_dir), True, len(scan.cases), [str(p) for p in scan.errors],
-                     [str(p) for p in scan.warnings])
+        return FolderReport(str(set_dir), False, "cases", 0, [str(exc)], [])
+    return FolderReport(str(set_dir), True, "cases", len(scan.cases),
+                        [str(p) for p in scan.errors], [str(p) for p in scan.warnings])
+
+
+# --------------------------------------------------------------------------------------------
+# Rewriting authored JSON-lines files in place, one line at a time
+
+
+def dump_like(obj: Any, like: bytes | None = None) -> bytes:
+    """`obj` as one JSON line written the way `like` (a line of the same file) is written: compact
+    or with spaces after `:` and `,`, escaped to ASCII or not. A person's file keeps its style."""
+    text = (like or b"").decode("utf-8", "replace")
+    compact = bool(text) and '": ' not in text and '", "' not in text
+    return json.dumps(obj, ensure_ascii="\\u" in text,
+                      separators=(",", ":") if compact else (", ", ": ")).encode("utf-8")
+
+
+def rewrite_jsonl(path: str | Path, replace: dict[int, Any] | None = None,
+                  append: list[Any] | None = None) -> None:
+    """Replace the given 1-based lines of a JSON-lines file (None drops the line) and append
+    objects after the last, keeping every other byte as it was (line endings included); atomic."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    lines: list[bytes | None] = list(data.split(b"\n"))  # last item b"" after a final newline
+    style = next((line for line in lines if line and line.strip()), None)
+    for number, obj in (replace or {}).items():
+        old = lines[number - 1] or b""
+        ending = b"\r" if old.endswith(b"\r") else b""
+        lines[number - 1] = None if obj is None else dump_like(obj, old) + ending
+    out = b"\n".join(line for line in lines if line is not None)
+    for obj in append or []:
+        if out and not out.endswith(b"\n"):
+            out += b"\n"
+        out += dump_like(obj, style) + b"\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(out)
+    os.replace(tmp, path)

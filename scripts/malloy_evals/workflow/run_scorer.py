@@ -7,8 +7,9 @@ rubric_sha, judge_prompt_sha) is skipped; a score with any other pin (or every s
 score that records a transient failure (judge_error, environment_failure, budget_exhausted) is
 retried too, counted as `re-scored (retry)`: resuming a run must finish what did not finish.
 
-After scoring: `score_retrieval --append`, then `summary.summarize`, printed and written as
-RESULTS.md and summary.json, and the run.json pins updated through the ledger.
+After scoring: retrieval (`retrieval.score_view`, appended), then `figures.summarize`, printed and
+written as RESULTS.md and summary.json, and the run.json pins updated through the ledger. The
+ledger is read once for the whole pass: one live view, refreshed with what the pass appended.
 """
 
 from __future__ import annotations
@@ -23,17 +24,29 @@ from typing import Any
 
 from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
-from malloy_evals.answer.retrieval import score_retrieval
-from malloy_evals.core import cli
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError, UsageError
+from malloy_evals.answer.retrieval import score_view
+from malloy_evals.core import cli, commands
+from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.endpoint.package import package_sha
+from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
+from malloy_evals.judge.decision import golden_gate
 from malloy_evals.judge.providers.select import provider_stats
-from malloy_evals.ledger.events import latest_by_key
+from malloy_evals.ledger import public_loop
+from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import RunSummary, attempt_label, load_coverage_report, summarize
+from malloy_evals.report.figures import (
+    RunSummary,
+    attempt_label,
+    judge_counts,
+    judges_text,
+    load_coverage_report,
+    summarize,
+)
 from malloy_evals.report.markdown import render_markdown, summary_json, write_results
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.report.run_page import write_run_page
+from malloy_evals.sets.eval_set import VALUE_KINDS, load_set
+from malloy_evals.sets.goldens import GoldenCheck, verify_goldens
 
 PIN_KEYS = ("golden_revision", "judge_version", "rubric_sha", "judge_prompt_sha")
 # Null reasons that say the scoring itself did not finish; a resumed run tries them again.
@@ -46,8 +59,8 @@ ACTION_RETRY = "re-scored (retry)"
 ACTION_FORCED = "re-scored (--rescore)"
 
 # score_one(run, eval_set, qid, sample) -> the score event to append (not yet written), or a str
-# saying why nothing is to be written (a dry run). score_attempts appends it, in one batch with the
-# void of the old score, so a scoring that raises leaves the old score standing.
+# saying why nothing is to be written (a dry run). score_attempts appends it, superseding the old
+# score in one batch, so a scoring that raises leaves the old score standing.
 ScoreOne = Callable[[Any, Any, str, Any], "dict[str, Any] | str"]
 
 
@@ -80,6 +93,7 @@ class RunScoreResult:
     pins: dict[str, Any]
     provider_stats: dict[str, Any] | None = None  # calls, tokens, dollars the judge spent
     dry_run: bool = False
+    report_html: str | None = None  # the run's page (report/run_page.py), written last
 
     @property
     def exit_code(self) -> int:
@@ -94,7 +108,7 @@ class RunScoreResult:
         return {"run_dir": self.run_dir, "attempts": self.attempts, "counts": self.counts,
                 "headline": self.summary.headline, "status": self.summary.status,
                 "results_md": self.results_md, "summary_json": self.summary_json,
-                "pins": self.pins, "provider_stats": self.provider_stats,
+                "report_html": self.report_html, "pins": self.pins, "provider_stats": self.provider_stats,
                 "dry_run": self.dry_run, "outcomes": self.outcomes,
                 "summary": summary_json(self.summary)}
 
@@ -172,13 +186,14 @@ def current_pins(eval_set: Any, qid: str, judge_pins: dict[str, Any]) -> dict[st
 def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dict[str, Any], *,
                    only: Sequence[str] | None = None, rescore: bool = False, parallel: int = 4,
                    progress: Callable[[str], None] = cli.progress,
-                   dry_run: bool = False) -> list[AttemptOutcome]:
+                   dry_run: bool = False, view: LiveView | None = None) -> list[AttemptOutcome]:
     """Score (or skip) every selected attempt, in parallel; one progress line per attempt.
-    With `dry_run` nothing is appended, not even a score decided without a judge call."""
+    With `dry_run` nothing is appended, not even a score decided without a judge call. `view` is
+    the pass's live view of the ledger (read here when not given); never a ledger scan per attempt."""
 
-    events = run.live()
-    live_scores = latest_by_key(events, "score")  # one pass; never a ledger scan per attempt
-    attempts = sorted(select_attempts(run.attempts(events), only, Path(run.dir)),
+    view = view or run.view()
+    live_scores = view.latest("score")
+    attempts = sorted(select_attempts(view.attempts(), only, Path(run.dir)),
                       key=lambda a: (str(a.get("qid")), -1 if a.get("sample") is None
                                      else int(a["sample"])))
     total = len(attempts)
@@ -194,7 +209,7 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
     def work(att: dict[str, Any]) -> AttemptOutcome:
         qid, sample = att["qid"], att.get("sample")
         started = time.monotonic()
-        old = live_scores.get((qid, sample, run.phase))
+        old = live_scores.get(run.key(qid, sample))
         action, stale = plan_action(old, current_pins(eval_set, qid, judge_pins), rescore)
         if action == ACTION_SKIP:
             elapsed = time.monotonic() - started
@@ -210,12 +225,9 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
                 report(qid, sample, f"not scored: {event}", elapsed)
                 return AttemptOutcome(qid, sample, "not scored", None, None, elapsed,
                                       error=event, stale_pins=stale)
-            batch = []
-            if old is not None:
-                why = (f"re-scored: stale pins {', '.join(stale)}" if stale
-                       else f"re-scored ({action})")
-                batch.append({"kind": "void", "target_event_id": old["event_id"], "reason": why})
-            event = run.append([*batch, event])[-1]
+            why = (f"re-scored: stale pins {', '.join(stale)}" if stale
+                   else f"re-scored ({action})")
+            event = run.supersede([old] if old is not None else [], [event], why).events[0]
         except KitError as exc:
             elapsed = time.monotonic() - started
             report(qid, sample, f"error: {exc}", elapsed)
@@ -248,24 +260,31 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
                endpoint_flag: str | None, pins: dict[str, Any],
                outcomes: list[AttemptOutcome], run_label: str | None = None,
                set_label: str | None = None, provider_stats: dict[str, Any] | None = None,
-               dry_run: bool = False) -> RunScoreResult:
-    """Retrieval (--append), the summary, RESULTS.md + summary.json, and the run.json pins.
-    A dry run computes the summary from what the ledger already holds and writes nothing."""
+               dry_run: bool = False, view: LiveView | None = None) -> RunScoreResult:
+    """Retrieval (appended), the summary, RESULTS.md + summary.json, and the run.json pins.
+    A dry run computes the summary from what the ledger already holds and writes nothing.
+    `view` is the pass's live view: refreshed here, never read again from the start."""
 
+    view = view or run.view()
+    view.refresh()
     if dry_run:
         s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                              endpoint_flag=endpoint_flag, run_label=run_label,
-                              set_label=set_label)
+                      endpoint_flag=endpoint_flag, run_label=run_label,
+                      set_label=set_label, view=view)
         return RunScoreResult(
             run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
             outcomes=outcomes, retrieval_rows=0, summary=s, results_md=None, summary_json=None,
             pins={}, provider_stats=provider_stats, dry_run=True)
-    result = score_retrieval(run.dir, eval_set.dir, coverage=coverage, append=True)
+    result = score_view(run, eval_set, view, coverage=coverage, append=True)
+    view.refresh()
+    # run.json names every judge behind the live scores, not only the one of this pass.
+    pins = {**pins, "judgeModel": _judge_model(view, pins.get("judgeModel"))}
     run_pins = {k: v for k, v in pins.items() if v is not None}
     if run_pins:
         run.update_info(**run_pins)  # before the summary, which prints the judge it names
     s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                          endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label)
+                  endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label,
+                  view=view)
     md, js = write_results(run.dir, s)
     derived: dict[str, Any] = {"status": s.status}
     if s.cost.get("judge_usd") is not None:
@@ -274,49 +293,117 @@ def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_sp
         derived["answererCostUsd"] = s.cost["answerer_usd"]
     run.update_info(**derived)
     run_pins.update(derived)
+    # The page renders this very summary, so it says exactly what summary.json says.
+    page = write_run_page(run_label or run.dir, set_label or eval_set.dir, summary=s, run=run,
+                          eval_set=eval_set, view=view)
     return RunScoreResult(
         run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
         outcomes=outcomes, retrieval_rows=len(result.rows), summary=s, results_md=str(md),
-        summary_json=str(js), pins=run_pins, provider_stats=provider_stats)
+        summary_json=str(js), pins=run_pins, provider_stats=provider_stats,
+        report_html=page.path)
+
+
+@dataclass(frozen=True)
+class DriftRefusal:
+    """score_run refused: goldens it would score no longer re-derive from the truth package."""
+
+    run_dir: str
+    drifted: list[GoldenCheck]
+    set_dir: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FINDING  # drift is what the check before scoring exists to find
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "refused": "golden drift",
+                "drifted": [{"qid": c.qid, "problems": c.problems} for c in self.drifted],
+                "exit_code": self.exit_code}
+
+
+def render_refusal(r: DriftRefusal) -> str:
+    lines = [(f"refused to score {r.run_dir}: {len(r.drifted)} golden(s) it would score no "
+              "longer re-derive from the truth package:")]
+    lines += [f"  {c.qid}: {'; '.join(c.problems)}" for c in r.drifted]
+    lines.append(f"Repair the goldens ({commands.verify_goldens(r.set_dir)} shows the same), or "
+                 "score anyway with --allow-drift: the summary's headline then names them.")
+    return "\n".join(lines)
+
+
+def check_drift(eval_set: Any, qids: Sequence[str],
+                progress: Callable[[str], None] = cli.progress) -> list[GoldenCheck] | None:
+    """The goldens of `qids` that would be judged (value goldens not gated), re-derived from the
+    set's truth package: the drifted ones, or None when no check could run (no truth package, no
+    Node runtime); a check that errors is reported and does not refuse."""
+    judged = [q for q in qids if q in eval_set.cases and eval_set.cases[q].golden_kind in VALUE_KINDS
+              and golden_gate(eval_set.cases[q]) is None]
+    if not judged or not Path(eval_set.truth_dir).is_dir():
+        return None
+    why = runtime_missing_reason()
+    if why:
+        progress(f"goldens not checked against the truth package before scoring: {why}")
+        return None
+    report = verify_goldens(eval_set.dir, sorted(set(judged)))
+    if report.unmeasured:
+        progress(f"goldens not checked against the truth package: {report.unmeasured}")
+        return None
+    for c in report.checks:
+        if c.status == "error":
+            progress(f"golden of {c.qid} could not be re-derived: {'; '.join(c.problems)}")
+    return [c for c in report.checks if c.status == "drift"]
 
 
 def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spec: str | None = None,
               mcp_url: str | None = None, local: bool = False,
               coverage: str | Path | None = None, parallel: int = 4,
               only: Sequence[str] | None = None, rescore: bool = False,
+              allow_drift: bool = False,
               progress: Callable[[str], None] = cli.progress,
-              model_dir: str | Path | None = None) -> RunScoreResult:
+              model_dir: str | Path | None = None) -> RunScoreResult | DriftRefusal:
     """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files.
+
+    Before anything is scored, the goldens it would judge are re-derived from the truth package
+    (when the set has one and Node is present): any drift refuses the whole run, naming every
+    drifted case, unless `allow_drift`, which scores anyway and pins them as `goldenDrift`.
     `model_dir` (--model): the package folder the run was answered against, served by --local,
     shown to the judge and pinned as the run's modelSha, instead of the set's model/."""
 
-    if bool(mcp_url) == bool(local):
-        raise UsageError("give exactly one of --mcp-url URL or --local")
+    cli.require_one_endpoint(mcp_url, local)
     run = Run.open(run_dir)
+    if public_loop.ledger_is_public(run.events_path):
+        raise InputError(run.events_path, 1, public_loop.refusal("score_run.py"))
     eval_set = load_set(set_dir, model_dir)
     if coverage is not None:
         load_coverage_report(coverage)  # fail on an unreadable report before any work
+    view = run.view()  # the one read of the ledger for this pass
+    qids = [str(a.get("qid")) for a in select_attempts(view.attempts(), only, Path(run.dir))]
+    drifted = check_drift(eval_set, qids, progress)
+    if drifted and not allow_drift:
+        return DriftRefusal(str(run_dir), drifted, str(set_dir))
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
-    endpoint_flag = "--local" if local else f"--mcp-url {mcp_url}"
+    endpoint_flag = commands.endpoint_flag(mcp_url, local)
 
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
-                                           endpoint=endpoint, doctrine=doctrine, append=False)
+                                           endpoint=endpoint, doctrine=doctrine, append=False,
+                                           view=view)
             return result.event if result.event is not None else (
                 result.message or result.status)
 
         dry_run = bool(getattr(judge, "dry_run", False))
         outcomes = score_attempts(run, eval_set, score_one, judge_pins, only=only,
                                   rescore=rescore, parallel=parallel, progress=progress,
-                                  dry_run=dry_run)
+                                  dry_run=dry_run, view=view)
         model_sha = _model_sha(eval_set, endpoint, local)
         served = {"mcpUrl": mcp_url, "servedRevision": endpoint.served_revision,
                   "environment": endpoint.environment, "package": endpoint.package,
                   "modelPath": endpoint.model_path}
 
-    pins = {"judgeModel": _judge_model(run, judge),
+    drift_pin = None if drifted is None else sorted(c.qid for c in drifted)
+    model = getattr(judge, "model", None)
+    pins = {"judgeModel": str(model) if model else None, "goldenDrift": drift_pin,
             "judgeVersion": judge_pins.get("judge_version"),
             "rubricSha": judge_pins.get("rubric_sha"),
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),
@@ -324,7 +411,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     return finish_run(run, eval_set, coverage=coverage, judge_spec=judge_spec,
                       endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes,
                       run_label=str(run_dir), set_label=str(set_dir),
-                      provider_stats=provider_stats(judge), dry_run=dry_run)
+                      provider_stats=provider_stats(judge), dry_run=dry_run, view=view)
 
 
 def current_judge_pins(doctrine: Any) -> dict[str, Any]:
@@ -334,15 +421,11 @@ def current_judge_pins(doctrine: Any) -> dict[str, Any]:
             "judge_prompt_sha": judge_mod.judge_prompt_sha()}
 
 
-def _judge_model(run: Any, provider: Any) -> str | None:
-    """The model the scores pinned: the live model, or the recording's source under replay."""
-    model = getattr(provider, "model", None)
-    if model:
-        return str(model)
-    for e in run.live():
-        if e.get("kind") == "score" and e.get("judge_model"):
-            return str(e["judge_model"])
-    return None
+def _judge_model(view: LiveView, fallback: str | None) -> str | None:
+    """The judge run.json names: the one judge of the live scores, or `mixed: ...` with each
+    judge's count when several scored (a host for one attempt, hand replies for others); the
+    provider's model (`fallback`) while nothing is scored."""
+    return judges_text(judge_counts(view.latest("score").values()), fallback)
 
 
 def _model_sha(eval_set: Any, endpoint: Any, local: bool) -> str | None:
@@ -366,4 +449,4 @@ def render_text(r: RunScoreResult) -> str:
         return (head + f"dry run: {stats.get('calls', 0)} judge call(s), about "
                 f"{stats.get('estimated_input_tokens', 0)} input tokens; nothing written\n")
     return (head + f"wrote {r.results_md} and {r.summary_json}\n\n"
-            + render_markdown(r.summary))
+            + render_markdown(r.summary) + f"\nreport: {r.report_html}\n")

@@ -2,8 +2,8 @@
 """Decide whether an answerer's host tool-use log shows contamination (SPEC 5.1): exit 1 when contaminated or unknown.
 
 Examples:
-  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log transcript.jsonl --set evals/bookshop --json
-  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log host_log.json --set evals/bookshop --run evals/bookshop/runs/r1 --reported-calls 4
+  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log evals/bookshop/transcripts/baseline/bk_total_revenue.jsonl --set evals/bookshop --json
+  .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log evals/bookshop/transcripts/leaky/bk_member_count.hostlog.json --set evals/bookshop --run evals/bookshop/runs/leaky --reported-calls 4   # 4 calls reported, 2 made: exit 1
   .venv/bin/python skills/eval-answer/scripts/check_contamination.py --set evals/bookshop --json   # no log: "unknown", exit 1
 
 Exit codes: 0 clean, 1 contaminated (true or "unknown"), 2 usage (a needle under 3 characters),
@@ -18,37 +18,43 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
+from malloy_evals.checks.contamination.refs import make_needle
 from malloy_evals.checks.contamination.rules import check_contamination, render_text
 from malloy_evals.checks.toollog import read_tool_uses
 from malloy_evals.core import cli
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--log", help="host tool-use log (JSON) or Claude Code transcript (.jsonl); "
+    p.add_argument("--log", type=cli.existing_file,
+                   help="host tool-use log (JSON) or Claude Code transcript (.jsonl); "
                    "omitted: the verdict is \"unknown\"")
-    p.add_argument("--set", required=True, dest="set_dir",
-                   help="the set folder: it and everything under it are protected (need not exist here)")
-    p.add_argument("--run", dest="run_dir", help="the run folder (protected; need not exist here)")
+    cli.add_set_argument(p, matched_only=True, help="the set folder: it and everything under it "
+                         "are protected (only matched against: need not exist here)")
+    cli.add_run_argument(p, matched_only=True, required=False,
+                         help="the run folder (protected; only matched against: need not exist)")
     p.add_argument("--model-path", action="append", default=[],
                    help="the model file under test (repeatable)")
     p.add_argument("--truth-package", help="the truth package's name (default: set.json truthPackage)")
-    p.add_argument("--gold-path", action="append", default=[],
+    p.add_argument("--gold-path", action="append", default=[], type=cli.checked_by(make_needle),
                    help="an extra gold needle (repeatable; extends the defaults)")
-    p.add_argument("--eval-path", action="append", default=[],
+    p.add_argument("--eval-path", action="append", default=[], type=cli.checked_by(make_needle),
                    help="an extra eval-area needle (repeatable; extends the defaults)")
     p.add_argument("--reported-calls", type=cli.count,
                    help="the calls the answerer reported (overrides the log's reportedCalls)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     log = read_tool_uses(args.log) if args.log else None
     for warning in log.warnings if log else []:
         cli.progress(f"warning: {warning}")
     result = check_contamination(
         log=log,  # None: no log, the verdict is "unknown"
         set_dir=args.set_dir,
-        run_dir=args.run_dir,
+        run_dir=args.run,
         model_paths=args.model_path,
         truth_package=args.truth_package,
         gold_paths=args.gold_path,

@@ -7,10 +7,10 @@ model, so `run: order_items -> by_value` where by_value sums books.list_price is
 with its path; without one only the query text is read, and the output says the expansion was
 not possible (see reference/must-not-use.md).
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query-file final.malloy products.list_price "list_price as revenue" --json
-  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: order_items -> { aggregate: list_value }' books.list_price --model evals/bookshop/model
-  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query-file final.malloy --set evals/bookshop --qid bk_total_revenue --json
+Examples (`--query-file FILE` reads the query from a file instead):
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: order_items -> { aggregate: revenue }' books.list_price "list_price as revenue" --json
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: order_items -> { aggregate: list_value }' books.list_price --model evals/bookshop/model   # list_value sums books.list_price: a hit, exit 1
+  .venv/bin/python skills/eval-answer/scripts/check_must_not_use.py --query 'run: order_items -> { aggregate: list_value }' --set evals/bookshop --qid bk_total_revenue --json   # the case's mustNotUse names list_value: exit 1
 
 Exit codes: 0 no hit (leaf hits and prose entries are for the judge), 1 a hit, 2 usage,
 3 the query file or the set cannot be read. An empty query means no query: every entry is unchecked.
@@ -27,10 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 from malloy_evals.checks.model_definitions import check_query
 from malloy_evals.checks.must_not_use import render_text
 from malloy_evals.core import cli
-from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.core.errors import InputError
+from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
 
-def _read_query(path: str) -> str:
+def _read_query(path: Path) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -39,10 +40,8 @@ def _read_query(path: str) -> str:
         raise InputError(path, None, f"not UTF-8 text (byte {exc.start})") from None
 
 
-def _set_case(set_dir: str, qid: str) -> tuple[list[str], dict[str, list[str]], Path, str]:
+def _set_case(set_dir: Path, qid: str) -> tuple[list[str], dict[str, list[str]], Path, str]:
     """The case's mustNotUse entries and mustNotUseAllowedIn, the set's model folder and path."""
-    from malloy_evals.sets.eval_set import CASES_FILE, load_set
-
     eval_set = load_set(set_dir)
     case = eval_set.case(qid)
     entries = case.must_not_use
@@ -53,28 +52,31 @@ def _set_case(set_dir: str, qid: str) -> tuple[list[str], dict[str, list[str]], 
     return entries, case.must_not_use_allowed_in, eval_set.model_dir, eval_set.target_model_path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--query-file", help="file holding the submitted (final) query")
+    source.add_argument("--query-file", type=cli.existing_file,
+                        help="file holding the submitted (final) query")
     source.add_argument("--query", help="the submitted query as text")
     p.add_argument("entries", nargs="*", help="mustNotUse entries (field paths or prose)")
-    p.add_argument("--set", dest="set_dir", help="the set folder: read golden.mustNotUse of --qid")
+    cli.add_set_argument(p, required=False,
+                         help="the set folder: read golden.mustNotUse of --qid")
     p.add_argument("--qid", help="the case whose golden.mustNotUse to read (with --set)")
-    p.add_argument("--model", dest="model_dir", metavar="DIR",
-                   help="the package folder whose definitions the query's named views, measures "
-                        "and dimensions are expanded through (default with --set: its model/)")
+    cli.add_model_argument(p, help="the package folder whose definitions the query's named "
+                                   "views, measures and dimensions are expanded through "
+                                   "(default with --set: its model/)")
+    cli.add_check(p, lambda a: "--set and --qid go together"
+                  if (a.set_dir is None) != (a.qid is None) else None)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if (args.set_dir is None) != (args.qid is None):
-        raise UsageError("--set and --qid go together")
-    if args.model_dir is not None and not Path(args.model_dir).is_dir():
-        raise UsageError(f"--model {args.model_dir}: not a folder")
+    return p
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     query = _read_query(args.query_file) if args.query_file is not None else args.query
     entries = list(args.entries)
     allowed_in: dict[str, list[str]] = {}
-    model_dir, model_path = args.model_dir, None
+    model_dir, model_path = args.model, None
     if args.set_dir is not None:
         set_entries, allowed_in, set_model, model_path = _set_case(args.set_dir, args.qid)
         entries += set_entries

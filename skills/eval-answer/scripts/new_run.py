@@ -2,8 +2,8 @@
 """Create a run folder: run.json (identity and pins) and an empty ledger, for one arm in one phase.
 
 Examples:
-  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out /tmp/runs/base1 --answerer-model claude-sonnet-4-5
-  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out /tmp/runs/loop3 --answerer-model claude-sonnet-4-5 --phase loop --run-id bookshop-loop-03 --json
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/base1 --answerer-model claude-sonnet-4-5
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/loop3 --answerer-model claude-sonnet-4-5 --phase loop --run-id bookshop-loop-03 --json
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from malloy_evals.core.errors import EXIT_OK
 from malloy_evals.ledger.run import Run
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--set", required=True, type=Path, help="the set folder (holds set.json and cases.jsonl)")
+    cli.add_set_argument(p)
     p.add_argument("--out", required=True, type=Path,
                    help="the run folder to create (must not exist, or be empty)")
     p.add_argument("--answerer-model", required=True, help="the model that answers the questions")
@@ -29,8 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the run's one phase (default: baseline)")
     p.add_argument("--run-id", help="the run id (default: <set>-<phase>-<UTC time>)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    run = Run.create(args.out, args.set, args.answerer_model, phase=args.phase, run_id=args.run_id)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run = Run.create(args.out, args.set_dir, args.answerer_model, phase=args.phase, run_id=args.run_id)
     result = {"run_dir": str(run.dir), "run_id": run.run_id, "phase": run.phase, "info": run.info}
     cli.emit(result, as_json=args.json,
              render=lambda r: f"created run {r['run_id']} ({r['phase']}) in {r['run_dir']}")

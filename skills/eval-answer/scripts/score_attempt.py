@@ -6,15 +6,19 @@ Order: truncated -> golden gate -> not submitted -> contamination -> re-executio
 contaminated is null, each keeping the judge's own verdict in judge_verdict). Golden gates decide
 before any judge call. With `--judge host --emit` it writes the judge request and appends nothing;
 `--judge host --ingest` reads the host's reply and appends the score. Exit 0 when it wrote its
-result (a null verdict included), 3 when it could not (unreadable input, missing recording).
+result (a null verdict included) or, with --emit, its request; 3 when it could not (unreadable
+input, missing recording, --ingest with no reply yet or before any --emit), appending nothing.
 
-Examples (on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline):
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --local --json
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit --local
-  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json
+Examples (on a copy of a recorded run, made by the first two lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --local --json
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run runs/baseline --set evals/bookshop --qid bk_revenue_2024 --judge host --emit --local
+  .venv/bin/python skills/eval-answer/scripts/score_attempt.py --run runs/baseline --set evals/bookshop --qid bk_top_customers --judge anthropic:claude-haiku-4-5 --mcp-url http://127.0.0.1:4040/mcp --json   # needs ANTHROPIC_API_KEY and an endpoint at :4040
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -25,19 +29,20 @@ from malloy_evals.judge.doctrine import add_judge_retries
 from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_attempt_arguments(p)
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--mcp-url", help="re-execute through this MCP endpoint")
-    where.add_argument("--local", action="store_true",
-                       help="re-execute through the kit's endpoint over the set's model/")
+    # --ingest judges the prediction its --emit re-executed: no endpoint then.
+    cli.add_endpoint_arguments(p, required=lambda a: not a.ingest)
     cli.add_model_argument(p)
     add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    cli.check_model_argument(p, args)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     run_dir = Path(args.run)
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)
@@ -48,7 +53,9 @@ def main(argv=None) -> int:
     if result.status != "scored":
         doc |= {"status": result.status, "message": result.message}
     cli.emit(doc, as_json=args.json, render=lambda _d: render_score(result))
-    return 0
+    if result.exit_code and result.message:
+        cli.progress(result.message)
+    return result.exit_code
 
 
 if __name__ == "__main__":

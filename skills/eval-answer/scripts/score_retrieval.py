@@ -7,9 +7,12 @@ only (verdict no_match), the where_to_fix attribution; then a summary with the c
 --append it writes one retrieval_score event per attempt, voiding each attempt's earlier one.
 Exit 0 scored (a low recall is a result); 3 unreadable input or a folder without run.json.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/base1 --set evals/bookshop --json
-  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/base1 --set evals/bookshop --coverage coverage.json --append
+Examples (on a copy of a recorded run; runs/coverage.json is what check_coverage.py --out wrote):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --json
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json
+  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --coverage runs/coverage.json --append
 """
 
 from __future__ import annotations
@@ -24,16 +27,19 @@ from malloy_evals.answer.retrieval import dump_json, render_text, score_retrieva
 from malloy_evals.core import cli
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=Path, help="the run folder")
-    p.add_argument("--set", required=True, type=Path, dest="set_dir", help="the set folder")
-    p.add_argument("--coverage", type=Path, default=None,
-                   help="a check_coverage.py report; its measured verdicts beat the authored coverage")
+    cli.add_run_argument(p)
+    cli.add_set_argument(p)
+    cli.add_coverage_argument(p, use="its measured verdicts beat the authored coverage")
     p.add_argument("--append", action="store_true",
                    help="write one retrieval_score event per attempt (voiding the earlier live one)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = score_retrieval(args.run, args.set_dir, coverage=args.coverage, append=args.append)
     for warning in result.warnings:
         cli.progress(f"warning: {warning}")

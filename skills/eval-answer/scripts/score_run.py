@@ -1,62 +1,74 @@
 #!/usr/bin/env python3
-"""Score every attempt of a run, then retrieval, then write RESULTS.md and summary.json (SPEC 5.5).
+"""Score every attempt of a run, then retrieval, then write RESULTS.md, summary.json and report.html.
 
 Attempts are scored in parallel with a progress line each on stderr. Resumable: an attempt whose
 live score carries the current golden revision and judge pins is skipped; a stale one is voided
 and re-scored. With `--judge host --emit` it writes every unscored attempt's judge request (one
 per attempt, for a fresh host subagent each); `--judge host --ingest` then scores the attempts whose
-reply.json is there and leaves the rest for a later --ingest. Exit 0 when the results were written
-(an INCOMPLETE run included), 3 when nothing could be judged or an input could not be read.
+reply.json is there and leaves the rest for a later --ingest. Before scoring, the goldens it would
+judge are re-derived from the set's truth package (when it has one and Node is present): any
+drift refuses the whole run with exit 1, naming every drifted case, unless --allow-drift (then
+the summary's headline names them). Exit 0 when the results were written (an INCOMPLETE run
+included), 1 on golden drift, 3 when nothing could be judged or an input could not be read.
 
 `--local --model DIR` serves (and shows the judge) another package folder than the set's model/,
 and pins its sha: how a candidate model is scored against the same cases.
 
-Examples (the first on a scratch copy: cp -r evals/bookshop/runs/baseline /tmp/baseline; the
-last on cp -r evals/bookshop/runs/candidate /tmp/candidate):
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/baseline --set evals/bookshop --judge replay --local
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 --set evals/bookshop --judge replay --local --only q03,q07 --rescore --json
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run /tmp/candidate --set evals/bookshop --judge replay --local --model evals/bookshop/model-candidate
+Examples (on copies of recorded runs, made by the cp lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local --only bk_total_revenue,bk_gross_bookings --rescore --json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge anthropic:claude-sonnet-4-5 --mcp-url http://localhost:4040/mcp --parallel 8 --rescore   # needs ANTHROPIC_API_KEY and a Publisher
+  cp -r evals/bookshop/runs/candidate runs/
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/candidate --set evals/bookshop --judge replay --local --model evals/bookshop/model-candidate
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
 from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
-from malloy_evals.workflow.run_scorer import render_text, score_run
+from malloy_evals.workflow.run_scorer import DriftRefusal, render_refusal, render_text, score_run
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=cli.existing_dir, help="the run folder")
-    p.add_argument("--set", required=True, type=cli.existing_dir, help="the set folder")
+    cli.add_run_argument(p)
+    cli.add_set_argument(p)
     add_provider_arguments(p, "--judge")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--mcp-url", help="the Publisher's MCP endpoint to re-execute against")
-    where.add_argument("--local", action="store_true",
-                       help="start the kit's endpoint over the set's model/ package")
+    cli.add_endpoint_arguments(p)
     cli.add_model_argument(p)
-    p.add_argument("--coverage", type=Path, help="a check_coverage report (measured coverage)")
-    p.add_argument("--parallel", type=int, default=4, help="attempts scored at once (default 4)")
-    p.add_argument("--only", type=cli.split_qids, help="score only these qids (q1,q2)")
+    cli.add_coverage_argument(p, use="its measured verdicts beat the authored coverage")
+    cli.add_count_argument(p, "--parallel", default=4, help="attempts scored at once (default 4)")
+    cli.add_only_argument(p, what="qids")
     p.add_argument("--rescore", action="store_true",
                    help="void and re-score attempts even when their pins are current")
+    p.add_argument("--allow-drift", action="store_true",
+                   help="score even when goldens no longer re-derive from the truth package "
+                        "(the summary's headline names them)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    cli.check_model_argument(p, args)
-    if args.parallel < 1:
-        p.error("--parallel must be at least 1")
-    judge = provider_from_args(args, "judge", role="judge", set_dir=args.set, host_dir=args.run)
-    result = score_run(args.run, args.set, judge=judge, judge_spec=args.judge,
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    judge = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir, host_dir=args.run)
+    result = score_run(args.run, args.set_dir, judge=judge, judge_spec=args.judge,
                        mcp_url=args.mcp_url, local=args.local, coverage=args.coverage,
                        parallel=args.parallel, only=args.only, rescore=args.rescore,
-                       model_dir=args.model)
+                       allow_drift=args.allow_drift, model_dir=args.model)
+    if isinstance(result, DriftRefusal):
+        cli.emit(result, as_json=args.json, render=render_refusal)
+        return result.exit_code
     cli.emit(result, as_json=args.json, render=render_text)
+    if args.json and result.report_html:
+        cli.progress(f"report: {result.report_html}")  # stdout holds the one JSON document
     return result.exit_code
 
 

@@ -8,53 +8,67 @@ package under test (environment and package from set.json, the folder model/, or
 `--model DIR` names, e.g. a candidate model beside it). With --http, --json prints one
 JSON document ({mcp_url, rest_base, packages}) before serving; over stdio, stdout is the protocol.
 
-Examples:
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/mini=tests/fixtures/mini_pkg/model --allow evals/bookshop/data --http 4041 --json
-  .venv/bin/python skills/eval-answer/scripts/serve_local.py --set evals/bookshop --model evals/bookshop/model-candidate --http 4042
+Examples (each serves until stopped with Ctrl-C):
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model   # serves MCP over stdio
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/bookshop=evals/bookshop/model --http 4040   # serves http://127.0.0.1:4040/mcp
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --package samples/mini=tests/fixtures/mini_pkg/model --allow evals/bookshop/data --http 4041 --json   # serves :4041
+  .venv/bin/python skills/eval-answer/scripts/serve_local.py --set evals/bookshop --model evals/bookshop/model-candidate --http 4042   # serves the candidate model at :4042
 """
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
 from malloy_evals.core.errors import EXIT_OK, UnmeasuredError
-from malloy_evals.endpoint.mcp_server import check_port_free, parse_package_arg, serve
+from malloy_evals.endpoint.mcp_server import (
+    check_port_free,
+    check_unique_packages,
+    parse_package_arg,
+    serve,
+)
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.sets.eval_set import load_set
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     p.add_argument("--package", action="append", default=[], metavar="ENV/PKG=DIR",
+                   type=cli.checked_by(parse_package_arg),
                    help="a package to serve (repeatable), e.g. samples/bookshop=evals/bookshop/model")
-    p.add_argument("--set", type=cli.existing_dir, metavar="SET",
-                   help="also serve this set's package under test (set.json names it)")
+    cli.add_set_argument(p, required=False,
+                         help="also serve this set's package under test (set.json names it)")
     cli.add_model_argument(p, help="with --set: serve this package folder instead of the "
                                    "set's model/ (e.g. evals/bookshop/model-candidate)")
-    p.add_argument("--allow", action="append", default=[], metavar="DIR",
+    p.add_argument("--allow", action="append", default=[], metavar="DIR", type=cli.existing_dir,
                    help="another folder DuckDB may read (repeatable)")
-    p.add_argument("--http", type=int, metavar="PORT",
+    p.add_argument("--http", type=cli.port, metavar="PORT",
                    help="serve stateless streamable HTTP at 127.0.0.1:PORT/mcp instead of stdio")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per query (default 60)")
+    p.add_argument("--timeout", type=cli.seconds, default=60.0,
+                   help="seconds per query (default 60)")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if args.json and args.http is None:
-        p.error("--json needs --http: over stdio, stdout carries the MCP protocol")
-    if not args.package and args.set is None:
-        p.error("give --package ENV/PKG=DIR or --set SET")
-    if args.model is not None and args.set is None:
-        p.error("--model stands in for a set's model/: give --set SET with it")
+    cli.add_check(p, lambda a: "--json needs --http: over stdio, stdout carries the MCP protocol"
+                  if a.json and a.http is None else None)
+    cli.add_check(p, lambda a: "give --package ENV/PKG=DIR or --set SET"
+                  if not a.package and a.set_dir is None else None)
+    cli.add_check(p, lambda a: "--model stands in for a set's model/: give --set SET with it"
+                  if a.model is not None and a.set_dir is None else None)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # The whole command line (a package folder that is not there included) is decided before
+    # Node is looked for: a usage error is exit 2 on a machine without Node too.
+    args = build_parser().parse_args(argv)
+    specs = list(args.package)
+    if args.set_dir is not None:
+        specs.append(load_set(args.set_dir, args.model).package_spec)
+    packages = [parse_package_arg(v, args.allow, args.timeout) for v in specs]
+    check_unique_packages(packages)
     reason = runtime_missing_reason()
     if reason:
         raise UnmeasuredError(reason)
-    extra = [Path(a) for a in args.allow]
-    specs = list(args.package)
-    if args.set is not None:
-        specs.append(load_set(args.set, args.model).package_spec)
-    packages = [parse_package_arg(v, extra, args.timeout) for v in specs]
     if args.http is not None:
         check_port_free(args.http)
         names = [f"{s.environment}/{s.name}" for s in packages]

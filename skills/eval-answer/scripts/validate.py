@@ -5,8 +5,8 @@ Exit 0 clean, 1 on any error (a missing run.json or a torn line included), 3 whe
 be read. Unknown fields and reported_calls > host_tool_uses are warnings and never change the exit.
 
 Examples:
-  .venv/bin/python skills/eval-answer/scripts/validate.py evals/bookshop/runs/baseline-01
-  .venv/bin/python skills/eval-answer/scripts/validate.py /tmp/runs/base1 /tmp/runs/loop3 --json
+  .venv/bin/python skills/eval-answer/scripts/validate.py evals/bookshop/runs/baseline
+  .venv/bin/python skills/eval-answer/scripts/validate.py evals/bookshop/runs/baseline evals/bookshop/runs/leaky --json
 """
 
 from __future__ import annotations
@@ -21,25 +21,18 @@ from malloy_evals.core import cli
 from malloy_evals.ledger.validate import ValidationReport, validate_runs
 
 
-def render(report: ValidationReport) -> str:
-    """One line per folder, then its problems."""
-    lines: list[str] = []
-    for r in report.runs:
-        counts = f"{len(r.errors)} error(s), {len(r.warnings)} warning(s)"
-        detail = "could not be read" if not r.readable else f"{r.events} events; {counts}"
-        lines.append(f"{r.dir}: {r.status} ({detail})")
-        lines += [f"  error: {e}" for e in r.errors]
-        lines += [f"  warning: {w}" for w in r.warnings]
-    return "\n".join(lines)
+def build_parser() -> cli.ScriptParser:
+    p = cli.parser(__doc__)
+    p.add_argument("run_dirs", nargs="+", type=cli.existing_dir, metavar="RUN_DIR",
+                   help="run folders to check (a folder without run.json is a finding, exit 1)")
+    cli.add_json_flag(p)
+    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = cli.parser(__doc__)
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders to check")
-    cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     report = validate_runs(args.run_dirs)
-    cli.emit(report, as_json=args.json, render=render)
+    cli.emit(report, as_json=args.json, render=ValidationReport.render)
     return report.exit_code
 
 

@@ -21,26 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals.checks.model_definitions import check_set_with_model
 from malloy_evals.core import cli
-from malloy_evals.sets.eval_set import SetReport
+from malloy_evals.core.findings import FolderReport
 
 
-def render(report: SetReport) -> str:
-    """One line for the folder, then its problems."""
-    counts = f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)"
-    detail = "could not be read" if not report.readable else f"{report.cases} cases; {counts}"
-    lines = [f"{report.dir}: {report.status} ({detail})"]
-    lines += [f"  error: {e}" for e in report.errors]
-    lines += [f"  warning: {w}" for w in report.warnings]
-    return "\n".join(lines)
+def build_parser() -> cli.ScriptParser:
+    p = cli.parser(__doc__)
+    p.add_argument("set_dir", type=cli.existing_dir, metavar="SET_DIR",
+                   help="the set folder to check")
+    cli.add_json_flag(p)
+    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = cli.parser(__doc__)
-    p.add_argument("set_dir", metavar="SET_DIR", help="the set folder to check")
-    cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     report = check_set_with_model(args.set_dir)
-    cli.emit(report, as_json=args.json, render=render)
+    cli.emit(report, as_json=args.json, render=FolderReport.render)
     return report.exit_code
 
 

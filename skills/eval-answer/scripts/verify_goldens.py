@@ -9,12 +9,13 @@ error, no truth package).
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/verify_goldens.py --set evals/bookshop
-  .venv/bin/python skills/eval-answer/scripts/verify_goldens.py --set evals/bookshop --qid q01 --json
+  .venv/bin/python skills/eval-answer/scripts/verify_goldens.py --set evals/bookshop --qid bk_total_revenue,bk_revenue_by_genre --json
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -23,15 +24,20 @@ from malloy_evals.core import cli
 from malloy_evals.sets.goldens import render_text, verify_goldens
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--set", required=True, type=cli.existing_dir, help="the set folder")
-    p.add_argument("--qid", action="append", default=[], metavar="Q",
-                   help="check only this case (repeatable, or comma-separated)")
+    cli.add_set_argument(p)
+    p.add_argument("--qid", action="append", default=[], type=cli.split_qids, metavar="Q",
+                   help="check only this case (repeatable, or comma-separated); a qid not in the "
+                        "set is exit 3")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    qids = [q for value in args.qid for q in cli.split_qids(value)]
-    report = verify_goldens(args.set, qids or None)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    qids = [q for value in args.qid for q in value]
+    report = verify_goldens(args.set_dir, qids or None)
     cli.emit(report, as_json=args.json, render=render_text)
     return report.exit_code
 

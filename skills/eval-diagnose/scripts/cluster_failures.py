@@ -4,9 +4,12 @@
 Writes `<run>/clusters-mechanical.jsonl` (never the diagnosed issues). No model is called. Exit 0
 with the groups, 3 when the run or set cannot be read.
 
-Examples:
-  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run /tmp/demo/runs/baseline --set evals/bookshop
-  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run /tmp/demo/runs/baseline --set evals/bookshop --json
+Examples (on a scored copy of a recorded run, made by the first three lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run runs/baseline --set evals/bookshop
+  .venv/bin/python skills/eval-diagnose/scripts/cluster_failures.py --run runs/baseline --set evals/bookshop --json
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from malloy_evals.core import cli
 from malloy_evals.diagnose.mechanical import cluster_failures, render_mechanical
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=Path, help="the scored run folder")
-    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir",
-                   help="the set folder")
+    cli.add_run_argument(p, help="the scored run folder")
+    cli.add_set_argument(p)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = cluster_failures(args.run, args.set_dir)
     cli.emit(result, as_json=args.json, render=render_mechanical)
     return result.exit_code

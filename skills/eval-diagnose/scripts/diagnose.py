@@ -5,10 +5,15 @@ Appends one `issue` + `issue_status open` per cluster, voiding only the issues d
 earlier for the run. Exit 0 when it wrote its result (nothing selected included), 3 when the run or
 set cannot be read or cases were selected and none could be diagnosed, 2 on usage errors.
 
-Examples:
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser replay --json
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5
-  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run /tmp/demo/runs/baseline --set evals/bookshop --diagnoser host --emit
+Examples (on a copy of a recorded run, scored as the demo scores it by the first four lines;
+the recorded diagnoser replays for that scoring):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/baseline --set evals/bookshop --judge replay --local --coverage runs/coverage.json
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser replay --json
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser host --emit
+  .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/baseline --set evals/bookshop --diagnoser anthropic:claude-sonnet-4-5 --verdicts no_match,near_match --limit 5   # needs ANTHROPIC_API_KEY
 """
 
 from __future__ import annotations
@@ -21,28 +26,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals.core import cli
 from malloy_evals.diagnose.run import diagnose_run, render_text
+from malloy_evals.diagnose.selection import SPLITS, verdicts_problem
 from malloy_evals.judge.providers import select as providers
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--run", required=True, type=Path, help="the scored run folder")
-    p.add_argument("--set", required=True, type=cli.existing_dir, dest="set_dir",
-                   help="the set folder")
+    cli.add_run_argument(p, help="the scored run folder")
+    cli.add_set_argument(p)
     providers.add_provider_arguments(p, "--diagnoser")
-    p.add_argument("--only", type=cli.split_qids, metavar="q1,q2", help="only these cases")
+    cli.add_only_argument(p)
     p.add_argument("--verdicts", type=cli.split_qids, default=["no_match"], metavar="V1,V2",
                    help="verdicts to diagnose: no_match (default), near_match, needs_human")
-    p.add_argument("--split", default="dev", choices=("dev", "holdout", "all"),
+    cli.add_check(p, lambda a: verdicts_problem(a.verdicts))
+    p.add_argument("--split", default="dev", choices=SPLITS,
                    help="which split to diagnose (default dev: holdout stays unseen)")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="diagnose at most N cases (0 selects nothing); the rest are counted as excluded")
-    p.add_argument("--coverage", type=Path, metavar="REPORT",
-                   help="a check_coverage.py report, shown to the diagnoser as the measured coverage")
+    cli.add_count_argument(p, "--limit", default=None, minimum=0,
+                           help="diagnose at most N cases (0 selects nothing); the rest are "
+                                "counted as excluded")
+    cli.add_coverage_argument(p, use="shown to the diagnoser as the measured coverage")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    if args.limit is not None and args.limit < 0:
-        p.error("--limit must be 0 or more")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     def provider_factory(run_dir: Path):
         return providers.provider_from_args(args, "diagnoser", role="diagnose",

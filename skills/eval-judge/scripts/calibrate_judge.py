@@ -10,11 +10,12 @@ rubric or mustNotUse) are checked first. Exit 0 all pass, 1 on any mismatch or i
 
 Examples:
   .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge replay --json
-  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --samples 3 --record
-  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --dry-run
+  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --dry-run   # counts calls and tokens, calls nothing
+  .venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --samples 3 --record runs/calibration   # needs ANTHROPIC_API_KEY
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -26,18 +27,22 @@ from malloy_evals.judge.providers.select import add_provider_arguments, provider
 from malloy_evals.sets.eval_set import load_set
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--set", required=True, help="the set folder")
-    p.add_argument("--samples", type=int, default=3,
-                   help="judgements per non-empty answer; all must agree (default 3)")
-    p.add_argument("--only", type=cli.split_qids, default=None, help="q1,q2: these entries only")
+    cli.add_set_argument(p)
+    cli.add_count_argument(p, "--samples", default=3,
+                           help="judgements per non-empty answer; all must agree (default 3)")
+    cli.add_only_argument(p, what="calibration entries (by qid)")
     add_judge_retries(p)
     add_provider_arguments(p, "--judge", host=False)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    eval_set = load_set(args.set)
-    provider = provider_from_args(args, "judge", role="judge", set_dir=Path(args.set))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir)
+    eval_set = load_set(args.set_dir)
     report = calibrate(eval_set, provider, samples=args.samples, only=args.only,
                        judge_retries=args.judge_retries)
     cli.emit(report, as_json=args.json, render=render_calibration)

@@ -9,11 +9,12 @@ be judged or fixtures exist and none was judged, else 0 (no fixture file is 0).
 
 Examples:
   .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge replay --json
-  .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --repeat 3 --record
   .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge replay --only bk_total_revenue
+  .venv/bin/python skills/eval-judge/scripts/check_judge.py --set evals/bookshop --judge anthropic:claude-haiku-4-5 --repeat 3 --record runs/regressions   # needs ANTHROPIC_API_KEY
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -25,22 +26,25 @@ from malloy_evals.judge.providers.select import add_provider_arguments, provider
 from malloy_evals.sets.eval_set import load_set
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
-    p.add_argument("--set", required=True, help="the set folder")
-    p.add_argument("--repeat", type=int, default=1, help="judgements per fixture (default 1)")
-    p.add_argument("--fixtures", default=None,
+    cli.add_set_argument(p)
+    cli.add_count_argument(p, "--repeat", default=1, help="judgements per fixture (default 1)")
+    p.add_argument("--fixtures", type=cli.existing_file, default=None,
                    help="a fixtures file (default <set>/judge-regressions.jsonl)")
-    p.add_argument("--only", type=cli.split_qids, default=None,
-                   help="qids or fixture ids, comma-separated")
+    cli.add_only_argument(p, what="fixtures (qids or fixture ids)")
     add_judge_retries(p)
     add_provider_arguments(p, "--judge", host=False)
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
-    eval_set = load_set(args.set)
-    provider = provider_from_args(args, "judge", role="judge", set_dir=Path(args.set))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir)
+    eval_set = load_set(args.set_dir)
     report = check_regressions(eval_set, provider, repeat=args.repeat, only=args.only,
-                               fixtures=Path(args.fixtures) if args.fixtures else None,
+                               fixtures=args.fixtures,
                                judge_retries=args.judge_retries)
     cli.emit(report, as_json=args.json, render=render_regressions)
     return report.exit_code

@@ -4,16 +4,20 @@
 Writes the judge's request, replies and verdict under the attempt's artifacts (write-once); never
 the ledger (score_attempt.py does that). Needs the attempt's re-executed prediction when it has a
 final query (reexecute.py writes it). Exit 0 with a verdict (a null verdict with its reason is a
-result), 3 when it could not judge (a missing or stale recording names the command that re-records).
+result) or, with --emit, the written request; 3 when it could not judge (no re-executed prediction
+yet, --ingest with no reply; a missing or stale recording names the command that re-records).
 
-Examples (on a scratch copy, re-executed first: cp -r evals/bookshop/runs/baseline /tmp/baseline, then
-skills/eval-answer/scripts/reexecute.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --local):
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit
-  .venv/bin/python skills/eval-judge/scripts/judge.py --run /tmp/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json
+Examples (on a copy of a recorded run, re-executed first by the first three lines):
+  mkdir -p runs
+  cp -r evals/bookshop/runs/baseline runs/
+  .venv/bin/python skills/eval-answer/scripts/reexecute.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --local
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge replay --json
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge host --emit
+  .venv/bin/python skills/eval-judge/scripts/judge.py --run runs/baseline --set evals/bookshop --qid bk_total_revenue --judge anthropic:claude-haiku-4-5 --json   # needs ANTHROPIC_API_KEY
 """
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
@@ -24,7 +28,7 @@ from malloy_evals.judge.doctrine import add_judge_retries
 from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
 
 
-def main(argv=None) -> int:
+def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_attempt_arguments(p)
     cli.add_model_argument(p, help="the package folder the attempt was answered against, "
@@ -33,7 +37,11 @@ def main(argv=None) -> int:
     add_judge_retries(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     run_dir = Path(args.run)
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)
@@ -43,7 +51,9 @@ def main(argv=None) -> int:
     doc = result.event if result.event is not None else result.to_json() | {
         "status": result.status, "message": result.message}
     cli.emit(doc, as_json=args.json, render=lambda _d: render_score(result))
-    return 0
+    if result.exit_code and result.message:
+        cli.progress(result.message)
+    return result.exit_code
 
 
 if __name__ == "__main__":

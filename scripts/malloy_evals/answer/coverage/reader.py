@@ -11,19 +11,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.answer.coverage.narrow import CaseInventory, how_narrowed, narrow
 from malloy_evals.answer.coverage.surface import ModelView, read_local_model, read_served_model
+from malloy_evals.answer.retrieval import expected_groups
 from malloy_evals.core import cli, codes
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
+from malloy_evals.core.words import shown
 from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
 from malloy_evals.judge.providers.select import provider_stats
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
 ROLE = "coverage"
 RULE_KINDS = ("guessable", "arbitrary")
@@ -124,6 +128,17 @@ class Reading:
     rule_kind: str | None = None
     quantities: list[dict] = field(default_factory=list)
     resolved_by: str | None = None
+    rejected: str | None = None   # why the reply broke the rules (one of REJECTIONS); None: kept
+
+
+# Why a reply is rejected (asked again, then left undecided), as the report counts them.
+R_NO_JSON = "no JSON object"
+R_VERDICT = "verdict not allowed"
+R_NO_ENTITY = "MODELLED without an entity"
+R_UNKNOWN_ENTITY = "names an entity not in the model"
+REJECTIONS = (R_NO_JSON, R_VERDICT, R_NO_ENTITY, R_UNKNOWN_ENTITY)
+# Re-asks after a rejected reply, as the judge's default --judge-retries: one.
+REPLY_RETRIES = 1
 
 
 def _strings(value: Any) -> list[str]:
@@ -149,18 +164,21 @@ def _quantities(value: Any) -> list[dict]:
     return out
 
 
-def read_reply(data: dict | None, text: str = "") -> Reading:
+def read_reply(data: dict | None, text: str = "", known: frozenset[str] | None = None) -> Reading:
     """Apply SPEC 5.4's reply rules to one reader reply (structured object, else the raw text).
 
     - a verdict outside MODELLED and the gap verdicts is undecided;
+    - an entity (named, or a candidate) that the compiled inventory `known` does not hold makes
+      the reply unusable: the reader invented it, and an invented entity would inflate coverage;
     - MODELLED with a quantity holding several candidates, none ruled out and nothing resolving
       them, becomes AMBIGUOUS;
     - MODELLED that names no entity is undecided;
     - rule_kind is kept only for RULE_UNWRITTEN.
+    A broken rule sets `rejected`, so the caller can ask again before leaving the case undecided.
     """
     obj = data if isinstance(data, dict) else last_json_object(text or "", "verdict")
     if obj is None:
-        return Reading(None, "no JSON object in the reader's reply")
+        return Reading(None, "no JSON object in the reader's reply", rejected=R_NO_JSON)
     raw_verdict = obj.get("verdict")
     why = str(obj.get("why") or "").strip()
     quantities = _quantities(obj.get("quantities"))
@@ -169,9 +187,14 @@ def read_reply(data: dict | None, text: str = "") -> Reading:
     entities = _strings(obj.get("entities"))
     verdict = raw_verdict.strip().upper() if isinstance(raw_verdict, str) else None
     if verdict not in codes.COVERAGE_VERDICTS:
-        return Reading(None, f"reader answered verdict {raw_verdict!r}, not one of "
+        return Reading(None, f"reader answered verdict {shown(raw_verdict)}, not one of "
                              f"{', '.join(codes.COVERAGE_VERDICTS)}; {why}".strip(),
-                       entities, None, quantities, resolved_by)
+                       entities, None, quantities, resolved_by, rejected=R_VERDICT)
+    unknown = unknown_entities(entities, quantities, known)
+    if unknown:
+        return Reading(None, f"the reply names {', '.join(unknown)}, not in the compiled model; "
+                             f"{why}".strip(), entities, None, quantities, resolved_by,
+                       rejected=R_UNKNOWN_ENTITY)
     if verdict == codes.MODELLED:
         open_choices = [q for q in quantities if len(q["candidates"]) > 1 and not q["ruled_out"]]
         if open_choices and resolved_by is None:
@@ -181,11 +204,21 @@ def read_reply(data: dict | None, text: str = "") -> Reading:
                            f"them] {why}".strip(), entities, None, quantities, resolved_by)
         if not entities:
             return Reading(None, f"MODELLED without naming an entity that expresses it; {why}"
-                           .strip(), entities, None, quantities, resolved_by)
+                           .strip(), entities, None, quantities, resolved_by, rejected=R_NO_ENTITY)
     rule_kind = obj.get("rule_kind") if verdict == "RULE_UNWRITTEN" else None
     if rule_kind not in RULE_KINDS:
         rule_kind = None
     return Reading(verdict, why, entities, rule_kind, quantities, resolved_by)
+
+
+def unknown_entities(entities: list[str], quantities: list[dict],
+                     known: frozenset[str] | None) -> list[str]:
+    """The entity ids a reply names (as entities or candidates) that the compiled inventory does
+    not hold, in the order named; none when the inventory is unknown (the model text was read)."""
+    if known is None:
+        return []
+    named = [*entities, *(c for q in quantities for c in q["candidates"])]
+    return [e for e in dict.fromkeys(named) if e not in known]
 
 
 @dataclass(frozen=True)
@@ -201,6 +234,11 @@ class CaseCoverage:
     stable: bool
     quantities: list[dict] = field(default_factory=list)
     resolved_by: str | None = None
+    rejected: list[str] = field(default_factory=list)   # each rejected reply's reason class
+    calls: int = 0                                      # reader calls made (or, dry run, planned)
+    inventory_chars: int | None = None                  # the model part of its request
+    narrowing: dict | None = None                       # how its inventory was narrowed
+    expected_in_model: dict[str, bool] | None = None    # expectedEntities found in the inventory
 
 
 def majority(qid: str, readings: list[Reading]) -> CaseCoverage:
@@ -236,15 +274,24 @@ def render_conventions(conventions: Iterable[Any]) -> str:
     return "\n".join(lines) if lines else "(none stated)"
 
 
+NARROWED_LABEL = ("part of the compiled inventory, `kind:source:name (type): doc`: the sources "
+                  "holding what a search of the model found for this question's concepts, each "
+                  "whole unless it did not fit; other sources of the model are not shown")
+
+
 def build_request(qid: str, question: str, concepts: list[str], conventions: list[str],
-                  view: ModelView) -> Any:
-    """The reader's LlmRequest for one case: never the golden, never another case."""
+                  view: ModelView, narrowed: CaseInventory | None = None) -> Any:
+    """The reader's LlmRequest for one case: never the golden, never another case. A large
+    model's case gets its `narrowed` part of the inventory instead of the whole."""
 
     label = ("compiled inventory: every entity of every source, `kind:source:name (type): doc`"
              if view.compiled_surface == "read"
              else f"source text; compiled surface {view.compiled_surface}")
+    if narrowed is not None:
+        label = NARROWED_LABEL
     user = USER_TEMPLATE.format(
-        surface_label=label, model=view.text, conventions=render_conventions(conventions),
+        surface_label=label, model=view.text if narrowed is None else narrowed.text,
+        conventions=render_conventions(conventions),
         question=question,
         concepts=", ".join(c for c in concepts if isinstance(c, str)) or "(none named)")
     return LlmRequest(role=ROLE, key=f"cov.{qid}", system=SYSTEM_TEMPLATE,
@@ -256,6 +303,7 @@ def build_request(qid: str, question: str, concepts: list[str], conventions: lis
 # --------------------------------------------------------------------------- the report
 
 HOST_PENDING = "host reply pending"
+HOST_MISSING = "no host reply"
 
 
 @dataclass(frozen=True)
@@ -273,13 +321,21 @@ class CoverageReport:
     by_verdict: dict[str, int]    # verdict (or "undecided") -> cases
     cases_detail: list[dict]
     labelComparison: dict | None = None
+    host_folder: str | None = None  # host: where requests and replies are (printed, not in JSON)
+    inventory: dict | None = None   # {chars, limit, narrowed, how}: what the reader was given
+    reader_calls: int = 0           # calls made (a dry run: calls it would make)
+    rejected_replies: dict[str, int] = field(default_factory=dict)  # reason -> replies rejected
+    dry_run: bool = False
 
     def to_json(self) -> dict:
         doc = {k: getattr(self, k) for k in (
             "version", "modelSha256", "compiledSurface", "reader", "cases", "decided", "modelled",
-            "coverage", "by_verdict", "cases_detail")}
+            "coverage", "by_verdict", "cases_detail", "inventory", "reader_calls",
+            "rejected_replies")}
         if self.labelComparison is not None:
             doc["labelComparison"] = self.labelComparison
+        if self.dry_run:
+            doc["dry_run"] = True
         return doc
 
     @property
@@ -291,8 +347,11 @@ class CoverageReport:
     @property
     def exit_code(self) -> int:
         # Emitting requests is --emit's job, as in score_attempt and diagnose: not "could not
-        # measure", as long as every undecided case is waiting for its host reply.
+        # measure", as long as every undecided case is waiting for its host reply. A dry run's
+        # result is its count of calls, each within the size limit.
         if self.decided or (self.cases and self.pending == self.cases - self.decided):
+            return EXIT_OK
+        if self.dry_run and self.cases and self.reader_calls:
             return EXIT_OK
         return EXIT_UNMEASURED
 
@@ -340,51 +399,103 @@ def compare_labels(rows: list[CaseCoverage], labels: dict[str, tuple[str | None,
 def _row_json(row: CaseCoverage) -> dict:
     return {"qid": row.qid, "verdict": row.verdict, "why": row.why, "entities": row.entities,
             "rule_kind": row.rule_kind, "samples": row.samples, "stable": row.stable,
-            "quantities": row.quantities, "resolved_by": row.resolved_by}
+            "quantities": row.quantities, "resolved_by": row.resolved_by,
+            "rejected": row.rejected, "inventory_chars": row.inventory_chars,
+            "narrowing": row.narrowing, "expected_in_model": row.expected_in_model}
 
 
-def read_case(provider: Any, request: Any, repeat: int) -> list[Reading]:
-    """`repeat` readings of one case; a provider failure is an undecided reading carrying it."""
+@dataclass(frozen=True)
+class CaseReading:
+    """Every reading of one case, with the replies rejected on the way and the calls made."""
 
-    readings = []
+    readings: list[Reading]
+    rejected: list[str]
+    calls: int
+
+
+def read_case(provider: Any, request: Any, repeat: int, known: frozenset[str] | None = None,
+              retries: int = REPLY_RETRIES) -> CaseReading:
+    """`repeat` readings of one case. A reply that breaks the rules (no JSON, an unknown verdict
+    or entity, MODELLED naming nothing) is asked again up to `retries` times, then kept as an
+    undecided reading; a provider failure is an undecided reading carrying it."""
+
+    readings: list[Reading] = []
+    rejected: list[str] = []
+    calls = 0
     for _ in range(repeat):
-        try:
-            reply = provider.complete(request)
-        except HostReplyPending as exc:
-            readings.append(Reading(None, f"{HOST_PENDING}: {exc}"))
-            break
-        except KitError as exc:  # replay miss/stale, budget, gave up: this case is undecided
-            readings.append(Reading(None, f"reader failed: {exc}"))
-            break
-        readings.append(read_reply(reply.data, reply.text))
-    return readings
+        for attempt in range(retries + 1):
+            calls += 1
+            try:
+                reply = provider.complete(request)
+            except HostReplyPending as exc:
+                # --emit wrote the request (a result); --ingest found no reply (nothing decided).
+                waiting = HOST_MISSING if getattr(provider, "mode", None) == "ingest" else HOST_PENDING
+                return CaseReading([*readings, Reading(None, f"{waiting}: {exc}")], rejected, calls)
+            except KitError as exc:  # replay miss/stale, budget, gave up: this case is undecided
+                failed = Reading(None, f"reader failed: {exc}")
+                if rejected and attempt:  # the re-ask found nothing: the rejection is the story
+                    failed = Reading(None, f"{readings_why(rejected)}; re-asked, and {failed.why}")
+                return CaseReading([*readings, failed], rejected, calls)
+            reading = read_reply(reply.data, reply.text, known)
+            if reading.rejected is None:
+                break
+            rejected.append(reading.rejected)
+            if attempt == retries:
+                break
+        readings.append(reading)
+    return CaseReading(readings, rejected, calls)
+
+
+def readings_why(rejected: list[str]) -> str:
+    return "reply rejected: " + ", ".join(rejected)
 
 
 @dataclass(frozen=True)
 class CoverageCase:
-    """What the reader may see of one case (never the golden)."""
+    """What the reader may see of one case (never the golden), and what only the report uses."""
 
     qid: str
     question: str
     concepts: list[str]
     label: str | None = None   # authored `coverage`, only for --compare-labels
     note: str | None = None    # authored `coverageNote`, only for --compare-labels
+    expected: list[str] = field(default_factory=list)  # expectedEntities ids: never sent, only
+    # checked against the compiled inventory, so retrieval can tell a gap from an entity it missed
 
 
 def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], provider: Any, *,
             repeat: int = 1, version: str | None = None, compare: bool = False,
-            parallel: int = 4, progress: Callable[[str], None] | None = None) -> CoverageReport:
-    """Read every case against one model view and build the report."""
+            parallel: int = 4, progress: Callable[[str], None] | None = None,
+            dry_run: bool = False, limit: int = MAX_MODEL_CHARS) -> CoverageReport:
+    """Read every case against one model view and build the report. A model whose inventory is
+    over `limit` characters is narrowed per case (narrow.py) when the view has a search; with
+    `dry_run` every request is built and counted, and none is sent."""
     if repeat < 1:
         raise UsageError("--repeat must be at least 1")
+    known = view.entity_ids
+    narrowing = len(view.text) > limit and view.search is not None and view.surface is not None
 
     def one(case: CoverageCase) -> CaseCoverage:
-        if len(view.text) > MAX_MODEL_CHARS:
+        expected = ({e: e in known for e in case.expected} if known is not None and case.expected
+                    else None)
+        narrowed = (narrow(view.surface or {}, view.search, case.concepts, case.question, limit)
+                    if narrowing and view.search is not None else None)
+        chars = len(narrowed.text) if narrowed is not None else len(view.text)
+        shape = {"inventory_chars": chars, "expected_in_model": expected,
+                 "narrowing": narrowed.to_json() if narrowed is not None else None}
+        if chars > limit:
             return CaseCoverage(case.qid, None, f"model too large to read in one prompt "
-                                f"({len(view.text)} chars > {MAX_MODEL_CHARS}): a failed "
-                                "measurement, not a gap", [], None, [], False)
-        request = build_request(case.qid, case.question, case.concepts, conventions, view)
-        row = majority(case.qid, read_case(provider, request, repeat))
+                                f"({chars} chars > {limit}) and no search to narrow it: a failed "
+                                "measurement, not a gap", [], None, [], False, **shape)
+        request = build_request(case.qid, case.question, case.concepts, conventions, view,
+                                narrowed)
+        if dry_run:
+            return CaseCoverage(case.qid, None, f"dry run: {repeat} request(s) of "
+                                f"{len(request.messages[0]['content'])} characters, not sent",
+                                [], None, [], False, calls=repeat, **shape)
+        read = read_case(provider, request, repeat, known)
+        row = replace(majority(case.qid, read.readings), rejected=read.rejected,
+                      calls=read.calls, **shape)
         if progress:
             progress(f"cov {case.qid}: {row.verdict or 'undecided'}")
         return row
@@ -395,12 +506,20 @@ def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], 
     comparison = None
     if compare:
         comparison = compare_labels(rows, {c.qid: (c.label, c.note) for c in cases})
+    inventory = {"chars": len(view.text), "limit": limit, "narrowed": narrowing,
+                 "how": (how_narrowed(len(view.text), limit) if narrowing else
+                         "every case gets the whole inventory" if len(view.text) <= limit else
+                         "too large for one prompt, and this model has no search to narrow it "
+                         "(a served package is read whole): nothing was sent")}
     return CoverageReport(
         version=version, modelSha256=view.model_sha256, compiledSurface=view.compiled_surface,
         reader=_reader_name(provider), cases=summary["cases"], decided=summary["decided"],
         modelled=summary["modelled"], coverage=summary["coverage"],
         by_verdict=summary["by_verdict"], cases_detail=[_row_json(r) for r in rows],
-        labelComparison=comparison)
+        labelComparison=comparison, inventory=inventory,
+        reader_calls=sum(r.calls for r in rows),
+        rejected_replies=dict(sorted(Counter(x for r in rows for x in r.rejected).items())),
+        dry_run=dry_run)
 
 
 def _reader_name(provider: Any) -> str:
@@ -411,6 +530,18 @@ def _reader_name(provider: Any) -> str:
 
 # --------------------------------------------------------------------------- the script's one call
 
+def host_folder(out: Path | None, set_dir: Path) -> Path:
+    """The folder a `host` reader's requests and replies live under: beside the `--out` report,
+    else one fixed folder per set in the system's temporary folder. Never the current folder, so
+    `--emit` and `--ingest` given the same `--out` (or none) meet wherever they run from, and a
+    checkout is never written to."""
+    if out is not None:
+        return Path(out).resolve().parent
+    resolved = Path(set_dir).resolve()
+    tag = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / "malloy-evals-coverage" / f"{resolved.name}-{tag}"
+
+
 # A convention says what it applies to either in words ("applies to ...") or as a leading
 # "<term>: <definition>" label, the way the sample set writes them.
 _CONVENTION_SCOPE = re.compile(r"\bappl(y|ies)\b|^[^:]{1,80}:\s", re.IGNORECASE)
@@ -420,7 +551,7 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
                    model_dir: Path | None = None, publisher_url: str | None = None,
                    environment: str | None = None, package: str | None = None,
                    repeat: int = 1, only: list[str] | None = None, version: str | None = None,
-                   out: Path | None = None, compare: bool = False,
+                   out: Path | None = None, compare: bool = False, dry_run: bool = False,
                    warn: Callable[[str], None] | None = None) -> CoverageReport:
     """SPEC 5.4 end to end: startup check, the set's cases, the model view, the reader, the report.
 
@@ -438,7 +569,7 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
         if warn and isinstance(conv, str) and not _CONVENTION_SCOPE.search(conv):
             warn(f"set.json: conventions[{i}] states no scope (say what it applies to)")
     if model_dir is not None:
-        view = read_local_model(model_dir)
+        view = read_local_model(model_dir, search_over=MAX_MODEL_CHARS)
     elif publisher_url:
         view = read_served_model(publisher_url, environment or eval_set.environment,
                                  package or eval_set.target_package)
@@ -447,9 +578,22 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
     if warn and view.compiled_surface != "read":
         warn(f"compiled surface {view.compiled_surface}; the reader gets the model text, where "
              "implicitly exposed columns read as absent")
-    provider = provider_factory()
-    report = measure(cases, view, conventions, provider, repeat=repeat, version=version,
-                     compare=compare, progress=warn)
+    try:
+        provider = provider_factory()
+        report = measure(cases, view, conventions, provider, repeat=repeat, version=version,
+                         compare=compare, progress=warn, dry_run=dry_run)
+    finally:
+        if view.close is not None:
+            view.close()
+    if warn and report.inventory and report.inventory["narrowed"]:
+        warn(f"inventory narrowed per case: {report.inventory['how']}")
+    if getattr(provider, "spec", None) == "host":
+        folder = Path(provider.host_dir) / "host" / ROLE
+        report = replace(report, host_folder=str(folder))
+        if warn:
+            done = ("wrote the reader requests into" if provider.mode == "emit"
+                    else "read the host replies from")
+            warn(f"host: {done} {folder}")
 
     stats = provider_stats(provider)
     if warn and stats:  # calls, tokens and dollars (a --dry-run's estimate) on stderr
@@ -463,16 +607,20 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
 
 
 def _coverage_cases(eval_set: Any, only: list[str] | None) -> list[CoverageCase]:
-    """The cases to read, in file order; --only naming an unknown qid is a usage error."""
+    """The cases to read, in file order; --only naming an unknown qid is exit 3."""
     cases = list(eval_set.cases.values())
     if only:
-        unknown = [q for q in only if q not in eval_set.cases]
-        if unknown:
-            raise UsageError(f"--only names qids not in the set: {', '.join(unknown)}")
+        cli.check_known(only, eval_set.cases, where=eval_set.dir / CASES_FILE)
         wanted = set(only)
         cases = [c for c in cases if c.qid in wanted]
-    return [CoverageCase(c.qid, c.question, c.requires_concepts, c.coverage, c.coverage_note)
-            for c in cases]
+    return [CoverageCase(c.qid, c.question, c.requires_concepts, c.coverage, c.coverage_note,
+                         expected_ids(c.expected_entities)) for c in cases]
+
+
+def expected_ids(expected: Any) -> list[str]:
+    """Every id a case's expectedEntities names (required, each requiredAnyOf member), in order."""
+    groups, _ = expected_groups(expected if isinstance(expected, dict) else None)
+    return list(dict.fromkeys(e for group in groups for e in group))
 
 
 def render_text(report: CoverageReport) -> str:
@@ -493,7 +641,10 @@ def render_text(report: CoverageReport) -> str:
         for d in lc["disagree"]:
             lines.append(f"  {d['qid']}: label {d['label']}, measured {d['verdict']} ({d['shape']})")
     if not report.decided and report.exit_code == EXIT_OK:
-        lines.append("nothing decided yet: every case waits for its host reply; run again with --ingest")
+        lines.append(f"emitted {report.pending} reader request(s) into {report.host_folder}: a "
+                     "host subagent writes each <key>.reply.json beside its request; then run "
+                     "the same command with --ingest (and the same --out)")
     elif not report.decided:
-        lines.append("nothing decided: no measurement (exit 3)")
+        where = f" (looked for replies in {report.host_folder})" if report.host_folder else ""
+        lines.append(f"nothing decided: no measurement{where} (exit 3)")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,10 @@ DOC_CHARS = 320
 SOURCE_DOC_CHARS = 800
 
 
+# search(text, limit) -> ranked entity records {kind, source, name, ...}, as the runtime returns them.
+Search = Callable[[str, int], list[dict]]
+
+
 @dataclass(frozen=True)
 class ModelView:
     """What was read of the model: the inventory (or the text), its sha, and how it was read."""
@@ -28,6 +32,16 @@ class ModelView:
     text: str                 # the inventory when read, else the model source text
     model_sha256: str | None  # sha256 over the model files (or the served source texts)
     source: str               # the folder, or "<publisher-url> <env>/<pkg>"
+    surface: dict | None = None  # the compiled surface (runtime.describe() shape) when read
+    # The runtime's search over this model, kept open only when the inventory is too large for one
+    # prompt (each case then gets the part it needs); `close` stops it.
+    search: Search | None = field(default=None, compare=False)
+    close: Callable[[], None] | None = field(default=None, compare=False)
+
+    @property
+    def entity_ids(self) -> frozenset[str] | None:
+        """Every entity id of the compiled inventory; None when the surface was not read."""
+        return entity_ids(self.surface) if self.surface is not None else None
 
 
 def _one_line(text: Any, limit: int) -> str:
@@ -65,6 +79,43 @@ def inventory(surface: dict) -> str:
     return "\n".join(lines)
 
 
+def entity_ids(surface: dict) -> frozenset[str]:
+    """The ids `kind:source:name` of every entity the inventory lists (the ids a reader may name)."""
+    ids: set[str] = set()
+    for model in surface.get("models") or []:
+        for src in model.get("sources") or []:
+            sname = src.get("name", "?")
+            ids.add(f"source:{sname}:{sname}")
+            for kind, key in (("dimension", "dimensions"), ("measure", "measures"),
+                              ("view", "views"), ("join", "joins")):
+                ids.update(f"{kind}:{sname}:{item.get('name', '?')}" for item in src.get(key) or [])
+        ids.update(f"query:{q.get('source') or ''}:{q.get('name', '?')}"
+                   for q in model.get("queries") or [])
+    return frozenset(ids)
+
+
+def source_blocks(surface: dict) -> dict[str, list[str]]:
+    """Each source's part of the inventory, in the inventory's own lines (its line, its entities,
+    then the named queries over it), keyed `<model path>\x00<source>`: what a narrowed inventory
+    is assembled from."""
+    blocks: dict[str, list[str]] = {}
+    for model in surface.get("models") or []:
+        path = str(model.get("path", "?"))
+        for src in model.get("sources") or []:
+            sname = src.get("name", "?")
+            doc = _one_line(src.get("doc"), SOURCE_DOC_CHARS)
+            lines = [f"source:{sname}" + (f": {doc}" if doc else "")]
+            for kind, key in (("dimension", "dimensions"), ("measure", "measures"),
+                              ("view", "views"), ("join", "joins")):
+                lines += [_entity_line(kind, sname, item) for item in src.get(key) or []]
+            blocks[f"{path}\x00{sname}"] = lines
+        for query in model.get("queries") or []:
+            key = f"{path}\x00{query.get('source') or ''}"
+            blocks.setdefault(key, [f"source:{query.get('source') or ''}"]).append(
+                _entity_line("query", str(query.get("source") or ""), query))
+    return blocks
+
+
 def model_files(model_dir: Path) -> list[Path]:
     """Every .malloy file under a package folder, in a stable order."""
     return sorted(p for p in Path(model_dir).rglob("*.malloy") if p.is_file())
@@ -94,10 +145,13 @@ def _describe_errors(surface: dict) -> str | None:
                                                   if len(errors) > 1 else ""), 300)
 
 
-def read_local_model(model_dir: Path, *,
-                     describe: Callable[[Path], dict] | None = None) -> ModelView:
+def read_local_model(model_dir: Path, *, describe: Callable[[Path], dict] | None = None,
+                     search_over: int | None = None) -> ModelView:
     """Compile a local package with the kit's runtime and read its surface; on any failure the
-    reason goes into `compiledSurface` and the reader gets the model text instead."""
+    reason goes into `compiledSurface` and the reader gets the model text instead.
+
+    When the inventory is longer than `search_over` characters the runtime stays open, and the
+    view carries its search (and `close`), so each case can be given the part it needs."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UnmeasuredError(f"{model_dir}: no such model folder")
@@ -107,27 +161,40 @@ def read_local_model(model_dir: Path, *,
     sha = package_sha(model_dir)
     if not text:
         raise UnmeasuredError(f"{model_dir}: no .malloy files")
-    describe = describe or _describe_with_runtime
+    runtime: MalloyRuntime | None = None
     try:
-        surface = describe(model_dir)
+        if describe is None:
+            runtime = _start_runtime(model_dir)
+            surface = runtime.describe()
+        else:
+            surface = describe(model_dir)
     except KitError as exc:
+        _stop(runtime)
         return ModelView(f"not read: {_one_line(str(exc), 300)}", text, sha, str(model_dir))
     problem = _describe_errors(surface)
-    if problem is not None:
-        return ModelView(f"not read: {problem}", text, sha, str(model_dir))
-    inv = inventory(surface)
-    if not inv.strip():
-        return ModelView("not read: the compiled model has no sources", text, sha, str(model_dir))
-    return ModelView("read", inv, sha, str(model_dir))
+    inv = inventory(surface) if problem is None else ""
+    if problem is not None or not inv.strip():
+        _stop(runtime)
+        why = problem or "the compiled model has no sources"
+        return ModelView(f"not read: {why}", text, sha, str(model_dir))
+    if runtime is None or search_over is None or len(inv) <= search_over:
+        _stop(runtime)
+        return ModelView("read", inv, sha, str(model_dir), surface)
+    kept = runtime
+    return ModelView("read", inv, sha, str(model_dir), surface,
+                     search=lambda text, limit: kept.search(text, limit), close=kept.close)
 
 
-def _describe_with_runtime(model_dir: Path) -> dict:
-
+def _start_runtime(model_dir: Path) -> MalloyRuntime:
     reason = runtime_missing_reason()
     if reason is not None:
         raise UnmeasuredError(reason)
-    with MalloyRuntime(model_dir, allow=default_allow(model_dir)) as rt:
-        return rt.describe()
+    return MalloyRuntime(model_dir, allow=default_allow(model_dir))
+
+
+def _stop(runtime: MalloyRuntime | None) -> None:
+    if runtime is not None:
+        runtime.close()
 
 
 def _annotation_doc(annotations: Any) -> str:
@@ -212,6 +279,6 @@ def read_served_model(publisher_url: str, environment: str, package: str) -> Mod
     sha = _served_sha(rest, environment, package) or hashlib.sha256(text.encode("utf-8")).hexdigest()
     inv = inventory({"models": models}) if models and not problems else ""
     if inv.strip():
-        return ModelView("read", inv, sha, where)
+        return ModelView("read", inv, sha, where, {"models": models})
     why = "; ".join(problems) or "the server returned no compiled sources"
     return ModelView(f"not read: {_one_line(why, 300)}", text, sha, where)

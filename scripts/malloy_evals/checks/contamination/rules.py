@@ -124,6 +124,8 @@ from malloy_evals.checks.contamination.touches import Sweep, Touch, _Seen, _Stat
 from malloy_evals.checks.contamination.uses import _see
 from malloy_evals.checks.toollog import ToolLog, ToolUse, read_tool_uses
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
+from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.words import shown
 
 Rule = Literal["eval-area", "model-file", "recursive-read", "script-may-read", "unseen-program",
                "under-report", "no-log"]
@@ -162,7 +164,7 @@ class ContaminationResult:
     @property
     def exit_code(self) -> int:
         # "unknown" counts as contaminated in every aggregate, so it is a finding too.
-        return EXIT_OK if self.contaminated is False else EXIT_FINDING
+        return EXIT_FINDING if is_contaminated(self.contaminated) else EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -396,8 +398,8 @@ def check_contamination(
 def render_text(result: ContaminationResult) -> str:
     """A short human reading of a result."""
     verdict = {True: "CONTAMINATED", False: "clean", "unknown": "UNKNOWN (counts as contaminated)"}
-    lines = [(f"{verdict[result.contaminated]}: host_tool_uses={result.host_tool_uses} "
-             f"reported_calls={result.reported_calls}")]
+    lines = [(f"{verdict[result.contaminated]}: host_tool_uses={shown(result.host_tool_uses)} "
+             f"reported_calls={shown(result.reported_calls)}")]
     for r in result.reasons:
         where = f"#{r.tool_use_index} {r.tool}" if r.tool_use_index is not None else "log"
         lines.append(f"  {r.rule}: {where}" + (f" -> {r.needle}" if r.needle else ""))

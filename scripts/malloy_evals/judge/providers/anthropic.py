@@ -57,6 +57,15 @@ def estimate_tokens(request: LlmRequest) -> int:
     return chars // 4 + 1
 
 
+def unpriced_cap(model: str, max_cost_usd: float | None, dry_run: bool,
+                 prices: dict[str, Price] | None = None) -> str | None:
+    """Why a dollar cap cannot be kept for this model (it has no price), or None."""
+    if max_cost_usd is None or dry_run or price_for(model, prices) is not None:
+        return None
+    return (f"--max-cost-usd needs a priced model; {model!r} is not in {PRICES_PATH.name} (add "
+            "its row, or drop the cap)")
+
+
 class AnthropicProvider:
     """`anthropic:<model>`: the Messages API, structured output, cached system, bounded retries."""
 
@@ -81,9 +90,9 @@ class AnthropicProvider:
         self._client = client
         # Learned once per provider: this model rejected output_config, so use the forced tool.
         self._use_tool = False
-        if max_cost_usd is not None and price_for(model, self.prices) is None and not dry_run:
-            raise UsageError(f"--max-cost-usd needs a priced model; {model!r} is not in "
-                             f"{PRICES_PATH.name} (add its row, or drop the cap)")
+        problem = unpriced_cap(model, max_cost_usd, dry_run, self.prices)
+        if problem:
+            raise UsageError(problem)
         self._batcher = _Batcher(self, batch_poll_seconds, batch_window_seconds) if batch else None
 
     # The SDK client is built lazily so --dry-run and --help never need a key.
@@ -225,6 +234,12 @@ def _status_text(exc: Any) -> str:
         err = body.get("error") if isinstance(body.get("error"), dict) else body
         detail = f" {err.get('type', '')}: {err.get('message', '')}".rstrip(": ")
     return f"HTTP {getattr(exc, 'status_code', '?')}{detail}"
+
+
+# The same retry rule and error wording for the API answerer's tool-use loop
+# (answer/harness/api_loop.py), which calls the Messages API without this provider's request type.
+RETRY_STATUS = frozenset(_RETRY_STATUS)
+status_text = _status_text
 
 
 def _rejects_output_config(exc: Any) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from malloy_evals.core import commands
 from malloy_evals.core.errors import KitError
 
 ROLES = ("judge", "coverage", "diagnose")
@@ -186,22 +187,8 @@ def last_json_object(text: str, key: str | None = None) -> dict | None:
 
 def rerecord_command(role: str, key: str, set_dir: Path | None) -> str:
     """The command that re-records a key, named in every miss / stale message."""
-    s = str(set_dir) if set_dir else "evals/<set>"
-    live = "--judge anthropic:<model> --record"
-    if role == "judge":
-        if key.startswith("calib."):
-            return f".venv/bin/python skills/eval-judge/scripts/calibrate_judge.py --set {s} {live}"
-        if key.startswith("regress."):
-            return f".venv/bin/python skills/eval-judge/scripts/check_judge.py --set {s} {live}"
-        return (f".venv/bin/python skills/eval-answer/scripts/score_run.py --run <run> --set {s} "
-                f"{live} --rescore --local")
-    if role == "coverage":
-        return (f".venv/bin/python skills/eval-answer/scripts/check_coverage.py --set {s} "
-                "--model <dir> --reader anthropic:<model> --record")
-    if role == "diagnose":
-        return (f".venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run <run> --set {s} "
-                "--diagnoser anthropic:<model> --record")
-    return f"re-run the {role} step with a live provider and --record"
+    cmd = commands.rerecord(role, key, set_dir)
+    return str(cmd) if cmd is not None else f"re-run the {role} step with a live provider and --record"
 
 
 # Where a set keeps the hand-written replies its recordings were made from, per role.
@@ -211,15 +198,7 @@ AUTHORED_REPLIES = {"judge": "_authored.jsonl", "coverage": "authored-replies.js
 
 def _hand_hint(role: str, set_dir: Path | None) -> str:
     """How to regenerate hand-authored recordings of a role through its own code path."""
-    s = str(set_dir) if set_dir else "evals/<set>"
     name = AUTHORED_REPLIES.get(role, "_authored.jsonl")
     replies = Path(set_dir) / "recordings" / role / name if set_dir else None
-    source = str(replies) if replies is not None and replies.is_file() else "<replies.jsonl>"
-    if role == "coverage":
-        return ("for hand-authored recordings: .venv/bin/python skills/eval-answer/scripts/"
-                f"check_coverage.py --set {s} --model <dir> --reader hand:{source} --record")
-    if role == "diagnose":
-        return ("for hand-authored recordings: .venv/bin/python skills/eval-diagnose/scripts/"
-                f"diagnose.py --run <run> --set {s} --diagnoser hand:{source} --record")
-    return (f"for hand-authored recordings: .venv/bin/python scripts/author_recordings.py "
-            f"--set {s} --replies {source}")
+    source = replies if replies is not None and replies.is_file() else None
+    return f"for hand-authored recordings: {commands.author_by_hand(role, set_dir, source)}"

@@ -64,9 +64,11 @@ class HostProvider:
                                 encoding="utf-8")
             raise HostReplyPending(f"emitted {req_path}; a host subagent writes {reply_path}, "
                                    f"then re-run with --ingest")
-        if not req_path.is_file() or not reply_path.is_file():
-            raise HostReplyPending(f"no reply yet at {reply_path} (emit first, then let the host "
-                                   f"subagent write it)")
+        if not req_path.is_file():
+            raise HostReplyPending(f"no emitted request in {req_path.parent} (looked for "
+                                   f"{req_path.name}): run with --emit first")
+        if not reply_path.is_file():
+            raise HostReplyPending(self._missing_reply(reply_path))
         try:
             emitted = json.loads(req_path.read_text(encoding="utf-8"))
         except ValueError as exc:
@@ -80,3 +82,12 @@ class HostProvider:
         except ValueError:
             sample = raw  # a reply that is not JSON is raw text, parsed like any other reply
         return reply_from_sample(sample, source=HOST_SOURCE, digest=digest)
+
+    @staticmethod
+    def _missing_reply(reply_path: Path) -> str:
+        """Where ingest looked, and the likeliest slip: a reply written under another name."""
+        message = f"no reply yet in {reply_path.parent} (looked for {reply_path.name})"
+        stray = reply_path.parent / "reply.json"
+        if stray != reply_path and stray.is_file():
+            message += f"; {stray.name} is there, but this request's reply is {reply_path.name}"
+        return message

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import cli
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.judge.providers.anthropic import AnthropicProvider, CallStats
+from malloy_evals.judge.providers.anthropic import AnthropicProvider, CallStats, unpriced_cap
 from malloy_evals.judge.providers.base import ROLES
 from malloy_evals.judge.providers.hand import HandProvider
 from malloy_evals.judge.providers.host import HostProvider
 from malloy_evals.judge.providers.replay import RecordingProvider, ReplayProvider
+
+KINDS = ("anthropic", "replay", "host", "hand")
+RECORD_WITH_REPLAY = "--record records a live provider; it cannot wrap replay"
 
 
 def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Path | None = None,
@@ -22,7 +27,7 @@ def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Pat
     """The provider a spec names; with record_dir, wrapped so every reply is recorded there."""
     if role not in ROLES:
         raise UsageError(f"role {role!r} is not one of {', '.join(ROLES)}")
-    kind, _, arg = spec.partition(":")
+    kind, arg = parse_spec(spec)
     provider: Any
     if kind == "anthropic":
         provider = AnthropicProvider(arg, max_cost_usd=max_cost_usd, dry_run=dry_run,
@@ -33,16 +38,11 @@ def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Pat
             raise UsageError("replay needs a folder: replay:DIR, or --set")
         provider = ReplayProvider(Path(arg) if arg else default, role=role, set_dir=set_dir)
         if record_dir is not None:
-            raise UsageError("--record records a live provider; it cannot wrap replay")
+            raise UsageError(RECORD_WITH_REPLAY)
     elif kind == "host":
         provider = HostProvider(host_mode or "", host_dir, role=role)
-    elif kind == "hand":
-        if not arg:
-            raise UsageError("hand needs the replies file: hand:FILE")
-        provider = HandProvider(Path(arg))
     else:
-        raise UsageError(f"unknown provider {spec!r}: use anthropic:<model>, replay[:DIR], host, "
-                         "or hand:FILE")
+        provider = HandProvider(Path(arg))
     if record_dir is not None:
         provider = RecordingProvider(provider, Path(record_dir))
     return provider
@@ -52,23 +52,75 @@ def default_record_dir(set_dir: Path | None, role: str) -> Path | None:
     return Path(set_dir) / "recordings" / role if set_dir else None
 
 
+def parse_spec(spec: str) -> tuple[str, str]:
+    """`kind:arg` of a provider spec, refusing one that names no provider (a usage error)."""
+    kind, _, arg = spec.partition(":")
+    if kind not in KINDS or (kind == "host" and arg):
+        raise UsageError(f"unknown provider {spec!r}: use anthropic:<model>, replay[:DIR], host, "
+                         "or hand:FILE")
+    if kind == "anthropic" and not arg:
+        raise UsageError("anthropic needs a model: anthropic:<model>")
+    if kind == "hand" and not arg:
+        raise UsageError("hand needs the replies file: hand:FILE")
+    return kind, arg
+
+
+def provider_spec(value: str) -> str:
+    """argparse type: a provider spec, checked when the command line is read (exit 2): its
+    syntax, and that a hand:FILE or replay:DIR it names exists."""
+    try:
+        kind, arg = parse_spec(value)
+        if kind == "hand":
+            cli.existing_file(arg)
+        elif kind == "replay" and arg:
+            cli.existing_dir(arg)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
     """The provider flags every LLM-using script shares (one spelling everywhere). A script
-    without `host` (no --emit / --ingest to drive it) does not offer it in its help."""
-    p.add_argument(flag, required=True, metavar="PROVIDER",
-                   help="anthropic:<model> | replay[:DIR] | host | hand:FILE" if host
-                   else "anthropic:<model> | replay[:DIR] | hand:FILE (host is not offered here)")
+    without `host` (no --emit / --ingest to drive it) does not offer it in its help. Every
+    combination is decided with the rest of the command line (exit 2), before any provider is
+    made."""
+    hand = "hand:FILE (replies you wrote, by key: reference/hand-replies.md)"
+    p.add_argument(flag, required=True, metavar="PROVIDER", type=provider_spec,
+                   help=f"anthropic:<model> | replay[:DIR] | host | {hand}" if host
+                   else f"anthropic:<model> | replay[:DIR] | {hand} (host is not offered here)")
     p.add_argument("--record", nargs="?", const="", default=None, metavar="DIR",
                    help="record every reply (default folder: <set>/recordings/<role>/)")
-    p.add_argument("--max-cost-usd", type=float, default=None,
+    p.add_argument("--max-cost-usd", type=cli.dollars, default=None,
                    help="no new call once this many dollars are spent")
     p.add_argument("--dry-run", action="store_true", help="count calls and tokens; call nothing")
     p.add_argument("--batch", action="store_true", help="use the Message Batches API (anthropic)")
-    p.add_argument("--concurrency", type=int, default=4, help="parallel calls at most (anthropic)")
+    p.add_argument("--concurrency", type=cli.at_least_one, default=4,
+                   help="parallel calls at most (anthropic)")
     if host:
         g = p.add_mutually_exclusive_group()
         g.add_argument("--emit", action="store_true", help="host: write the request and stop")
         g.add_argument("--ingest", action="store_true", help="host: read the host's reply")
+    dest = flag.lstrip("-").replace("-", "_")
+
+    def combination(args: argparse.Namespace) -> str | None:
+        kind = getattr(args, dest).partition(":")[0]
+        if kind == "host" and not host:
+            # This script has no --emit / --ingest, so "needs --emit or --ingest" would name
+            # flags it does not accept.
+            return (f"this script does not take {flag} host (it has no --emit / --ingest); use "
+                    "anthropic:<model>, replay[:DIR] or hand:FILE")
+        if host and kind == "host" and not (args.emit or args.ingest):
+            return f"{flag} host needs --emit or --ingest"
+        if host and kind != "host" and (args.emit or args.ingest):
+            return f"--emit and --ingest go with {flag} host"
+        if kind == "replay" and args.record is not None:
+            return RECORD_WITH_REPLAY
+        if kind == "anthropic":
+            return unpriced_cap(getattr(args, dest).partition(":")[2], args.max_cost_usd,
+                                args.dry_run)
+        return None
+
+    cli.add_check(p, combination)
 
 
 def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | None,
@@ -79,11 +131,6 @@ def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | 
                                               default_record_dir(set_dir, role))
     host_mode = "emit" if getattr(args, "emit", False) else (
         "ingest" if getattr(args, "ingest", False) else None)
-    if getattr(args, flag_attr) == "host" and not hasattr(args, "emit"):
-        # This script has no --emit / --ingest, so "needs --emit or --ingest" would name flags
-        # it does not accept.
-        raise UsageError(f"this script does not take --{flag_attr} host (it has no --emit / "
-                         "--ingest); use anthropic:<model>, replay[:DIR] or hand:FILE")
     return make_provider(getattr(args, flag_attr), role=role, set_dir=set_dir,
                          record_dir=record_dir, host_mode=host_mode, host_dir=host_dir,
                          max_cost_usd=getattr(args, "max_cost_usd", None),

@@ -1,0 +1,293 @@
+"""A command-line answerer: Claude Code, or any command that writes the same stream-json.
+
+The child runs in its own process group (a new session) in the attempt's empty working folder,
+with stdin empty, the filtered environment, stdout captured to a file as the transcript and
+stderr kept beside it. On timeout, or when stdout passes its cap, the whole group gets SIGTERM,
+then SIGKILL after a short grace; when the child exits, anything it left running in its group is
+killed too. What the child did is then read from its stdout: `classify` decides whether it was an
+attempt (recorded) or a harness failure (logged, retried), by the rules in
+skills/eval-answer/reference/harness.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from malloy_evals.answer.transcripts import CUT_OFF_SUBTYPES
+from malloy_evals.core.errors import UsageError
+
+# What `{name}` in an --answerer-cmd template stands for (each replaced by a shell-quoted value).
+PLACEHOLDERS = ("question_file", "prompt_file", "mcp_config", "workdir", "max_turns", "qid",
+                "sample")
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+STDERR_CAP_BYTES = 1 << 20      # stderr kept per attempt; the rest is read and dropped
+KILL_GRACE_S = 3.0              # between SIGTERM and SIGKILL
+_CHUNK = 1 << 16
+
+
+# ---------------------------------------------------------------- building the command line
+
+def check_template(template: str, cwd: Path) -> None:
+    """Refuse an --answerer-cmd template that cannot work (exit 2): unknown placeholders, no
+    `{question_file}`, unbalanced quotes, or a relative path (the child runs in an empty folder,
+    where a path relative to here names nothing)."""
+    unknown = sorted({m for m in _PLACEHOLDER.findall(template) if m not in PLACEHOLDERS})
+    if unknown:
+        raise UsageError(f"--answerer-cmd: unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; "
+                         f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+    if "{question_file}" not in template:
+        raise UsageError("--answerer-cmd must pass {question_file}: it is how the answerer gets "
+                         "the question, exactly as the set stores it")
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise UsageError(f"--answerer-cmd: {exc} (quote it as one shell command line)") from None
+    for word in words:
+        if "{" in word or "/" not in word or word.startswith(("/", "~", "$")):
+            continue
+        path = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+        if path and not os.path.isabs(path) and (cwd / path).exists():
+            raise UsageError(f"--answerer-cmd: {path!r} is relative, and the answerer runs in an "
+                             f"empty folder of its own; write it as {(cwd / path).resolve()}")
+
+
+def fill_template(template: str, values: dict[str, str]) -> str:
+    """The template with each placeholder replaced by its shell-quoted value."""
+    return _PLACEHOLDER.sub(lambda m: shlex.quote(values[m.group(1)])
+                            if m.group(1) in values else m.group(0), template)
+
+
+def claude_argv(claude: str, *, question: str, prompt: str, mcp_config: Path, max_turns: int,
+                allowed: list[str], blocked: list[str], model: str | None) -> list[str]:
+    """`claude -p` for one blind attempt: stream-json on stdout, only the harness's MCP config
+    (`--strict-mcp-config` ignores every other), only the endpoint's Publisher tools allowed and
+    every built-in tool refused, the answerer prompt appended to the system prompt.
+
+    The question comes right after `-p`: the tool-list flags take several values, so a
+    positional argument after them would be read as one more tool."""
+    argv = [claude, "-p", question, "--output-format", "stream-json", "--verbose",
+            "--max-turns", str(max_turns), "--mcp-config", str(mcp_config), "--strict-mcp-config",
+            "--allowedTools", ",".join(allowed), "--disallowedTools", ",".join(blocked),
+            "--append-system-prompt", prompt]
+    if model:
+        argv += ["--model", model]
+    return argv
+
+
+# ---------------------------------------------------------------- running it
+
+@dataclass(frozen=True)
+class ChildRun:
+    """How one child process ended."""
+
+    exit_status: int | None       # the return code; negative is the signal that ended it
+    seconds: float
+    timed_out: bool               # the harness stopped it at --timeout
+    flooded: bool                 # stdout passed its cap and the harness stopped it
+    stdout_bytes: int
+    start_error: str | None = None  # it could not be started at all
+
+    def status_text(self) -> str:
+        """`exit 1`, `killed by SIGKILL`, `not started`: how the process ended, in words."""
+        if self.start_error is not None:
+            return "not started"
+        if self.exit_status is None:
+            return "still running"
+        if self.exit_status < 0:
+            try:
+                return f"killed by {signal.Signals(-self.exit_status).name}"
+            except ValueError:
+                return f"killed by signal {-self.exit_status}"
+        return f"exit {self.exit_status}"
+
+
+# Process groups of the answerers running now, so an interrupted harness can end them all: they
+# run in sessions of their own, where a Ctrl-C at the terminal never reaches them.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running() -> None:
+    """SIGKILL every answerer process group still running (the harness is going away)."""
+    with _RUNNING_LOCK:
+        groups = list(_RUNNING)
+    for pgid in groups:
+        _kill_group(pgid, signal.SIGKILL)
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _pump(source: IO[bytes], sink: IO[bytes], cap: int, on_cap: Any) -> None:
+    """Copy `source` to `sink` up to `cap` bytes; past it call `on_cap` once and drop the rest
+    (still reading, so the child never blocks on a full pipe)."""
+    written = 0
+    capped = False
+    while True:
+        chunk = source.read1(_CHUNK) if hasattr(source, "read1") else source.read(_CHUNK)
+        if not chunk:
+            break
+        if written < cap:
+            keep = chunk[: cap - written]
+            sink.write(keep)
+            sink.flush()
+            written += len(keep)
+        if written >= cap and not capped and len(chunk) and on_cap is not None:
+            capped = True
+            on_cap()
+
+
+def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
+              stdout_path: Path, stderr_path: Path, max_stdout_bytes: int) -> ChildRun:
+    """Run one answerer process to its end, its timeout or its output cap (see the module doc)."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as exc:
+        stderr_path.write_text(f"{exc}\n", encoding="utf-8")
+        return ChildRun(None, 0.0, False, False, 0, start_error=exc.strerror or str(exc))
+    pgid = proc.pid  # a new session: the child leads its own process group
+    with _RUNNING_LOCK:
+        _RUNNING.add(pgid)
+    flooded = threading.Event()
+
+    def flood() -> None:
+        flooded.set()
+        _kill_group(pgid, signal.SIGKILL)
+
+    assert proc.stdout is not None and proc.stderr is not None
+    with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+        pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, max_stdout_bytes, flood),
+                                  daemon=True, name="answerer-stdout"),
+                 threading.Thread(target=_pump, args=(proc.stderr, err, STDERR_CAP_BYTES, None),
+                                  daemon=True, name="answerer-stderr")]
+        for t in pumps:
+            t.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        except BaseException:
+            _kill_group(pgid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            # Whatever the child left running in its group (a server it started, a stuck helper)
+            # ends with it; a grandchild that made its own session is beyond reach.
+            _kill_group(pgid, signal.SIGKILL)
+            with _RUNNING_LOCK:
+                _RUNNING.discard(pgid)
+        proc.wait()
+        for t in pumps:
+            t.join(timeout=5)
+    return ChildRun(exit_status=proc.returncode, seconds=time.monotonic() - started,
+                    timed_out=timed_out and not flooded.is_set(), flooded=flooded.is_set(),
+                    stdout_bytes=stdout_path.stat().st_size)
+
+
+# ---------------------------------------------------------------- what the child did
+
+@dataclass(frozen=True)
+class StreamScan:
+    """What a captured stdout holds, read tolerantly: how many stream-json events, the result
+    line if any, and whether the last line was cut mid-write."""
+
+    events: int
+    result: dict[str, Any] | None
+    torn_tail: bool
+
+
+def scan_stream(path: Path) -> StreamScan:
+    """Count the JSON objects with a `type` in a captured stdout, and find its `result` line."""
+    events = 0
+    result: dict[str, Any] | None = None
+    torn = False
+    with path.open("rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                torn = True
+            try:
+                obj = json.loads(raw.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("type"), str):
+                events += 1
+                if obj["type"] == "result":
+                    result = obj
+    return StreamScan(events, result, torn)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a finished child made an attempt, and if not, why (one line for the log)."""
+
+    is_attempt: bool
+    cut_off: bool = False          # an attempt stopped by the harness's timeout
+    failure: str | None = None
+
+
+def classify(run: ChildRun, scan: StreamScan, *, timeout: float, max_stdout_bytes: int) -> Verdict:
+    """Attempt or harness failure (skills/eval-answer/reference/harness.md, "attempt or not").
+
+    Any stream-json event makes the session an attempt unless the answerer never finished and
+    crashed, flooded its output, or ended with an error result that is not a cut-off (a model or
+    transport error, bad credentials): those are not answers and are retried."""
+    if run.start_error is not None:
+        return Verdict(False, failure=f"could not start the answerer: {run.start_error}")
+    if run.flooded:
+        return Verdict(False, failure=f"the answerer wrote more than {max_stdout_bytes // (1 << 20)} MB "
+                                      "on stdout and was stopped")
+    if scan.events == 0:
+        if run.timed_out:
+            return Verdict(False, failure=f"no stream-json on stdout within {timeout:g} s")
+        return Verdict(False, failure=f"the answerer ended ({run.status_text()}) without writing "
+                                      "stream-json on stdout")
+    result = scan.result
+    if result is not None:
+        subtype = result.get("subtype")
+        if (result.get("is_error") or subtype != "success") and subtype not in CUT_OFF_SUBTYPES:
+            said = str(result.get("result") or subtype or "error")[:300]
+            return Verdict(False, failure=f"the answerer reported an error ({subtype}): {said}")
+        return Verdict(True)
+    if run.timed_out:
+        return Verdict(True, cut_off=True)
+    if run.exit_status != 0:
+        return Verdict(False, failure=f"the answerer crashed ({run.status_text()}) before its "
+                                      "result line")
+    return Verdict(True)
+
+
+def close_cut_off_stream(path: Path, *, timeout: float, seconds: float, torn_tail: bool) -> None:
+    """End a transcript the harness cut off: drop a half-written last line, then append a
+    `result` line with subtype `error_timeout`, marked as the harness's, so the attempt is
+    recorded truncated. Cost and turns stay unknown: the answerer never reported them."""
+    if torn_tail:
+        data = path.read_bytes()
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+    line = {"type": "result", "subtype": "error_timeout", "is_error": True,
+            "duration_ms": int(seconds * 1000), "result": "",
+            "written_by": f"run_answers.py: the answerer was stopped after {timeout:g} s"}
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")

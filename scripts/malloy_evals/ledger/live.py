@@ -1,0 +1,263 @@
+"""The live view of a run: its events as they stand, voids applied, indexed by attempt key.
+
+An event is live when it is not a void and no void anywhere in the ledger names it. That rule is
+here once: `LiveView` holds a run's live events for a whole pass (scoring, retrieval, the summary,
+a diagnosis all ask it, never the file, so the ledger is parsed once per pass), and
+`stream_live` yields them one at a time for a reader whose memory must not grow with the ledger.
+Both find void targets first with a byte search (voids are rare, and a kind is spelled plainly),
+then decode each line once, through `events.LineDecoder`: a line written by the public eval loop
+is read as the kit's event, and one that cannot be placed on an attempt stops the reader (exit 3).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.core import vocab
+from malloy_evals.core.errors import InputError
+from malloy_evals.core.findings import LineProblem
+from malloy_evals.ledger.events import (
+    EVENTS_FILE,
+    AttemptKey,
+    Decode,
+    LineDecoder,
+    decode_line,
+    iter_blocks,
+    iter_chunks,
+    iter_lines,
+    snapshot_end,
+    well_formed_key,
+)
+
+# Readers find an event's kind by its plain spelling (as json.dumps writes it), never decoding a
+# line to learn that it is of no interest; validate.py refuses a kind spelled with escapes.
+VOID_NEEDLE = b'"void"'
+
+
+def is_live(event: Mapping[str, Any], voided: set[str] | Mapping[str, Any]) -> bool:
+    """The live rule: not a void, and not named by any void (`voided`: every void's target, a
+    string; an id of another type, hand-written, can be named by none)."""
+    eid = event.get("event_id")
+    return event.get("kind") != "void" and not (isinstance(eid, str) and eid in voided)
+
+
+def void_target(event: Mapping[str, Any]) -> str | None:
+    """The id a void event retracts (None for any other event, or a void without a usable target)."""
+    target = event.get("target_event_id")
+    return target if event.get("kind") == "void" and isinstance(target, str) else None
+
+
+def _void_targets(fh: Any, start: int, end: int) -> set[str]:
+    """The targets of the voids between `start` and `end`. A chunk without the word is skipped
+    whole; in the others only the lines holding it are decoded."""
+    voided: set[str] = set()
+    for chunk, torn in iter_chunks(fh, start, end):
+        if VOID_NEEDLE not in chunk:
+            continue
+        for line in chunk.split(b"\n"):
+            if VOID_NEEDLE in line:
+                event, _ = decode_line(line, 0, torn)
+                target = void_target(event) if event is not None else None
+                if target is not None:
+                    voided.add(target)
+    return voided
+
+
+def stream_live(path: Path, *, needles: tuple[bytes, ...] | None = None,
+                decode: Decode | None = None, problems: list[LineProblem] | None = None
+                ) -> Iterator[dict[str, Any]]:
+    """Every live event of the ledger at `path`, in ledger order, one at a time.
+
+    With `needles`, a line holding none of them is skipped undecoded (they must find every line
+    that could be an event the caller needs: kinds as `b'"attempt"'`); `decode` replaces the full
+    decode of a line (a caller that needs only some fields may cut the rest first). Problems of
+    decoded lines go to `problems`; lines of the public eval loop are read as kit events, and one
+    that cannot be placed on an attempt raises InputError naming it."""
+    decoder = LineDecoder(path.name, decode, refuse=path)
+    try:
+        with path.open("rb") as fh:
+            end = snapshot_end(fh.fileno())
+            voided = _void_targets(fh, 0, end)
+            first = 1
+            for lines, torn in iter_blocks(fh, 0, end):
+                for number, line in enumerate(lines, first):
+                    if needles is not None and not torn:
+                        for needle in needles:
+                            if needle in line:
+                                break
+                        else:
+                            continue
+                    event, problem = decoder(line, number, torn)
+                    if problem is not None and problems is not None:
+                        problems.append(problem)
+                    if event is not None and is_live(event, voided):
+                        yield event
+                first += len(lines)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(path, None, f"cannot be read: {exc.strerror or exc}") from None
+
+
+class LiveView:
+    """A run's live events, read once, indexed by attempt key (qid, sample, phase).
+
+    Built by `read` (the ledger at a path) or `of_events` (events in memory). `refresh` takes in
+    only what was appended since the view was read, by this process or another, so a pass that
+    appends (scores, then retrieval rows) keeps one view and reads every byte once."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.problems: list[LineProblem] = []
+        self._events: dict[int, dict[str, Any]] = {}   # position (order taken in) -> live event
+        self._position: dict[str, int] = {}              # event id -> position
+        self._repeats: dict[str, list[int]] = {}         # positions of ids seen more than once
+        self._by_key: dict[AttemptKey, list[int]] = {}   # case-scoped positions by attempt key
+        self._voided: set[str] = set()                   # every void's target so far
+        self._next = 0
+        self._file: tuple[int, int] | None = None        # (st_dev, st_ino) of the file read
+        self._offset = 0                                 # bytes taken in
+        self._lines = 0
+        self._torn_tail = False                          # the last line taken had no newline
+        # Public-loop lines read as kit events; one that cannot be placed stops the reader (exit 3).
+        self._decode = LineDecoder(path.name if path is not None else EVENTS_FILE, refuse=path)
+
+    # ---- building
+
+    @classmethod
+    def read(cls, path: str | Path) -> LiveView:
+        """The live view of the ledger at `path` (an events.jsonl); a missing file is empty."""
+        view = cls(Path(path))
+        view.refresh()
+        return view
+
+    @classmethod
+    def of_events(cls, events: Iterable[Mapping[str, Any]]) -> LiveView:
+        """The live view of events already in memory, in ledger order (voids among them applied)."""
+        events = list(events)
+        view = cls()
+        view._voided = {t for e in events if (t := void_target(e)) is not None}
+        for e in events:
+            view._add(dict(e))
+        return view
+
+    def refresh(self) -> None:
+        """Take in the lines appended since the last read; start over if the file was replaced."""
+        if self.path is None:
+            return
+        try:
+            with self.path.open("rb") as fh:
+                st = os.fstat(fh.fileno())
+                if (st.st_dev, st.st_ino) != self._file or st.st_size < self._offset:
+                    self.__init__(self.path)  # type: ignore[misc]
+                    self._file = (st.st_dev, st.st_ino)
+                end = snapshot_end(fh.fileno())
+                self._take(fh, self._offset, end)
+        except FileNotFoundError:
+            self.__init__(self.path)  # type: ignore[misc]
+        except OSError as exc:
+            raise InputError(self.path, None, f"cannot be read: {exc.strerror or exc}") from None
+
+    def _take(self, fh: Any, start: int, end: int) -> None:
+        new_voids = _void_targets(fh, start, end)
+        self._voided |= new_voids
+        for target in new_voids:  # events read earlier that a new void retracts
+            self._drop(target)
+        for line, torn in iter_lines(fh, start, end):
+            if self._torn_tail and line == b"":
+                # The newline an appender writes first to close the torn line taken last time.
+                self._torn_tail = False
+                continue
+            self._torn_tail = torn
+            self._lines += 1
+            event, problem = self._decode(line, self._lines, torn)
+            if problem is not None:
+                self.problems.append(problem)
+            if event is not None:
+                self._add(event)
+        self._offset = end
+
+    def _add(self, event: dict[str, Any]) -> None:
+        if not is_live(event, self._voided):
+            return
+        position = self._next
+        self._next += 1
+        self._events[position] = event
+        eid = event.get("event_id")
+        if isinstance(eid, str):
+            if eid in self._position:  # a hand-made ledger may repeat an id: a void retracts all
+                self._repeats.setdefault(eid, []).append(position)
+            else:
+                self._position[eid] = position
+        if event.get("kind") in vocab.CASE_SCOPED_KINDS and (key := well_formed_key(event)):
+            self._by_key.setdefault(key, []).append(position)
+
+    def _drop(self, event_id: str) -> None:
+        first = self._position.pop(event_id, None)
+        positions = ([] if first is None else [first]) + self._repeats.pop(event_id, [])
+        for position in positions:
+            event = self._events.pop(position)
+            key = well_formed_key(event)
+            if key is not None and position in self._by_key.get(key, ()):
+                self._by_key[key].remove(position)
+                if not self._by_key[key]:
+                    del self._by_key[key]  # a later event of the key puts it back, in its place
+
+    # ---- asking
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every live event, in ledger order."""
+        return list(self._events.values())
+
+    def of_key(self, key: AttemptKey, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The live case-scoped events of one attempt key (of `kinds`, when given), in ledger order."""
+        wanted = None if kinds is None else set(kinds)
+        found = [self._events[p] for p in self._by_key.get(key, ())]
+        return found if wanted is None else [e for e in found if e.get("kind") in wanted]
+
+    def _latest(self, kind: str, key: AttemptKey) -> dict[str, Any] | None:
+        found = self.of_key(key, (kind,))
+        return found[-1] if found else None
+
+    def attempt(self, key: AttemptKey) -> dict[str, Any] | None:
+        """The latest live attempt event of `key`, or None."""
+        return self._latest("attempt", key)
+
+    def score(self, key: AttemptKey) -> dict[str, Any] | None:
+        """The live score of `key` (the latest, should a hand-made ledger hold two), or None."""
+        return self._latest("score", key)
+
+    def retrieval_score(self, key: AttemptKey) -> dict[str, Any] | None:
+        """The live retrieval_score of `key`, or None."""
+        return self._latest("retrieval_score", key)
+
+    def human_verdict(self, key: AttemptKey) -> dict[str, Any] | None:
+        """The live human_verdict of `key` (a person's settlement), or None."""
+        return self._latest("human_verdict", key)
+
+    def tool_calls(self, key: AttemptKey) -> list[dict[str, Any]]:
+        """The live tool_call events of `key`, ordered by call_index."""
+        return sorted(self.of_key(key, ("tool_call",)),
+                      key=lambda e: e["call_index"] if isinstance(e.get("call_index"), int) else 0)
+
+    def latest(self, kind: str) -> dict[AttemptKey, dict[str, Any]]:
+        """The latest live event of `kind` per attempt key, keys in order of first appearance."""
+        out: dict[AttemptKey, dict[str, Any]] = {}
+        for key in self._by_key:
+            event = self._latest(kind, key)
+            if event is not None:
+                out[key] = event
+        return out
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """One live attempt per key (the latest), in order of the key's first live event."""
+        return list(self.latest("attempt").values())
+
+
+def live_view(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The events still standing, in ledger order: `LiveView.of_events(events).events`."""
+    return LiveView.of_events(events).events

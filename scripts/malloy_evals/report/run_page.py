@@ -1,0 +1,439 @@
+"""report.html: one self-contained page per run, read against its ledger.
+
+The figures on the page are the run summary itself (`figures.summarize`, the computation behind
+summary.json and RESULTS.md), rendered, never recomputed: the headline is the summary's headline,
+word for word. Behind each row of the case table is the evidence `details` gathered from the
+ledger: question, golden, answer, re-executed rows, the judge's why, retrieval and the tool calls.
+A run that is not (fully) scored still gets its page; the headline then says what is not scored.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.core import commands
+from malloy_evals.core.errors import InputError
+from malloy_evals.ledger.live import LiveView
+from malloy_evals.ledger.run import Run
+from malloy_evals.report import details as d
+from malloy_evals.report.attempt_section import (
+    attempt_sections,
+    inline,
+    verdict_text,
+    verdict_word,
+)
+from malloy_evals.report.charts import Bar, bar_chart
+from malloy_evals.report.details import redacted
+from malloy_evals.report.figures import (
+    VERDICT_ORDER,
+    CaseRow,
+    RunSummary,
+    attempt_label,
+    summarize,
+)
+from malloy_evals.report.html import (
+    Html,
+    anchor_id,
+    case_anchor,
+    definition_list,
+    el,
+    esc,
+    href_to,
+    join,
+    link,
+    page,
+    pct,
+    shown,
+    table,
+    td,
+    usd,
+)
+from malloy_evals.report.markdown import case_notes
+from malloy_evals.sets.eval_set import SET_FILE, load_set
+
+PAGE_FILE = "report.html"
+# A page over this many bytes draws its largest attempt sections shorter (attempt_section.LEVELS):
+# the aim is under 2 MB for a 500-attempt run, with room to spare.
+PAGE_BUDGET = 1_900_000
+SIDE_FILES = ("RESULTS.md", "summary.json", "events.jsonl")
+VERDICTS = (*VERDICT_ORDER, "null")  # the summary's verdict counts, in its order
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What the page says about where it came from (paths as a person would type them)."""
+
+    run_label: str
+    set_label: str | None          # None: no set was given or found beside the run
+    run_info: dict[str, Any]
+    files: tuple[str, ...] = ()    # files beside the page that it links to (RESULTS.md, ...)
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """report.py --run's result: the page written and what it holds."""
+
+    path: str
+    bytes: int
+    attempts: int
+    headline: str
+    status: str
+    set_dir: str | None
+    unscored: int                  # attempts without a live score (their page still shows them)
+    not_scored: str | None         # the headline's not-scored line, when there is one
+
+    @property
+    def exit_code(self) -> int:
+        return 0  # a page was written: an unscored or INCOMPLETE run is a result too
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces
+
+
+def _cost(row: CaseRow) -> float | None:
+    known = [c for c in (row.answerer_cost_usd, row.judge_cost_usd) if c is not None]
+    return round(sum(known), 6) if known else None
+
+
+def _owners(qid: str, issues: Sequence[d.Issue]) -> str:
+    owners = sorted({i.owner for i in issues if qid in i.qids and i.owner})
+    return ", ".join(owners)
+
+
+# ---------------------------------------------------------------------------------------------
+# Header and summary sections. The figures are the summary's; the few texts it carries from the
+# ledger (vetoed fields, null reasons, gold notes) are redacted like every other ledger text.
+
+
+def _header(s: RunSummary, ctx: PageContext) -> Html:
+    info = ctx.run_info
+    # Model names come from the ledger (a judge's own reply may name one): redacted like the rest.
+    judge = redacted(s.judge_model or "unknown")
+    version = shown(s.judge_version, none="unknown")
+    meta = [(f"Answerer {redacted(s.answerer_model or 'unknown')}; judge {judge} "
+            f"(JUDGE_VERSION {version})."),
+            f" Run folder {ctx.run_label}"
+            + (f"; set {ctx.set_label}." if ctx.set_label else ".")]
+    if info.get("started"):
+        meta.append(f" Started {info['started']}.")
+    headline_class = "headline incomplete" if s.status == "incomplete" else "headline"
+    # The summary's headline word for word; a run not fully scored says so inside the same box.
+    parts: list[Any] = [
+        el("h1", f"Run {s.run_id or 'unknown'} ({s.phase or 'unknown phase'}) on set "
+                 f"{s.set_name or 'unknown'}"),
+        el("p", meta, class_="meta"),
+        el("div", el("p", s.headline, id="headline", data_status=s.status),
+           el("p", not_scored_line(s), id="not-scored-line") if s.unscored else None,
+           class_=headline_class),
+    ]
+    if s.unscored:
+        parts.append(_not_scored(s, ctx))
+    if ctx.set_label is None:
+        parts.append(el("p", "No set was given (--set) or found around the run folder: questions, "
+                        "goldens and rubrics are not shown, and a golden the set marks "
+                        "verified_wrong is not taken out of the figures.", class_="alert",
+                        id="no-set"))
+    if s.incomplete:
+        parts.append(_incomplete(s))
+    for w in s.warnings:
+        parts.append(el("p", f"Warning: {w}.", class_="alert"))
+    nav = [("#verdicts", "Verdicts"), ("#cascade", "Cascade"),
+           ("#retrieval", "Retrieval and coverage"), ("#cost", "Cost"),
+           ("#diagnosis", "Diagnosis"), ("#cases", "Cases"), ("#attempts", "Attempts")]
+    files = [f for f in SIDE_FILES if f in ctx.files]
+    parts.append(el("nav", el("p", "On this page: ",
+                              join(*[join(link(t, h), " · ") for h, t in nav[:-1]]),
+                              link(nav[-1][1], nav[-1][0]), ".",
+                              join(" Files beside it: ", join(*[join(link(f, href_to(f)), " ")
+                                                                 for f in files]))
+                              if files else None),
+                    aria_label="contents", class_="meta"))
+    return el("header", parts)
+
+
+def not_scored_line(s: RunSummary) -> str:
+    """What is not scored yet, in the words the page's headline box and report.py print."""
+    n = len(s.unscored)
+    if not s.scored:
+        return f"not scored yet: none of the {s.attempts} attempt(s) has a score"
+    return (f"not fully scored: {n} of {s.attempts} attempt(s) have no score yet; the figures "
+            f"cover the {s.scored} scored")
+
+
+def _not_scored(s: RunSummary, ctx: PageContext) -> Html:
+    command = str(commands.score_run(ctx.run_label, ctx.set_label or None))
+    return el("div", el("p", f"Unscored: {', '.join(s.unscored)}. Their answers, queries and tool "
+                             "calls are shown below. Score them with:"),
+              el("pre", command), class_="alert", id="not-scored")
+
+
+def _incomplete(s: RunSummary) -> Html:
+    inc = s.incomplete
+    assert inc is not None
+    return el("section", el("h2", "INCOMPLETE: no pass rate"),
+              el("p", "Truncated or contaminated attempts void the headline: no pass rate is given "
+                      "until they are re-recorded and re-scored."),
+              definition_list([
+                  ("truncated", f"{len(inc.truncated)}" + (f": {', '.join(inc.truncated)}"
+                                                           if inc.truncated else "")),
+                  ("contaminated (unknown included)", f"{len(inc.contaminated)}" + (
+                      f": {', '.join(inc.contaminated)}" if inc.contaminated else "")),
+              ]),
+              el("p", "Re-record each attempt (a fresh answer; an attempt recorded from a host log "
+                      "takes --host-log LOG --answer-file ANSWER instead of --transcript), then "
+                      "re-score them:"),
+              el("pre", "\n".join(inc.commands)), id="incomplete", class_="alert")
+
+
+def _verdicts(s: RunSummary) -> Html:
+    v = s.verdicts
+    counts = el("dl", [el("div", el("dt", k), el("dd", n, data_count=k)) for k, n in
+                       [("attempts", s.attempts), ("scored", s.scored)]
+                       + [(k, v.get(k, 0)) for k in VERDICTS]], class_="stats")
+    chart = bar_chart([Bar(k, int(v.get(k, 0)), css=f"bar-{k}") for k in VERDICTS],
+                      title="verdict counts")
+    parts: list[Any] = [el("h2", "Verdicts"), counts, chart]
+    parts.append(el("p", "Only match and no_match are in the pass rate's denominator; near_match, "
+                         "needs_human and null are counted apart"
+                    + (f", and {s.excluded_verified_wrong} attempt(s) with a verified_wrong "
+                       "golden are out of every figure" if s.excluded_verified_wrong else "") + ".",
+                    class_="note"))
+    if s.null_reasons:
+        parts.append(el("p", "Null verdicts by reason: " + ", ".join(
+            f"{redacted(k)} {n}" for k, n in s.null_reasons.items()) + "."))
+    if s.vetoes:
+        parts.append(el("h3", "Must-not-use vetoes"))
+        parts.append(el("ul", [el("li", link(x["label"], "#" + anchor_id(x["qid"], x["sample"])),
+                                  ": ", redacted(", ".join(x["hits"])),
+                                  f" (the judge said {x['judge_verdict']})"
+                                  if x.get("judge_verdict") else None) for x in s.vetoes]))
+    if s.doubted_goldens:
+        parts.append(el("h3", "Doubted goldens"))
+        parts.append(el("ul", [el("li", link(x["label"], "#" + anchor_id(x["qid"], x["sample"])),
+                                  f": {x['gold_status']} (declared by {x['declared_by']}; "
+                                  f"{'excluded' if x['excluded'] else 'still counted'})",
+                                  f": {redacted(x['gold_note'])}" if x.get("gold_note")
+                                  else None)
+                               for x in s.doubted_goldens]))
+    waiting = [r for r in s.cases if r.verdict == "needs_human" and r.excluded is None]
+    if waiting:
+        parts.append(el("h3", "Needs a human"))
+        parts.append(el("ul", [el("li", link(attempt_label(r.qid, r.sample),
+                                             "#" + anchor_id(r.qid, r.sample)),
+                                  f" (confidence {shown(r.confidence)})") for r in waiting]))
+    return el("section", parts, id="verdicts")
+
+
+def _cascade(s: RunSummary) -> Html:
+    parts: list[Any] = [el("h2", "Cascade")]
+    cas = s.cascade
+    if not cas:
+        parts.append(el("p", f"No retrieval rows yet: {commands.SCORE_RUN} (or "
+                             f"{commands.SCORE_RETRIEVAL_APPEND}) places each attempt on the "
+                             "cascade.", class_="note"))
+        return el("section", parts, id="cascade")
+    rungs = dict(cas.get("rungs") or {})
+    overlays = dict(cas.get("overlays") or {})
+    parts.append(el("p", f"{cas.get('total')} attempts, each on exactly one rung (the first one "
+                         f"it stops at). Passes = delivered, right + the matches on earlier rungs: "
+                         f"{cas.get('passes')}."))
+    parts.append(bar_chart([Bar(r, int(n or 0), overlay=overlays.get(r) or None)
+                            for r, n in rungs.items()], title="cascade: attempts per rung"))
+    parts.append(table(["rung", "attempts", "of which match (overlay)"],
+                       [[r, td(shown(n), class_="num", data_rung=r),
+                         td("" if overlays.get(r) is None else shown(overlays[r]), class_="num")]
+                        for r, n in rungs.items()], caption="Cascade rungs", id="cascade-table"))
+    return el("section", parts, id="cascade")
+
+
+def _retrieval(s: RunSummary) -> Html:
+    r = s.retrieval
+    parts: list[Any] = [el("h2", "Retrieval and coverage")]
+    parts.append(definition_list([
+        ("mean recall", el("span", pct(r.get("mean_recall")), data_figure="mean_recall")),
+        ("measured attempts", shown(r.get("measured", 0))),
+        ("mean precision", pct(r.get("mean_precision"))),
+        ("complete retrievals", shown(r.get("complete_retrievals", 0))),
+        ("passed, not fully delivered", shown(r.get("passed_not_fully_delivered"), none="n/a")),
+        ("failures by where to fix", ", ".join(f"{k} {n}" for k, n in dict(
+            r.get("failures_by_where_to_fix") or {}).items()) or "none"),
+    ]))
+    c = s.coverage
+    if c:
+        parts.append(el("p", f"Coverage, read from the model over the report's own {c.get('cases')} "
+                             f"cases (not this run's attempts): {c.get('modelled')} of "
+                             f"{c.get('decided')} decided cases modelled (",
+                        el("span", pct(c.get("coverage")), data_figure="coverage"),
+                        f"; compiled surface {shown(c.get('compiledSurface'))}; reader "
+                        f"{shown(c.get('reader'))})."))
+        if c.get("by_verdict"):
+            parts.append(el("p", "By verdict: " + ", ".join(
+                f"{k} {n}" for k, n in dict(c["by_verdict"]).items()) + "."))
+    else:
+        parts.append(el("p", f"No coverage report given ({commands.SCORE_RUN} or "
+                             f"{commands.REPORT_COVERAGE} FILE): each attempt's coverage class "
+                             "comes from its retrieval row.",
+                        class_="note"))
+    return el("section", parts, id="retrieval")
+
+
+def _cost_section(s: RunSummary) -> Html:
+    c = s.cost
+    answerer = usd(c.get("answerer_usd")) + (f" ({c['answerer_unknown']} unknown)"
+                                             if c.get("answerer_unknown") else "")
+    judge = usd(c.get("judge_usd")) + (f" ({c['judge_unknown']} unknown)"
+                                       if c.get("judge_unknown") and c.get("judge_usd") is not None
+                                       else "")
+    return el("section", el("h2", "Cost"), definition_list([
+        ("answerer", el("span", answerer, data_figure="answerer_usd")),
+        ("judge", el("span", judge, data_figure="judge_usd")),
+        ("turns", shown(c.get("turns"), none="unknown")),
+        ("get_context calls", shown(c.get("get_context_calls"))),
+        ("execute_query calls", shown(c.get("execute_query_calls"))),
+        ("entities delivered per answer", shown(c.get("entities_delivered_per_answer"),
+                                                none="n/a")),
+    ]), id="cost")
+
+
+def _diagnosis(issues: Sequence[d.Issue], qids: set[str]) -> Html:
+    parts: list[Any] = [el("h2", "Diagnosis")]
+    if not issues:
+        parts.append(el("p", f"No diagnosis yet: {commands.DIAGNOSE} (eval-diagnose) says why each "
+                             "failure happened and who owns it.", class_="note"))
+        return el("section", parts, id="diagnosis")
+    rows = []
+    for i in issues:
+        cases = join(*[join(link(q, "#" + case_anchor(q)) if q in qids else esc(q), " ")
+                       for q in i.qids])
+        code = i.primary_code or "?"
+        if i.contributing_codes:
+            code += " (+ " + ", ".join(i.contributing_codes) + ")"
+        rows.append([td(el("code", i.issue_id), id="issue-" + i.issue_id), code,
+                     td(shown(i.owner), data_owner=i.owner or ""), shown(i.component), cases,
+                     shown(i.status), inline(i.diagnosis)])
+    parts.append(table(["issue", "cause code", "owner", "component", "cases", "status",
+                        "diagnosis"], rows, caption=f"{len(issues)} issue(s), each a cluster of "
+                                                    "failures on one shared cause",
+                       id="issues-table"))
+    return el("section", parts, id="diagnosis")
+
+
+def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
+    head = el("thead", el("tr", [el("th", h, scope="col") for h in (
+        "attempt", "verdict", "confidence", "owner", "recall", "cost", "coverage",
+        "where to fix", "notes")]))
+    rows = []
+    for r in s.cases:
+        cost = _cost(r)
+        # Lean rows (a run may have hundreds): the sorting script reads the cells' own text.
+        rows.append(el(
+            "tr",
+            td(link(attempt_label(r.qid, r.sample), "#" + anchor_id(r.qid, r.sample))),
+            td(verdict_text(r), class_=f"v-{verdict_word(r)}"),
+            td(shown(r.confidence, none="")), td(_owners(r.qid, issues)),
+            td("" if r.recall is None else f"{r.recall:.2f}"),
+            td("" if cost is None else usd(cost)),
+            td(shown(r.coverage, none="")), td(shown(r.where_to_fix, none="")),
+            td(redacted("; ".join(case_notes(r)))), data_verdict=verdict_word(r)))
+    return el("section", el("h2", "Cases"),
+              el("div", el("table", el("caption", f"{len(s.cases)} attempt(s); sort by a column, "
+                                                  "open an attempt for its evidence"),
+                           head, el("tbody", rows), id="cases-table", class_="cases",
+                           data_sortable=True, data_filterable=True), class_="scroll"),
+              id="cases")
+
+
+def render_run_page(s: RunSummary, attempts: Sequence[d.AttemptDetail],
+                    issues: Sequence[d.Issue], ctx: PageContext) -> str:
+    """The whole page for one run: every figure from `s`, every attempt's evidence from `attempts`.
+    Attempt sections are drawn shorter, largest first, while the page would pass PAGE_BUDGET."""
+    header = _header(s, ctx)
+    figures = join(_verdicts(s), _cascade(s), _retrieval(s), _cost_section(s),
+                   _diagnosis(issues, {r.qid for r in s.cases}), _case_table(s, issues))
+    title = f"{s.run_id or 'run'}: {s.headline}"
+
+    def whole(attempts_part: Html) -> str:
+        return page(title, join(header, el("main", figures, attempts_part)),
+                    description=f"malloy-evals run {s.run_id}: {s.headline}")
+
+    fixed = len(whole(Html("")).encode("utf-8"))
+    sections, shortened = attempt_sections(
+        attempts, {(r.qid, r.sample): r for r in s.cases}, PAGE_BUDGET - fixed)
+    note = ("Each attempt's evidence: open one (or follow a link from the table)."
+            + (f" {shortened} of {len(attempts)} are drawn shorter to keep this page small."
+               if shortened else ""))
+    return whole(el("section", el("h2", "Attempts"), el("p", note, class_="note"), sections,
+                    id="attempts"))
+
+
+def render_text(result: RunPage) -> str:
+    """report.py --run's text output: where the page is, and the headline it carries."""
+    return (f"wrote {result.path} ({result.bytes // 1024} KB, {result.attempts} attempts)\n"
+            f"{result.headline}" + (f"\n{result.not_scored}" if result.not_scored else ""))
+
+
+def find_set(run_dir: Path, set_name: str | None) -> Path | None:
+    """The set a run folder sits in (`<set>/runs/<run>`, as the sample set keeps its runs) when
+    that set has the run's name; None otherwise."""
+    candidate = run_dir.resolve().parent.parent
+    if not (candidate / SET_FILE).is_file():
+        return None
+    try:
+        found = load_set(candidate)
+    except InputError:
+        return None
+    return candidate if set_name is None or found.name == set_name else None
+
+
+def write_run_page(run_dir: str | Path, set_dir: str | Path | None = None, *,
+                   coverage: str | Path | None = None, summary: RunSummary | None = None,
+                   run: Any = None, eval_set: Any = None, view: LiveView | None = None
+                   ) -> RunPage:
+    """Write `report.html` into the run folder.
+
+    `summary` is the summary score_run just wrote (its page then shows exactly what summary.json
+    says); without it the summary is computed here by the same `summarize`. `view` is the live
+    view the pass already holds (read here when not given).
+    """
+    run = run if run is not None else Run.open(run_dir)
+    info = dict(run.info)
+    if eval_set is None and set_dir is None:
+        set_dir = find_set(Path(run_dir), info.get("setName"))
+    if eval_set is None and set_dir is not None:
+        eval_set = load_set(set_dir)
+    view = view if view is not None else run.view()  # the one read of the ledger for this page
+    if summary is None:
+        summary = summarize(run, eval_set, coverage, run_label=str(run_dir),
+                            set_label=str(set_dir) if set_dir is not None else None, view=view)
+    issues = d.issues_of(view.events)
+    attempts = d.attempt_details(run, eval_set, view,
+                                 [run.key(r.qid, r.sample) for r in summary.cases], issues)
+    set_label = str(set_dir) if set_dir is not None else (
+        str(eval_set.dir) if eval_set is not None else None)
+    target = Path(run.dir) / PAGE_FILE
+    files = tuple(f for f in SIDE_FILES if (target.parent / f).is_file())
+    html = render_run_page(summary, attempts, issues,
+                           PageContext(str(run_dir), set_label, info, files))
+    write_atomic(target, html)
+    return RunPage(path=str(target), bytes=len(html.encode("utf-8")), attempts=summary.attempts,
+                   headline=summary.headline, status=summary.status, set_dir=set_label,
+                   unscored=len(summary.unscored), not_scored=not_scored_line(summary)
+                   if summary.unscored else None)
+
+
+def write_atomic(target: Path, text: str) -> None:
+    """Replace `target` whole: a reader never opens half a page."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".report-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,314 @@
+"""import_set: a set written for the public Publisher eval loop, made a kit set.
+
+The public golden sets (the Malloy ecommerce set is one) are close to the kit's format, and the
+kit reads most of their fields as they are: `value: null` and `canonicalQuery: null` on
+unanswerable goldens, `alternates`, `clarifyOk` / `clarifyPreferred`, `verifiedBy`, `ordered`.
+The importer copies the set folder (its `model/`, `truth/` and data along with it), maps the few
+fields the kit spells differently, keeps every other field verbatim, and writes an import report:
+what it copied, what it mapped, which fields have no kit counterpart (kept, never dropped) and
+every judgement call it made. It never promotes a golden: statuses stay as published.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import shutil
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from malloy_evals.core import cli, commands, schemas
+from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
+from malloy_evals.sets.eval_set import (
+    CASES_FILE,
+    SET_FILE,
+    check_set,
+    rewrite_jsonl,
+)
+
+REPORT_FILE = "import-report.json"
+# set.json fields the public loop spells otherwise: public name -> kit name.
+SET_RENAMES = {"truthModel": "truthModelPath"}
+# Golden-level fields a public case may carry at the top level; the kit reads them on the golden.
+GOLDEN_FIELDS_ON_CASE = ("clarifyOk", "clarifyPreferred", "alternates")
+# How a public golden may say its rows are ranked (the kit's `ordered`).
+RANKED_FLAGS = ("ranked", "ordered")
+RANK_COLUMNS = ("rank", "position")
+_TABLE = re.compile(r"""duckdb\.table\(\s*['"]([^'"]+)['"]""")
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What import_set did, and what the imported set looks like to the kit."""
+
+    source: str
+    out: str
+    cases: int
+    statuses: dict[str, int]           # golden status -> cases (as published; never promoted)
+    kinds: dict[str, int]
+    copied: list[str]                  # top-level entries copied from the source folder
+    skipped_links: list[str]           # symbolic links not followed (nothing outside is copied)
+    mapped: list[str]                  # one line per field the kit spells otherwise
+    kept_verbatim: dict[str, dict[str, int]]  # file -> field with no kit counterpart -> count
+    judgement_calls: list[str]
+    errors: list[str]                  # validate_set errors of the imported set
+    warnings: int                      # validate_set warnings (unknown fields, mostly)
+    missing: list[str]                 # what the kit needs that the source did not hold
+    next_steps: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FINDING if self.errors else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {
+            "exit_code": self.exit_code}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except FileNotFoundError:
+        raise InputError(path, None, "missing: a public set folder holds set.json and cases.jsonl") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot be read: {exc}") from None
+    except ValueError as exc:
+        raise InputError(path, getattr(exc, "lineno", None), f"not valid JSON: {exc}") from None
+
+
+def _eval_toml(src: Path) -> dict[str, Any]:
+    """The public set's eval.toml, when it has one (servers and paths; the kit takes names only)."""
+    path = src / "eval.toml"
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(path, None, f"cannot be read: {exc}") from None
+
+
+def _copy_tree(src: Path, out: Path) -> tuple[list[str], list[str]]:
+    """Copy the source folder into `out` without following links; (copied entries, links)."""
+    links: list[str] = []
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        skip = [n for n in names if Path(folder, n).is_symlink()]
+        links.extend(str(Path(folder, n).relative_to(src)) for n in skip)
+        return skip
+
+    shutil.copytree(src, out, ignore=ignore, dirs_exist_ok=True)
+    copied = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
+    return copied, sorted(links)
+
+
+def map_set_json(config: dict[str, Any], toml: dict[str, Any]) -> tuple[dict[str, Any], list[str],
+                                                                           list[str]]:
+    """set.json in the kit's spelling: (config, mapped, judgement calls). Keys keep their order."""
+    out: dict[str, Any] = {}
+    mapped: list[str] = []
+    calls: list[str] = []
+    for key, value in config.items():
+        kit = SET_RENAMES.get(key, key)
+        if kit != key:
+            mapped.append(f"set.json: {key} -> {kit}")
+        out.setdefault(kit, value)
+    model = toml.get("model") if isinstance(toml.get("model"), dict) else {}
+    if "environment" not in out and isinstance(model.get("environment"), str):
+        out["environment"] = model["environment"]
+        mapped.append("set.json: environment from eval.toml [model] environment")
+    if "targetPackage" not in out:
+        out["targetPackage"] = model.get("package") if isinstance(model.get("package"), str) \
+            else out.get("name")
+        calls.append(f"set.json: no targetPackage; took {out['targetPackage']!r} from "
+                     + ("eval.toml [model] package" if model.get("package") else "the set's name"))
+    if "datasetVersion" not in out:
+        out["datasetVersion"] = 1
+        calls.append("set.json: no datasetVersion; wrote 1")
+    if "targetModelPath" not in out and isinstance(out.get("name"), str):
+        out["targetModelPath"] = f"{out['targetPackage']}.malloy"
+        calls.append(f"set.json: no targetModelPath; assumed {out['targetModelPath']!r}")
+    if out.get("truthPackage") and "truthModelPath" not in out:
+        out["truthModelPath"] = "truth.malloy"
+        calls.append("set.json: truthPackage without truthModel; assumed truth.malloy (the public "
+                     "loop's default)")
+    return out, mapped, calls
+
+
+def _infer_kind(golden: dict[str, Any], case: dict[str, Any]) -> str:
+    value = golden.get("value")
+    if isinstance(value, list) or golden.get("path"):
+        return "rows"
+    if isinstance(value, dict):
+        return "scalar"
+    refusal = any(t in ("refusal-expected", "coverage:absent") for t in case.get("tags") or [])
+    return "unanswerable" if refusal or case.get("coverage") == "absent" else "criteria"
+
+
+def _ranked_rows(rows: Any) -> str | None:
+    """The rank column when every row carries it, starting at 1 and never falling in file order
+    (ties repeat a rank)."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return None
+    for column in RANK_COLUMNS:
+        ranks = [r.get(column) for r in rows]
+        if all(isinstance(n, int) and not isinstance(n, bool) for n in ranks) and ranks[0] == 1 \
+                and all(a <= b for a, b in itertools.pairwise(ranks)):
+            return column
+    return None
+
+
+def map_case(case: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """One public case in the kit's spelling: (case, mapped, judgement calls), every field kept."""
+    qid = case.get("qid", "?")
+    mapped: list[str] = []
+    calls: list[str] = []
+    out = dict(case)
+    golden = out.get("golden")
+    if not isinstance(golden, dict):
+        return out, mapped, calls
+    golden = dict(golden)
+    for key in GOLDEN_FIELDS_ON_CASE:
+        if key in out and key not in golden:
+            golden[key] = out.pop(key)
+            mapped.append(f"{qid}: {key} moved onto the golden (where the kit reads it)")
+    if "kind" not in golden:
+        golden["kind"] = _infer_kind(golden, case)
+        calls.append(f"{qid}: the golden names no kind; read as {golden['kind']!r} from its value "
+                     "and tags")
+    if golden.get("kind") == "rows" and "ordered" not in golden:
+        flag = next((f for f in RANKED_FLAGS if isinstance(golden.get(f), bool)), None)
+        column = _ranked_rows(golden.get("value"))
+        if flag is not None:
+            golden["ordered"] = golden[flag]
+            mapped.append(f"{qid}: golden.{flag} -> ordered")
+        elif column is not None:
+            golden["ordered"] = True
+            calls.append(f"{qid}: rows carry a {column!r} column 1..n in order; read as ranked "
+                         "(ordered: true), so verify_goldens compares them in order")
+    if isinstance(out.get("rubric"), str) and "rubric" not in golden:
+        calls.append(f"{qid}: a case-level rubric is kept verbatim but not read: the judge reads "
+                     "golden.rubric only (move it there if it is the key)")
+    out["golden"] = golden
+    return out, mapped, calls
+
+
+def _unknown_fields(schema: str, obj: Any) -> list[str]:
+    """Fields the kit's schema has no counterpart for (kept verbatim), by dotted name."""
+    return [p.field for p in schemas.validate(schema, obj) if p.unknown]
+
+
+def import_set(source: str | Path, out: str | Path) -> ImportReport:
+    """Copy a public set into `out` as a kit set, with its report (written as import-report.json)."""
+    src, dst = Path(source), Path(out)
+    if not src.is_dir():
+        raise InputError(src, None, "not a folder")
+    config = _read_json(src / SET_FILE)
+    if not isinstance(config, dict):
+        raise InputError(src / SET_FILE, None, "must be a JSON object")
+    if not (src / CASES_FILE).is_file():
+        raise InputError(src / CASES_FILE, None, "missing: a public set folder holds set.json and "
+                                                 "cases.jsonl")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise InputError(dst, None, "exists and is not an empty folder; choose a new --out")
+    if dst.resolve().is_relative_to(src.resolve()):
+        raise InputError(dst, None, "is inside the source set; choose a folder outside it")
+    toml = _eval_toml(src)
+    copied, links = _copy_tree(src, dst)
+
+    kit_config, mapped, calls = map_set_json(config, toml)
+    if kit_config != config:
+        (dst / SET_FILE).write_text(json.dumps(kit_config, indent=2, ensure_ascii=False) + "\n",
+                                    encoding="utf-8")
+    kept: dict[str, Counter[str]] = {SET_FILE: Counter(_unknown_fields("set", kit_config)),
+                                     CASES_FILE: Counter()}
+    replace: dict[int, Any] = {}
+    statuses: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    tables_read: set[str] = set()  # files the canonical queries name with duckdb.table(...)
+    n_cases = 0
+    for number, raw in enumerate((dst / CASES_FILE).read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            case = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue  # left as it is; validate_set below names the line
+        if not isinstance(case, dict):
+            continue
+        n_cases += 1
+        new, case_mapped, case_calls = map_case(case)
+        mapped += case_mapped
+        calls += case_calls
+        if new != case:
+            replace[number] = new
+        golden = new.get("golden") if isinstance(new.get("golden"), dict) else {}
+        if isinstance(golden.get("canonicalQuery"), str):
+            tables_read.update(_TABLE.findall(golden["canonicalQuery"]))
+        statuses[str(golden.get("status") or "verified (no status)")] += 1
+        kinds[str(golden.get("kind"))] += 1
+        kept[CASES_FILE].update(_unknown_fields("case", new))
+    if replace:
+        rewrite_jsonl(dst / CASES_FILE, replace=replace)  # other lines keep their bytes
+
+    missing = []
+    truth_model = str(kit_config.get("truthModelPath") or kit_config.get("targetModelPath"))
+    tables = sorted(tables_read)
+    truth_need = ("the truth package, where canonical queries run (promote_golden.py and "
+                  "verify_goldens.py need it)")
+    if tables:
+        truth_need += (f"; its canonical queries read {', '.join(tables)} relative to it, so "
+                       f"truth/{truth_model} (it may be empty) with those files beside it will do")
+    for folder, what in (("model", "the Malloy package under test"), ("truth", truth_need),
+                         ("data", "the tables the models read")):
+        if not (dst / folder).is_dir():
+            missing.append(f"{folder}/: {what}")
+    checked = check_set(dst)
+    report = ImportReport(
+        source=str(src), out=str(dst), cases=n_cases, statuses=dict(statuses), kinds=dict(kinds),
+        copied=copied, skipped_links=links, mapped=mapped,
+        kept_verbatim={f: dict(sorted(c.items())) for f, c in kept.items() if c},
+        judgement_calls=calls, errors=checked.errors, warnings=len(checked.warnings),
+        missing=missing, next_steps=_next_steps(dst, statuses))
+    (dst / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False)
+                                   + "\n", encoding="utf-8")
+    return report
+
+
+def _next_steps(dst: Path, statuses: Counter[str]) -> list[str]:
+    steps = [str(commands.validate_set(dst))]
+    if statuses.get("provisional"):
+        steps += [
+            f"{commands.promote_all(dst)}   # value goldens that re-derive from truth/",
+            f"{commands.promote_attested(dst)}   # criteria, unanswerable",
+        ]
+    steps.append(str(commands.score_run(commands.RUN_DIR, dst, endpoint=cli.LOCAL)))
+    return steps
+
+
+def render_report(r: ImportReport) -> str:
+    """The import report as a person reads it."""
+    state = "OK" if not r.errors else f"{len(r.errors)} error(s)"
+    out = [f"imported {r.cases} case(s) from {r.source} into {r.out} ({state}, {r.warnings} warning(s))",
+           "statuses (as published; nothing promoted): "
+           + ", ".join(f"{k} {n}" for k, n in sorted(r.statuses.items())),
+           "kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(r.kinds.items())),
+           "copied: " + ", ".join(r.copied)]
+    if r.skipped_links:
+        out.append("links not followed: " + ", ".join(r.skipped_links))
+    if r.mapped:
+        out += ["mapped to the kit's spelling:", *[f"  - {m}" for m in r.mapped]]
+    for file, fields in r.kept_verbatim.items():
+        out.append(f"kept verbatim in {file} (no kit counterpart): "
+                   + ", ".join(f"{k} ({n})" for k, n in fields.items()))
+    if r.judgement_calls:
+        out += ["judgement calls:", *[f"  - {c}" for c in r.judgement_calls]]
+    if r.missing:
+        out += ["not in the source, needed before scoring:", *[f"  - {m}" for m in r.missing]]
+    if r.errors:
+        out += ["errors (validate_set):", *[f"  - {e}" for e in r.errors]]
+    out += ["next:", *[f"  {s}" for s in r.next_steps]]
+    return "\n".join(out)

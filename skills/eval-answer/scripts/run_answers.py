@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Put every question of a run's set to a blind answerer, N times each, and record every attempt.
+
+Each attempt runs in a fresh empty folder outside the kit, the set and the run, with a filtered
+environment and an MCP configuration naming only the endpoint; it is recorded the moment it ends,
+through the same code as record_attempt.py (contamination check included). Answerers:
+`claude-code[:MODEL]` (the `claude` CLI, only the Publisher tools allowed), `anthropic:MODEL` (the
+kit's own tool-use loop; needs ANTHROPIC_API_KEY), or --answerer-cmd TEMPLATE (any command writing
+Claude Code stream-json on stdout; placeholders {question_file} {prompt_file} {mcp_config}
+{workdir} {max_turns} {qid} {sample}, each replaced by a shell-quoted value; write paths in it
+absolute: the command runs in its empty folder). A timed-out or turn-limited attempt is recorded
+truncated. A crash, a model or transport error, or no stream-json at all is not an attempt: it goes
+to <run>/harness.jsonl and is tried again; --max-failures of those in a row stop the run. Running
+the same command again resumes; --redo QIDS answers chosen cases again. Exit 0 ran (a budget stop
+included), 2 bad flags, 3 stopped by harness failures or could not start (no run.json, no endpoint,
+no `claude`, no API key).
+
+Examples (the first makes the run; the second answers two cases with the kit's scripted answerer,
+scripts/scripted_answerer.py, which needs no model; $PWD is the kit's root, so its paths are
+absolute):
+  .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/live1 --answerer-model scripted-answerer --run-id live1
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs `claude` (Claude Code) on PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+
+from malloy_evals.answer.harness.command import check_template
+from malloy_evals.answer.harness.harness import HarnessOptions, render_text, run_answers
+from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
+from malloy_evals.core import cli
+from malloy_evals.core.errors import UsageError
+from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
+
+
+def _answerer(args: argparse.Namespace) -> str | None:
+    """Who answers, decided with the command line: a known answerer, a usable command template,
+    and a cost cap only on a priced model."""
+    try:
+        spec = parse_answerer(args.answerer, args.answerer_cmd)
+        if spec.kind == "command":
+            check_template(spec.template or "", Path.cwd())
+    except UsageError as exc:
+        return str(exc)
+    if args.max_cost_usd is not None and spec.kind == "anthropic" and price_for(spec.model) is None:
+        return (f"--max-cost-usd needs a priced model; {spec.model!r} is not in "
+                f"{PRICES_PATH.name} (add its row, or drop the cap)")
+    return None
+
+
+def build_parser() -> cli.ScriptParser:
+    p = cli.parser(__doc__)
+    cli.add_run_argument(p, help="the run folder (made by new_run.py)")
+    cli.add_set_argument(p)
+    p.add_argument("--answerer", metavar="ANSWERER",
+                   help="claude-code, claude-code:MODEL, or anthropic:MODEL")
+    p.add_argument("--answerer-cmd", metavar="TEMPLATE",
+                   help="a command that answers like Claude Code (see below); enough on its own")
+    cli.add_endpoint_arguments(p, purpose="answer")
+    cli.add_count_argument(p, "--samples", default=1,
+                           help="attempts per case (default 1: sample null; K > 1: samples 1..K)")
+    cli.add_only_argument(p)
+    p.add_argument("--redo", type=cli.split_qids, default=[], metavar="q1,q2",
+                   help="answer these cases again though recorded (voids the earlier recording)")
+    p.add_argument("--split", choices=SPLITS, default="all",
+                   help="which cases: dev, holdout or all (default all)")
+    cli.add_count_argument(p, "--parallel", default=1, help="attempts at once (default 1)")
+    cli.add_count_argument(p, "--max-turns", default=30,
+                           help="turns per attempt before it is cut off, recorded truncated "
+                                "(default 30)")
+    p.add_argument("--timeout", type=cli.seconds, default=900.0,
+                   help="seconds per attempt before it is cut off, recorded truncated (default 900)")
+    p.add_argument("--max-cost-usd", type=cli.dollars, metavar="X",
+                   help="stop once the run's answerers have spent X dollars (earlier sessions "
+                        "count); anthropic: before the call that could exceed it; a command: "
+                        "between attempts")
+    p.add_argument("--prompt", type=cli.existing_file, metavar="FILE",
+                   help=f"the answerer's instructions (default {DEFAULT_PROMPT.name} in "
+                        "skills/eval-answer/reference/)")
+    p.add_argument("--retries", type=cli.count, default=2,
+                   help="tries again after a harness failure, per attempt (default 2)")
+    cli.add_count_argument(p, "--max-failures", default=4,
+                           help="harness failures in a row that stop the run, exit 3 (default 4)")
+    cli.add_count_argument(p, "--max-output-mb", default=64,
+                           help="a command's stdout beyond this stops it: a harness failure "
+                                "(default 64)")
+    cli.add_check(p, _answerer)
+    cli.add_json_flag(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    answerer = parse_answerer(args.answerer, args.answerer_cmd)
+    options = HarnessOptions(
+        answerer=answerer, mcp_url=args.mcp_url, local=args.local, samples=args.samples,
+        only=args.only, redo=args.redo, split=args.split, parallel=args.parallel,
+        max_turns=args.max_turns, timeout=args.timeout, max_cost_usd=args.max_cost_usd,
+        prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
+        max_output_mb=args.max_output_mb)
+    result = run_answers(args.run, args.set_dir, options)
+    cli.emit(result, as_json=args.json, render=render_text)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    cli.run(main)

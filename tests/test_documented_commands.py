@@ -1,0 +1,97 @@
+"""Every command line written for people runs as written against the sample set.
+
+The command lines of the three SKILL.md files, README.md, reference/**/*.md,
+skills/*/reference/*.md and every script's --help are found (never listed: a new document or
+script is covered the day it lands), parsed by the real script's parser, and run in order, one
+document at a time, from a scratch copy of the kit's root, so the checkout stays as it was. A
+command whose trailing comment says `# needs ...` (an API key, a Publisher, a host's reply),
+`# serves ...` or `# rewrites ...` (the checkout itself) is only parsed; `# ... exit 1` says the
+exit code a run must give (0 otherwise). README.md ("Command lines in these docs") says the same
+to readers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from script_support import (
+    KIT,
+    LINKED,
+    documents,
+    make_scratch,
+    option_strings,
+    parse_outcome,
+    run_outcome,
+    run_setup,
+    skill_scripts,
+)
+
+DOCS = documents()
+
+
+def _git_status(*paths: str) -> str:
+    done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths],
+                          cwd=KIT, capture_output=True, text=True, check=False)
+    return done.stdout if done.returncode == 0 else "(not a git checkout)"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_every_skill_script_shows_at_least_two_command_lines_in_its_help():
+    for script in skill_scripts():
+        name = script.relative_to(KIT).as_posix()
+        runs_it = [c for c in DOCS.get(name, []) if not c.is_setup and c.script()[0] == script]
+        assert len(runs_it) >= 2, f"{name}: its --help shows {len(runs_it)} command line(s) of it"
+
+
+def test_the_documents_hold_command_lines_to_check():
+    assert {"README.md", "skills/eval-answer/SKILL.md", "skills/eval-judge/SKILL.md",
+            "skills/eval-diagnose/SKILL.md"} <= set(DOCS)
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_every_documented_command_names_a_kit_script_and_only_flags_it_takes(name):
+    for cmd in DOCS[name]:
+        if cmd.is_setup:
+            continue
+        script, args = cmd.script()
+        assert script is not None, f"{cmd.where}: names no kit script: {cmd.text}"
+        known = option_strings(script)
+        unknown = [a for a in args if a.startswith("--") and a.split("=")[0] not in known]
+        assert not unknown, f"{cmd.where}: {script.name} takes no {', '.join(unknown)}"
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_documented_commands_run_as_written_on_the_sample_set(name, tmp_path, needs_node):
+    kit = make_scratch(tmp_path)
+    evals_before = _git_status("evals", "SKILL_INDEX.md")
+    for cmd in DOCS[name]:
+        if cmd.is_setup:
+            outcome = run_setup(cmd, kit)
+            assert outcome.code == 0, f"{cmd.where}: {cmd.text}\n{outcome.err}"
+            continue
+        script, args = cmd.script(kit)
+        assert script is not None, f"{cmd.where}: names no kit script: {cmd.text}"
+        if cmd.parse_only:
+            outcome = parse_outcome(script, args, kit)
+            assert outcome.code == 0, f"{cmd.where}: does not parse: {cmd.text}\n{outcome.err}"
+            continue
+        outcome = run_outcome(script, args, kit)
+        assert outcome.code == cmd.expected_exit, (
+            f"{cmd.where}: exit {outcome.code}, documented {cmd.expected_exit}: {cmd.text}\n"
+            f"{outcome.err[-2000:]}")
+        if "--json" in args:
+            json.loads(outcome.out)  # exactly one JSON document on stdout
+    assert _git_status("evals", "SKILL_INDEX.md") == evals_before, "a command wrote the checkout"
+    # Followed from a real checkout, the docs must leave `git status` clean: new files only
+    # under runs/ (ignored), the sample set as committed.
+    strays = [p.relative_to(kit).as_posix() for p in kit.iterdir()
+              if p.name not in LINKED + ("evals", "runs")]
+    assert not strays, f"{name}: commands wrote outside runs/: {strays}"
+    assert _tree(kit / "evals") == _tree(KIT / "evals"), f"{name}: commands changed evals/"

@@ -1,0 +1,158 @@
+"""import_set: a set in the public loop's format, made a kit set with every field kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from malloy_evals.core.errors import InputError
+from malloy_evals.sets import importer
+from malloy_evals.sets.eval_set import check_set, load_set
+from malloy_evals.sets.goldens import verify_goldens
+from malloy_evals.sets.promote import promote_golden
+
+KIT = Path(__file__).resolve().parents[1]
+PUBLIC_SET = KIT / "tests" / "fixtures" / "public_loop" / "set"
+SCRIPT = KIT / "skills" / "eval-answer" / "scripts" / "import_set.py"
+
+
+def cases(set_dir: Path) -> dict[str, dict]:
+    return {c["qid"]: c for c in map(json.loads, (set_dir / "cases.jsonl").read_text().splitlines())}
+
+
+@pytest.fixture
+def imported(tmp_path):
+    report = importer.import_set(PUBLIC_SET, tmp_path / "nursery")
+    return report, tmp_path / "nursery"
+
+
+def test_the_import_validates_and_keeps_every_status_as_published(imported):
+    report, out = imported
+    assert report.exit_code == 0 and report.errors == [] and check_set(out).errors == []
+    assert report.statuses == {"provisional": 5}
+    assert all(c["golden"]["status"] == "provisional" for c in cases(out).values())
+    assert report.kinds == {"scalar": 2, "rows": 1, "unanswerable": 1, "criteria": 1}
+
+
+def test_model_truth_data_and_other_files_are_copied_along(imported):
+    report, out = imported
+    assert report.copied == ["README.md", "cases.jsonl", "data/", "judge-regressions.jsonl",
+                             "model/", "set.json", "truth/"]
+    assert (out / "data" / "sales.csv").read_bytes() == (PUBLIC_SET / "data" / "sales.csv").read_bytes()
+    assert report.missing == []
+    assert json.loads((out / importer.REPORT_FILE).read_text())["cases"] == 5
+
+
+def test_unanswerable_golden_keeps_value_null_and_canonical_query_null(imported):
+    _, out = imported
+    golden = cases(out)["nur_frost_losses"]["golden"]
+    assert "value" in golden and golden["value"] is None
+    assert "canonicalQuery" in golden and golden["canonicalQuery"] is None
+    assert load_set(out).case("nur_frost_losses").golden_kind == "unanswerable"
+
+
+def test_alternates_clarify_flags_and_ranked_rows_reach_the_golden(imported):
+    report, out = imported
+    es = load_set(out)
+    revenue = es.case("nur_revenue_h1_2024")
+    assert [a["accept"] for a in revenue.alternates] == [True, False]
+    assert es.case("nur_top_categories").clarify_ok and es.case("nur_top_categories").ordered
+    saturday = es.case("nur_busiest_saturday")
+    assert saturday.clarify_preferred and "clarifyPreferred" not in saturday.raw
+    assert "nur_busiest_saturday: clarifyPreferred moved onto the golden (where the kit reads it)" \
+        in report.mapped
+    assert any(c.startswith("nur_top_categories: rows carry a 'rank' column")
+               for c in report.judgement_calls)
+
+
+def test_fields_without_a_kit_counterpart_are_kept_verbatim_and_listed(imported):
+    report, out = imported
+    source = cases(PUBLIC_SET)["nur_revenue_h1_2024"]
+    kept = cases(out)["nur_revenue_h1_2024"]
+    for key in ("executions", "source", "state", "shapes", "modelQuery"):
+        assert kept[key] == source[key]
+    assert kept["golden"]["receipts"] == source["golden"]["receipts"]
+    assert report.kept_verbatim["cases.jsonl"]["golden.receipts"] == 1
+    assert report.kept_verbatim["set.json"] == {"notes": 1, "truthTableRewrite": 1}
+    config = json.loads((out / "set.json").read_text())
+    assert config["truthModelPath"] == "truth.malloy" and "truthModel" not in config
+    assert config["notes"] == json.loads((PUBLIC_SET / "set.json").read_text())["notes"]
+
+
+def test_cases_the_kit_reads_as_written_keep_their_bytes(imported):
+    _, out = imported
+    source = (PUBLIC_SET / "cases.jsonl").read_bytes().split(b"\n")
+    written = (out / "cases.jsonl").read_bytes().split(b"\n")
+    changed = [i + 1 for i, (a, b) in enumerate(zip(source, written, strict=True)) if a != b]
+    assert changed == [2, 4]  # the ranked rows golden and the moved clarifyPreferred only
+
+
+@pytest.mark.parametrize("golden, tags, kind", [
+    pytest.param({"value": [{"a": 1}]}, [], "rows", id="rows"),
+    pytest.param({"value": {"n": 3}}, [], "scalar", id="scalar"),
+    pytest.param({"value": None}, ["refusal-expected"], "unanswerable", id="refusal"),
+    pytest.param({"rubric": "REQUIRED: x"}, [], "criteria", id="criteria"),
+])
+def test_a_golden_without_a_kind_gets_one_as_a_judgement_call(golden, tags, kind):
+    case, _, calls = importer.map_case({"qid": "q", "question": "?", "tags": tags, "golden": golden})
+    assert case["golden"]["kind"] == kind and calls[0].startswith("q: the golden names no kind")
+
+
+def test_an_explicit_ranked_flag_becomes_ordered():
+    case, mapped, _ = importer.map_case({"qid": "q", "golden": {"kind": "rows", "ranked": True,
+                                                                "value": [{"a": 1}]}})
+    assert case["golden"]["ordered"] is True and mapped == ["q: golden.ranked -> ordered"]
+
+
+def test_an_occupied_out_folder_and_a_source_without_cases_are_refused(tmp_path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("")
+    with pytest.raises(InputError, match="exists and is not an empty folder"):
+        importer.import_set(PUBLIC_SET, tmp_path / "busy")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "set.json").write_text("{}")
+    with pytest.raises(InputError, match="cases.jsonl: missing"):
+        importer.import_set(tmp_path / "half", tmp_path / "o")
+
+
+def test_links_in_the_source_are_not_followed(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(PUBLIC_SET, src)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the set")
+    os.symlink(secret, src / "notes.txt")
+    report = importer.import_set(src, tmp_path / "out")
+    assert report.skipped_links == ["notes.txt"] and not (tmp_path / "out" / "notes.txt").exists()
+
+
+def test_the_script_prints_one_json_document(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--from", str(PUBLIC_SET), "--out",
+                           str(tmp_path / "o"), "--json"], capture_output=True, text=True, cwd=KIT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["exit_code"] == 0
+
+
+def test_import_then_promote_then_verify_is_the_path_to_a_scorable_set(imported, needs_node):
+    _, out = imported
+    promoted = promote_golden(out, all_cases=True)
+    assert sorted(promoted.promoted) == ["nur_avg_line", "nur_revenue_h1_2024", "nur_top_categories"]
+    assert {p.qid for p in promoted.promotions if p.outcome == "skipped"} == {
+        "nur_frost_losses", "nur_busiest_saturday"}
+    assert verify_goldens(out).exit_code == 0
+    attested = promote_golden(out, ["nur_frost_losses"], attest=True, by="Dana Reyes")
+    assert attested.promoted == ["nur_frost_losses"]
+    assert load_set(out).case("nur_frost_losses").golden_status == "verified"
+
+
+def test_a_missing_truth_package_is_reported_with_the_tables_its_queries_read(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(PUBLIC_SET, src, ignore=shutil.ignore_patterns("truth"))
+    report = importer.import_set(src, tmp_path / "out")
+    [truth] = [m for m in report.missing if m.startswith("truth/")]
+    assert "read ../data/sales.csv relative to it" in truth and "truth/truth.malloy" in truth
+    assert report.exit_code == 0  # missing folders are for scoring, not for validating the set
