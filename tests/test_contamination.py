@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from contamination_support import CWD, MODEL, SET, bash, check, read, rules, use
 from fuzz_support import FUZZ, mutated_transcript, reads_or_refuses
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,46 +19,17 @@ from malloy_evals.checks.contamination.rules import (
     check_contamination,
     render_text,
 )
-from malloy_evals.checks.contamination.shell import split_shell
+from malloy_evals.checks.contamination.shell import SUBST, split_shell
 from malloy_evals.checks.contamination.tools import tool_kind
 from malloy_evals.checks.toollog import ToolUse
 from malloy_evals.core.errors import UsageError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "skills" / "eval-answer" / "scripts" / "check_contamination.py"
 
-# A repository at /w holding the set at /w/sets/shop (no default needle in that path, so rule 1
-# by folder and rule 3 are tested on their own) and the model under test at /w/pkg/shop.malloy.
-CWD = "/w"
-SET = "/w/sets/shop"
-MODEL = "/w/pkg/shop.malloy"
-
-
-def use(name: str, **inputs: Any) -> ToolUse:
-    return ToolUse(name=name, input=inputs)
-
-
-def bash(command: str) -> ToolUse:
-    return use("Bash", command=command, description="run it")
-
-
-def read(path: str) -> ToolUse:
-    return use("Read", file_path=path)
-
 
 GET_CONTEXT = use("mcp__publisher__malloy_getContext", query="revenue by month")
 EXECUTE = use("mcp__publisher__malloy_executeQuery", projectName="samples", packageName="shop",
               modelPath="shop.malloy", query="run: orders -> { aggregate: revenue }")
-
-
-def check(uses: list[ToolUse] | None, **kwargs: Any):
-    kwargs.setdefault("set_dir", SET)
-    kwargs.setdefault("model_paths", [MODEL])
-    kwargs.setdefault("cwd", CWD)
-    return check_contamination(uses, **kwargs)
-
-
-def rules(result) -> list[str]:
-    return [r.rule for r in result.reasons]
 
 
 # ------------------------------------------------------------------ the public skill's scenarios
@@ -350,8 +322,8 @@ def test_grep_of_sibling_with_unknown_cwd_and_relative_set_is_clean():
                  "open", id="inline_python_open"),
     pytest.param([bash("node -e \"console.log(require('fs').readdirSync('.'))\"")], "readdirsync",
                  id="inline_node_fs"),
-    pytest.param([bash("python3 - <<'EOF'\nimport os\nfor r, d, f in os.walk('.'):\n    print(f)\nEOF")],
-                 "walk", id="heredoc_python_walk"),
+    pytest.param([bash("python3 - <<'EOF'\nimport os\nfor f in os.listdir('.'):\n    print(f)\nEOF")],
+                 "listdir", id="heredoc_python_listdir"),
     pytest.param([bash("python3 analyze.py")], "unseen script", id="script_file_not_in_log"),
     pytest.param([use("Write", file_path="/w/tmp/a.py", content="import glob\nprint(glob.glob('**'))"),
                   bash("python3 tmp/a.py")], "glob", id="script_written_earlier_reads"),
@@ -378,9 +350,20 @@ def test_code_that_cannot_reach_the_set_is_clean(uses, cwd):
     assert check(uses, cwd=cwd).contaminated is False
 
 
-def test_inline_code_walking_an_absolute_folder_above_the_set_is_unknown():
+def test_inline_code_walking_an_absolute_folder_above_the_set_is_a_recursive_read():
+    # Was "unknown" (code naming a folder above the set); a walk is a recursive read rooted
+    # where it is rooted, wherever the code runs (issue 18, class 2).
     result = check([bash("python3 -c \"import os; print(list(os.walk('/w')))\"")], cwd="/scratch")
-    assert result.contaminated == "unknown"
+    assert result.contaminated is True
+    assert rules(result) == ["recursive-read"]
+
+
+def test_heredoc_code_walking_the_cwd_that_holds_the_set_is_a_recursive_read():
+    # Was "unknown" (code that can read, run from the repo root): os.walk('.') is rooted there.
+    uses = [bash("python3 - <<'EOF'\nimport os\nfor r, d, f in os.walk('.'):\n    print(f)\nEOF")]
+    result = check(uses)
+    assert result.contaminated is True
+    assert rules(result) == ["recursive-read"]
 
 
 def test_rule_one_in_the_same_session_decides_over_script_may_read():
@@ -582,7 +565,9 @@ def test_string_literal_path_in_a_query_is_contaminated():
 
 SHELL_ALPHABET = st.sampled_from(list("ab/.*?'\"\\$(){}|;&<>=- \n#`~") + [
     "grep -r ", "cd ", "<<EOF\n", "EOF", "python3 -c ", "evals", "sets/shop", "find . ",
-    "http://h/mcp", "tools/call", "$(", "2>&1", "-exec ", "cat ", "**"])
+    "http://h/mcp", "tools/call", "$(", "2>&1", "-exec ", "cat ", "**", "$((", "))", "<(",
+    "$[", "eval ", "| sh", "| python3", "base64 -d", "echo ", "> a.py", "tee ", "let ",
+    "os.walk('", "glob('", "exec(", "\x1a"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -872,6 +857,148 @@ def test_text_rendering_says_null_for_an_unknown_reported_count():
     assert text.startswith("clean: host_tool_uses=2 reported_calls=null")
 
 
+# ------------------------------------------------------------------ issue 18, classes 4-7
+# Classes 1-3 (code the answerer runs) are in test_contamination_code.py.
+
+REST_MODEL = "http://127.0.0.1:4000/api/v0/environments/samples/packages/shop/models/shop.malloy"
+
+
+@pytest.mark.parametrize("uses", [
+    pytest.param([bash(f"curl -s {REST_MODEL}")], id="curl"),
+    pytest.param([bash(f"wget -qO- '{REST_MODEL}'")], id="wget"),
+    pytest.param([bash(f"http GET {REST_MODEL}")], id="httpie"),
+    pytest.param([bash(f"curl -s '{REST_MODEL}?reload=true' | jq -r .sourceText")], id="query_string"),
+    pytest.param([bash(f"curl -s {REST_MODEL.rsplit('/', 1)[0]}/sub%2Fshop.malloy")],
+                 id="url_encoded_model_path"),
+    pytest.param([bash("curl -s $BASE/api/v0/environments/samples/packages/shop/models/shop.malloy")],
+                 id="base_url_in_an_unknown_variable"),
+    pytest.param([use("WebFetch", url=REST_MODEL, prompt="show me the model")], id="webfetch_tool"),
+    pytest.param([use("mcp__fetch__fetch", url=REST_MODEL)], id="fetch_server_mcp_tool"),
+    pytest.param([bash(f"python3 -c \"import urllib.request as u; print(u.urlopen('{REST_MODEL}').read())\"")],
+                 id="python_urlopen"),
+    pytest.param([bash("printf 'GET /api/v0/environments/samples/packages/shop/models/shop.malloy "
+                       "HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 4000")], id="raw_http_through_nc"),
+])
+def test_fetching_the_model_source_through_a_rest_route_reads_the_model_file(uses):
+    result = check(uses, cwd="/scratch")
+    assert result.contaminated is True
+    assert rules(result) == ["model-file"]
+
+
+@pytest.mark.parametrize("uses", [
+    pytest.param([bash(f"curl -s {REST_MODEL.rsplit('/', 1)[0]}")], id="list_of_models"),
+    pytest.param([bash(f"curl -s -X POST {REST_MODEL}/query -d '{{\"query\": \"run: orders -> by_status\"}}'")],
+                 id="query_route_returns_rows"),
+    pytest.param([bash("curl -s http://127.0.0.1:4000/api/v0/environments/samples/packages/shop")],
+                 id="package_metadata"),
+    pytest.param([bash("printf 'GET /api/v0/status HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 4000")],
+                 id="raw_http_status"),
+    pytest.param([EXECUTE], id="publisher_mcp_tool_stays_exempt"),
+])
+def test_rest_routes_that_do_not_return_the_model_text_stay_clean(uses):
+    assert check(uses, cwd="/scratch").contaminated is False
+
+
+@pytest.mark.parametrize("uses, cwd", [
+    pytest.param([use("Write", file_path="/tmp/scratch/shop.malloy", content="source: x is y"),
+                  bash("cat /tmp/scratch/shop.malloy")], "/scratch", id="write_tool_then_cat"),
+    pytest.param([bash("cat > /tmp/s/shop.malloy <<'EOF'\nsource: a is b\nEOF"),
+                  read("/tmp/s/shop.malloy")], "/scratch", id="heredoc_then_read_tool"),
+    pytest.param([bash("mkdir -p /tmp/s && cd /tmp/s && echo 'source: a is b' > shop.malloy"),
+                  bash("cd /tmp/s && grep source shop.malloy")], "/scratch",
+                 id="echo_redirect_then_relative_grep"),
+    pytest.param([use("Write", file_path="/tmp/d/shop.malloy", content="x"),
+                  use("Edit", file_path="/tmp/d/shop.malloy", old_string="x", new_string="y"),
+                  bash("malloy-cli compile /tmp/d/shop.malloy")], "/scratch", id="write_edit_compile"),
+    pytest.param([use("Write", file_path="shop.malloy", content="x"), read("/w/work/shop.malloy")],
+                 "/w/work", id="relative_write_from_a_known_cwd"),
+    pytest.param([use("Write", file_path="/tmp/draft.malloy", content="x"),
+                  bash("cp /tmp/draft.malloy /tmp/s/shop.malloy && cat /tmp/s/shop.malloy")],
+                 "/scratch", id="a_copy_of_its_own_draft"),
+    pytest.param([use("Write", file_path="/tmp/shop.malloy", content="x"),
+                  bash("mkdir -p /tmp/s && cp /tmp/shop.malloy /tmp/s/ && cat /tmp/s/shop.malloy")],
+                 "/scratch", id="its_draft_copied_into_a_folder"),
+    pytest.param([bash("python3 -c \"open('/tmp/s/shop.malloy', 'w').write('source: a is b')\""),
+                  read("/tmp/s/shop.malloy")], "/scratch", id="a_draft_written_by_code"),
+])
+def test_a_draft_with_the_models_file_name_the_answerer_wrote_is_not_the_model(uses, cwd):
+    assert check(uses, cwd=cwd).contaminated is False
+
+
+@pytest.mark.parametrize("uses, kwargs", [
+    pytest.param([use("Write", file_path="/tmp/s/shop.malloy", content="x"), bash("cat /w/pkg/shop.malloy")],
+                 {}, id="the_real_model_after_a_draft"),
+    pytest.param([bash("cat /other/shop.malloy")], {}, id="a_same_named_file_it_did_not_write"),
+    pytest.param([use("Write", file_path=MODEL, content="x")], {}, id="writing_over_the_model"),
+    pytest.param([use("Edit", file_path="/tmp/x/shop.malloy", old_string="a", new_string="b")], {},
+                 id="editing_a_file_it_did_not_write"),
+    pytest.param([read("/tmp/s/shop.malloy"), use("Write", file_path="/tmp/s/shop.malloy", content="x")],
+                 {}, id="read_before_the_write"),
+    pytest.param([bash("cp /other/shop.malloy /tmp/s/shop.malloy && cat /tmp/s/shop.malloy")], {},
+                 id="a_copy_of_a_file_it_did_not_write"),
+    pytest.param([use("Write", file_path="shop.malloy", content="x"), read("shop.malloy")],
+                 {"cwd": None, "model_paths": ["pkg/shop.malloy"]}, id="relative_model_and_unknown_cwd"),
+])
+def test_a_file_named_like_the_model_is_still_the_model_unless_the_log_shows_it_written(uses, kwargs):
+    result = check(uses, **kwargs)
+    assert result.contaminated is True
+    assert "model-file" in rules(result)
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param("echo $((1843*100/12290))", id="arithmetic_expansion"),
+    pytest.param("x=$(( a/b )); echo $x", id="assigned_arithmetic"),
+    pytest.param("echo \"share: $(( 100*n/total ))%\"", id="arithmetic_in_double_quotes"),
+    pytest.param("let x=a/b", id="let"),
+    pytest.param("let 'x = a / b'", id="let_quoted"),
+    pytest.param("(( r = a / b )); echo $r", id="arithmetic_command"),
+    pytest.param("echo $[1843/12290]", id="old_arithmetic"),
+    pytest.param("bash -c 'echo $(( 7/2 ))'", id="arithmetic_in_a_nested_shell"),
+    pytest.param("zsh -c 'print $(( 1843.0 / 12290 ))'", id="zsh_float_arithmetic"),
+    pytest.param("echo \"scale=4; 1843/12290\" | bc", id="bc"),
+    pytest.param("expr 1843 \\* 100 / 12290", id="expr"),
+])
+def test_shell_arithmetic_is_not_a_script_run(command):
+    result = check([bash(command)])
+    assert result.contaminated is False
+    assert result.reasons == []
+
+
+def test_arithmetic_does_not_hide_a_read_after_it():
+    assert rules(check([bash("echo $((1/1)) && cat sets/shop/a.csv")])) == ["eval-area"]
+
+
+@pytest.mark.parametrize("uses, cwd, expected", [
+    pytest.param([bash("cd /w/pkg && grep measure *.malloy")], CWD, ["model-file"],
+                 id="grep_glob_in_the_model_folder"),
+    pytest.param([bash("grep -n measure /w/pkg/*.malloy")], "/scratch", ["model-file"],
+                 id="absolute_glob_of_the_model_folder"),
+    pytest.param([use("Glob", pattern="*.malloy", path="/w/pkg")], "/scratch", ["model-file"],
+                 id="glob_tool_in_the_model_folder"),
+    pytest.param([bash("cd /w/sets/shop && head -1 *.jsonl")], CWD, ["eval-area"],
+                 id="glob_inside_the_set"),
+    pytest.param([bash("cat /w/sets/shop/*")], "/scratch", ["eval-area"], id="star_inside_the_set"),
+    pytest.param([bash("grep -r measure /w/pkg")], "/scratch", ["recursive-read"],
+                 id="a_real_recursive_grep_keeps_its_label"),
+    pytest.param([bash("cd /w/pkg && grep -n measure **/*.malloy")], CWD, ["recursive-read"],
+                 id="globstar_is_recursive"),
+])
+def test_reasons_name_the_rule_that_really_fired(uses, cwd, expected):
+    assert rules(check(uses, cwd=cwd)) == expected
+
+
+def test_split_shell_keeps_a_substitution_inside_its_word_and_runs_its_commands_first():
+    simples = split_shell("cat $(echo a | base64 -d) /w/x")
+    assert [[w.value for w in s.words] for s in simples] == [
+        ["echo", "a"], ["base64", "-d"], ["cat", SUBST, "/w/x"]]
+    assert simples[1].piped_from is simples[0]
+    assert simples[2].words[1].dynamic and simples[2].piped_from is None
+
+
+def test_split_shell_reads_arithmetic_as_a_number_and_keeps_pipes_apart_from_or():
+    simples = split_shell("echo $((10/3)) | tr 3 x || (( n++ ))")
+    assert [[w.value for w in s.words] for s in simples] == [["echo", "0"], ["tr", "3", "x"]]
+    assert simples[1].piped_from is simples[0]
 
 # Regressions (hostile input): a transcript whose `type` is an object died with a traceback and
 # exit 1, which reads as "contaminated"; a mutated transcript must be checked or refused.

@@ -15,7 +15,9 @@ from malloy_evals.checks.must_not_use import (
     check_must_not_use,
     classify_entry,
     noise_spans,
+    render_text,
 )
+from veto_support import SHOP_DEFINITIONS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "skills" / "eval-answer" / "scripts" / "check_must_not_use.py"
 
@@ -390,3 +392,162 @@ def test_quote_inside_an_annotation_cannot_hide_the_query_after_it(query):
 def test_field_named_only_in_an_annotation_is_absent():
     query = "# books.list_price is not used here\nrun: books -> { aggregate: y is count() }"
     assert check_must_not_use(query, ["list_price"]).absent == ["list_price"]
+
+
+# ------------------------------------------------------------------ through the model's definitions
+# The shop of veto_support.py: `is_late` compares shipped_at with order_date, and views, measures,
+# dimensions, a source and a named query are built on it; `eu_customers` filters on region.
+
+@pytest.mark.parametrize("query, entry, path", [
+    pytest.param("run: orders -> late_shipments", "shipped_at",
+                 "late_shipments -> is_late -> shipped_at", id="named_view"),
+    pytest.param("run: orders -> top_late + { limit: 2 }", "shipped_at",
+                 "top_late -> is_late -> shipped_at", id="refined_view_built_on_a_view"),
+    pytest.param("run: orders -> { aggregate: late_count }", "shipped_at",
+                 "late_count -> is_late -> shipped_at", id="filtered_measure"),
+    pytest.param("run: orders -> { group_by: ship_bucket }", "shipped_at",
+                 "ship_bucket -> is_late -> shipped_at", id="dimension_on_a_dimension"),
+    pytest.param("run: orders -> { group_by: status\n nest: late_shipments }", "shipped_at",
+                 "late_shipments -> is_late -> shipped_at", id="nested_view"),
+    pytest.param("run: orders -> with_having", "shipped_at",
+                 "with_having -> late_count -> is_late -> shipped_at", id="view_with_having"),
+    pytest.param("run: orders -> { where: is_late\n aggregate: order_count }", "shipped_at",
+                 "is_late -> shipped_at", id="dimension_in_a_where"),
+    pytest.param("run: late_orders -> by_status", "shipped_at", "late_orders -> shipped_at",
+                 id="source_extension_filter"),
+    pytest.param("run: late_q", "shipped_at", "late_q -> is_late -> shipped_at", id="named_query"),
+    pytest.param("query: mine is orders -> late_shipments\nrun: mine", "shipped_at",
+                 "late_shipments -> is_late -> shipped_at", id="query_defined_in_the_text"),
+    pytest.param("run: orders -> { group_by: eu_customers.name }", "region",
+                 "eu_customers -> eu_customers.is_eu -> eu_customers.region", id="filtered_join"),
+    pytest.param("run: orders -> { aggregate: eu_total }", "customers.region",
+                 "eu_total -> customers.is_eu -> customers.region", id="measure_through_a_join"),
+    pytest.param("source: o2 is orders extend { dimension: z is 1 }\nrun: o2 -> late_shipments",
+                 "shipped_at", "late_shipments -> is_late -> shipped_at", id="source_alias_in_the_text"),
+    pytest.param("run: orders extend { join_one: c is customers on customer_id = c.customer_id } "
+                 "-> { group_by: c.is_eu }", "region", "c.is_eu -> c.region",
+                 id="join_alias_in_the_text"),
+    pytest.param("run: orders -> { aggregate: books_late is late_count }", "is_late",
+                 "late_count -> is_late", id="entry_naming_a_dimension"),
+])
+def test_a_forbidden_field_inside_a_named_definition_is_a_hit_with_its_path(query, entry, path):
+    result = check_must_not_use(query, [entry], definitions=SHOP_DEFINITIONS)
+    assert result.hits == [entry]
+    assert result.paths == {entry: path}
+    assert result.expansion == "expanded"
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize("query, entry", [
+    pytest.param("run: orders -> by_status", "shipped_at", id="a_view_without_it"),
+    pytest.param("run: orders -> { aggregate: total }", "shipped_at", id="a_measure_without_it"),
+    pytest.param("run: orders -> { aggregate: is_late is count() }", "shipped_at",
+                 id="a_name_the_query_defines_itself"),
+    pytest.param("run: orders -> { group_by: customers.name }", "customer_id",
+                 id="a_join_key_is_plumbing"),
+    pytest.param("run: orders -> by_status // late_shipments", "shipped_at",
+                 id="a_view_named_in_a_comment"),
+    pytest.param("run: orders -> { where: status = 'late_shipments'\n aggregate: order_count }",
+                 "shipped_at", id="a_view_named_in_a_string"),
+    pytest.param("run: customers -> { group_by: name }", "region", id="another_source"),
+    pytest.param("run: orders -> { group_by: ship_bucket }", "region", id="an_unrelated_chain"),
+])
+def test_definitions_that_do_not_reach_the_field_leave_it_absent(query, entry):
+    result = check_must_not_use(query, [entry], definitions=SHOP_DEFINITIONS)
+    assert result.hits == [] and result.leaf_hits == []
+    assert result.absent == [entry]
+
+
+def test_a_dotted_entry_reached_only_as_its_bare_leaf_is_a_leaf_hit_for_the_judge_with_its_path():
+    result = check_must_not_use("run: orders -> late_shipments", ["order_items.shipped_at"],
+                                definitions=SHOP_DEFINITIONS)
+    assert (result.hits, result.leaf_hits) == ([], ["order_items.shipped_at"])
+    assert "late_shipments -> is_late -> shipped_at" in result.judge_note
+    assert result.exit_code == 0
+
+
+def test_a_text_hit_needs_no_path():
+    result = check_must_not_use("run: orders -> { where: shipped_at > order_date\n"
+                                "aggregate: late_count }", ["shipped_at"],
+                                definitions=SHOP_DEFINITIONS)
+    assert result.hits == ["shipped_at"] and result.paths == {}
+
+
+@pytest.mark.parametrize("query, allowed, verdict", [
+    pytest.param("run: orders -> late_shipments", ["is_late"], "allowed", id="only_inside_it"),
+    pytest.param("run: orders -> late_shipments", ["orders.is_late"], "allowed",
+                 id="named_with_its_source"),
+    pytest.param("run: late_q", ["late_q"], "allowed", id="a_named_query"),
+    pytest.param("run: late_orders -> by_status", ["late_orders"], "allowed",
+                 id="a_source_filter"),
+    pytest.param("run: orders -> { aggregate: late_count\n group_by: lag is ship_lag }",
+                 ["is_late"], "hit", id="also_through_another_definition"),
+    pytest.param("run: orders -> { where: shipped_at is not null\n aggregate: late_count }",
+                 ["is_late"], "hit", id="also_in_the_query_text"),
+    pytest.param("run: orders -> late_shipments", ["ship_lag"], "hit", id="allowed_elsewhere"),
+])
+def test_an_entry_allowed_inside_a_named_definition_is_not_a_veto_there(query, allowed, verdict):
+    result = check_must_not_use(query, ["shipped_at"], definitions=SHOP_DEFINITIONS,
+                                allowed_in={"shipped_at": allowed})
+    if verdict == "allowed":
+        assert (result.hits, result.allowed, result.exit_code) == ([], ["shipped_at"], 0)
+    else:
+        assert (result.hits, result.allowed, result.exit_code) == (["shipped_at"], [], 1)
+
+
+def test_the_hit_path_avoids_the_allowed_definition_when_another_reaches_the_field():
+    result = check_must_not_use("run: orders -> { aggregate: late_count\n group_by: ship_lag }",
+                                ["shipped_at"], definitions=SHOP_DEFINITIONS,
+                                allowed_in={"shipped_at": ["is_late"]})
+    assert result.paths == {"shipped_at": "ship_lag -> shipped_at"}
+
+
+def test_without_a_model_the_veto_reads_the_text_alone_and_keeps_its_six_keys():
+    result = check_must_not_use("run: orders -> late_shipments", ["shipped_at"])
+    assert (result.hits, result.expansion) == ([], None)
+    assert set(result.to_json()) == KEYS
+
+
+def test_a_model_that_could_not_be_read_says_why_and_decides_on_the_text():
+    result = check_must_not_use("run: orders -> { group_by: shipped_at }", ["shipped_at"],
+                                definitions="node is not on PATH")
+    assert result.hits == ["shipped_at"]
+    assert result.expansion == "not possible: node is not on PATH"
+    assert set(result.to_json()) == KEYS | {"paths", "allowed", "expansion"}
+
+
+@pytest.mark.parametrize("query, why", [
+    pytest.param("run: invoices -> late_shipments", "the query's source invoices is not in the model",
+                 id="unknown_source"),
+    pytest.param("late_shipments", "no `run:` names the query's source", id="no_source_at_all"),
+])
+def test_an_expansion_that_cannot_find_the_source_says_so(query, why):
+    result = check_must_not_use(query, ["shipped_at"], definitions=SHOP_DEFINITIONS)
+    assert result.expansion == f"not possible: {why}"
+    assert result.absent == ["shipped_at"]
+
+
+def test_definition_names_include_join_and_source_qualified_forms():
+    names = SHOP_DEFINITIONS.names()
+    assert {"late_shipments", "orders.late_shipments", "is_eu", "customers.is_eu",
+            "orders.customers.is_eu", "late_q", "late_orders"} <= names
+    assert "shipped_at" not in names
+
+
+def test_text_rendering_names_the_path_and_the_expansion():
+    text = render_text(check_must_not_use("run: orders -> late_shipments", ["shipped_at"],
+                                          definitions=SHOP_DEFINITIONS))
+    assert "VETO" in text and "late_shipments -> is_late -> shipped_at" in text
+    assert "not possible (no model given)" in render_text(check_must_not_use("run: x", ["y"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list("abcdefghij_. {}:->\n'\"/*#") + [
+    "run:", "orders", "late_shipments", "is_late", "join_one:", " is ", "source:", "extend",
+    "late_q", "eu_customers"]), max_size=40).map("".join), st.lists(st.sampled_from(
+        ["shipped_at", "region", "a.b", "is_late", "x as y"]), max_size=3))
+def test_expanding_arbitrary_text_never_raises(query, entries):
+    result = check_must_not_use(query, entries, definitions=SHOP_DEFINITIONS,
+                                allowed_in={"shipped_at": ["is_late"]})
+    assert sorted(result.hits + result.leaf_hits + result.unchecked + result.absent
+                  + result.allowed) == sorted(entries)

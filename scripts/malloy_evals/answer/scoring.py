@@ -8,6 +8,7 @@ from typing import Any
 
 from malloy_evals.answer.reexecute import fresh_reexecution, open_endpoint, reexecute_attempt
 from malloy_evals.checks.contamination.rules import check_contamination
+from malloy_evals.checks.model_definitions import case_definitions
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
@@ -160,7 +161,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                             truncated=attempt.get("truncated") is True,
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
-                            doctrine=doctrine)
+                            doctrine=doctrine, definitions=case_definitions(eval_set, case))
     except HostReplyPending as exc:
         waiting = "pending" if ingest else "emitted"
         return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,

@@ -1,4 +1,4 @@
-"""The must-not-use veto: does a submitted query's TEXT use a forbidden field (SPEC 5.2)?
+"""The must-not-use veto: does a submitted query use a forbidden field, in its text or inside a model definition it names?
 
 `golden.mustNotUse` names the similar-but-wrong field (list price where the question wants the
 price paid). Using one fails the answer however good the number looks, so this is decided here,
@@ -21,13 +21,28 @@ Steps:
   .list_price` and `books./* x */list_price` name `books.list_price`: blanks around a
    dot are closed up before matching. Identifiers are case-sensitive in Malloy (`LIST_PRICE` is
    not `list_price`; the query would not compile), so matching is too.
+4. When the model's definitions are given (`Definitions`, read by the caller from the compiled
+   model), expand every named view, measure, dimension, filtered join, source filter and named
+   query the query uses, transitively: `run: orders -> late_shipments`, where the view filters
+   on `shipped_at`, uses `shipped_at` (reported as the path `late_shipments -> shipped_at`).
+   Paths in definitions are from the query's source (`revenue -> orders.counts_as_sale ->
+   orders.status`), so they match entries as the query text does: a longer join path ending in
+   the entry is a hit, a bare leaf under another qualifier a leaf hit for the judge. The query's
+   source is the name after `run:` (or `query: q is`), through `source: a is b` aliases in the
+   query itself; a named query brings its own source and fields. Names the query defines itself
+   (`x is ...`) are its own, not the model's; `join_one: o is orders` makes `o.x` the model's
+   `orders` field `x`. A join's ON keys are plumbing, not a use. An entry the set allows inside a
+   named definition (`mustNotUseAllowedIn`) reached only through that definition is `allowed`,
+   not a veto; a use anywhere else still is.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK
 
@@ -50,10 +65,23 @@ class MustNotUseResult:
     absent: list[str]     # decidable entries proven absent: nobody needs to look at them
     checked: list[str]    # the normalised paths tested for hits and leaf hits
     judge_note: str       # one line per unchecked entry and per leaf hit; "" when none
+    # entry -> how the query reaches it through the model's definitions (`a -> b -> field`)
+    paths: dict[str, str] = field(default_factory=dict)
+    allowed: list[str] = field(default_factory=list)  # reached only inside a definition allowed
+    expansion: str | None = None  # "expanded", "not possible: <why>"; None: no model was given
 
     @property
     def exit_code(self) -> int:
         return EXIT_FINDING if self.hits else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        """The six keys, plus `paths`, `allowed` and `expansion` when a model was given."""
+        out: dict[str, Any] = {"hits": self.hits, "leaf_hits": self.leaf_hits,
+                               "unchecked": self.unchecked, "absent": self.absent,
+                               "checked": self.checked, "judge_note": self.judge_note}
+        if self.expansion is not None:
+            out.update(paths=self.paths, allowed=self.allowed, expansion=self.expansion)
+        return out
 
 
 # ----------------------------------------------------------------------------------- noise
@@ -173,8 +201,15 @@ def _present(path: str, text: str) -> bool:
     return re.search(pattern, text) is not None
 
 
-def check_must_not_use(query: str | None, entries: Iterable[str]) -> MustNotUseResult:
-    """Sort must-not-use entries into hits, leaf hits, unchecked and absent for one query."""
+def check_must_not_use(query: str | None, entries: Iterable[str], *,
+                       definitions: Definitions | str | None = None,
+                       allowed_in: Mapping[str, Sequence[str]] | None = None) -> MustNotUseResult:
+    """Sort must-not-use entries into hits, leaf hits, unchecked and absent for one query.
+
+    `definitions`: the model's (step 4), or why they could not be read (the expansion is then
+    "not possible: ..."), or None when no model was given. `allowed_in`: entry as written ->
+    names of definitions inside which it is allowed.
+    """
     entries = list(entries)
     hits: list[str] = []
     leaf_hits: list[str] = []
@@ -182,33 +217,267 @@ def check_must_not_use(query: str | None, entries: Iterable[str]) -> MustNotUseR
     absent: list[str] = []
     checked: list[str] = []
     leaves: dict[str, str] = {}
+    paths: dict[str, str] = {}
+    allowed: list[str] = []
+    expansion: str | None = None
+    if isinstance(definitions, str):
+        expansion = f"not possible: {definitions}"
     if query is None or not query.strip():
         # No query: nothing can be proven present or absent, so everything is the judge's.
         unchecked = list(entries)
     else:
         # Positions no longer matter once blanked: close up `a . b` so it reads as `a.b`.
         text = _SPACED_DOT_RE.sub(".", blank_noise(query).replace("`", ""))
+        reach: _Reach | None = None
+        if isinstance(definitions, Definitions):
+            reach = _reach(text, definitions)
+            expansion = reach.status
         for entry in entries:
             path = classify_entry(entry)
             if path is None:
                 unchecked.append(entry)
                 continue
             leaf = path.rsplit(".", 1)[-1]
+            inside = _through_definitions(reach, path, (allowed_in or {}).get(entry, ()))
             if _present(path, text):
                 hits.append(entry)
+            elif inside.hit is not None:
+                hits.append(entry)
+                paths[entry] = inside.hit
+            elif inside.allowed:
+                allowed.append(entry)
+                continue
             elif leaf != path and _present(leaf, text):
                 leaf_hits.append(entry)
                 leaves[entry] = leaf
+            elif inside.leaf is not None:
+                leaf_hits.append(entry)
+                leaves[entry] = leaf
+                paths[entry] = inside.leaf
             else:
                 absent.append(entry)
                 continue
             if path not in checked:
                 checked.append(path)
     note = [f"- {e}" for e in unchecked]
-    note += [f"- {e}: a bare `{leaves[e]}` appears in the query (under another qualifier or "
-             f"none); decide whether it is this field" for e in leaf_hits]
+    note += [(f"- {e}: a bare `{leaves[e]}` is used inside the model's definitions ({paths[e]}); "
+              f"decide whether it is this field") if e in paths else
+             (f"- {e}: a bare `{leaves[e]}` appears in the query (under another qualifier or "
+              f"none); decide whether it is this field") for e in leaf_hits]
     return MustNotUseResult(hits=hits, leaf_hits=leaf_hits, unchecked=unchecked, absent=absent,
-                            checked=checked, judge_note="\n".join(note))
+                            checked=checked, judge_note="\n".join(note), paths=paths,
+                            allowed=allowed, expansion=expansion)
+
+
+# ------------------------------------------------------------------- the model's definitions
+
+@dataclass(frozen=True)
+class Definitions:
+    """What each named field of a model uses, read by the caller from the compiled model
+    (`MalloyRuntime.definitions()`): per source, field path -> the field paths its definition
+    uses, all from that source ('' holds the source's own filters, a join's path its `where:`);
+    per named query, its source and the paths its first stage uses."""
+
+    sources: Mapping[str, Mapping[str, tuple[str, ...]]]
+    queries: Mapping[str, tuple[str | None, tuple[str, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_runner(cls, raw: Mapping[str, Any], model_path: str | None = None) -> Definitions:
+        """From the runner's answer: the model at `model_path` when the package has it, else
+        every model's definitions merged."""
+        models = [m for m in raw.get("models") or [] if isinstance(m, dict)]
+        chosen = [m for m in models if m.get("path") == model_path] or models
+        sources: dict[str, dict[str, tuple[str, ...]]] = {}
+        queries: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+        for model in chosen:
+            for name, fields in (model.get("sources") or {}).items():
+                merged = sources.setdefault(name, {})
+                for key, refs in (fields or {}).items():
+                    merged[key] = tuple(dict.fromkeys([*merged.get(key, ()), *map(str, refs)]))
+            for name, q in (model.get("queries") or {}).items():
+                queries[name] = (q.get("source"), tuple(map(str, q.get("refs") or ())))
+        return cls(sources=sources, queries=queries)
+
+    def names(self) -> set[str]:
+        """Every name a definition can be called by: `field`, `join.field`, `source.field`,
+        each named query and each source (for its filters)."""
+        out = set(self.sources) | set(self.queries)
+        for source, fields in self.sources.items():
+            for key in fields:
+                if key:
+                    segs = key.split(".")
+                    out.update(".".join(segs[i:]) for i in range(len(segs)))
+                    out.add(f"{source}.{key}")
+        return out
+
+
+_RUN_RE = re.compile(rf"\brun\s*:\s*({_IDENT})")
+_QUERY_IS_RE = re.compile(rf"\bquery\s*:\s*{_IDENT}\s+is\s+({_IDENT})")
+_SOURCE_IS_RE = re.compile(rf"\bsource\s*:\s*({_IDENT})\s+is\s+({_IDENT})")
+_JOIN_IS_RE = re.compile(rf"\bjoin_(?:one|many|cross)\s*:\s*({_IDENT})(?:\s+is\s+({_IDENT}))?")
+_DEFINES_RE = re.compile(rf"({_IDENT})\s+is\b")
+_TOKEN_RE = re.compile(rf"(?<![\w.]){_IDENT}(?:\.{_IDENT})*")
+_HEAD_RE = re.compile(rf"^\s*({_IDENT})\s*(?:->|\bextend\b)")
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A definition reached: in `source`, the field path `key`, seen from the query as
+    `prefix + key` (a local join alias in front); `key` '' is the source's own filters; a
+    named query is a node of its own (`query` true, `key` its name)."""
+
+    source: str
+    prefix: str
+    key: str
+    query: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.query:
+            return self.key
+        return self.prefix + self.key if self.key else self.source
+
+    def refs(self, defs: Definitions) -> tuple[str, ...]:
+        if self.query:
+            return defs.queries[self.key][1]
+        return (defs.sources.get(self.source) or {}).get(self.key, ())
+
+
+@dataclass(frozen=True)
+class _Reach:
+    """Every field path the query reaches through definitions, with the chain that got there."""
+
+    status: str
+    seeds: tuple[tuple[_Node, tuple[str, ...]], ...] = ()
+    definitions: Definitions | None = None
+    chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _reach(text: str, defs: Definitions) -> _Reach:
+    """Expand every definition the (blanked) query text uses, breadth first."""
+    aliases = {a: b for a, b in _SOURCE_IS_RE.findall(text)}
+    joins = {a: (b or a) for a, b in _JOIN_IS_RE.findall(text)}
+    own = set(_DEFINES_RE.findall(text)) - set(joins)
+    roots = _RUN_RE.findall(text) + _QUERY_IS_RE.findall(text)
+    if not roots:
+        head = _HEAD_RE.match(text)
+        roots = [head.group(1)] if head else []
+    seeds: list[tuple[_Node, tuple[str, ...]]] = []
+    missing: list[str] = []
+    sources: list[str] = []
+    for root in roots:
+        for _ in range(8):
+            if root not in aliases:
+                break
+            root = aliases[root]
+        if root in defs.queries:
+            source = defs.queries[root][0]
+            if source in defs.sources:
+                sources.append(source)
+                seeds.append((_Node(source, "", root, query=True), ()))
+                continue
+        if root in defs.sources:
+            sources.append(root)
+        else:
+            missing.append(root)
+    if not sources:
+        why = (f"the query's source {', '.join(dict.fromkeys(missing))} is not in the model"
+               if missing else "no `run:` names the query's source")
+        return _Reach(status=f"not possible: {why}")
+    for source in dict.fromkeys(sources):
+        if "" in defs.sources[source]:
+            seeds.append((_Node(source, "", ""), ()))
+        for m in _TOKEN_RE.finditer(text):
+            segs = m.group(0).split(".")
+            if len(segs) == 1 and (segs[0] in own or text[m.end():m.end() + 1] == "("):
+                continue  # a name the query defines, or a function call
+            if segs[0] in joins and joins[segs[0]] in defs.sources and len(segs) > 1:
+                target = joins[segs[0]]
+                seeds += [(n, ()) for n in _nodes(".".join(segs[1:]), target, segs[0] + ".", defs)]
+            else:
+                seeds += [(n, ()) for n in _nodes(m.group(0), source, "", defs)]
+    return _Reach(status="expanded", seeds=tuple(seeds), definitions=defs,
+                  chains=_expand(seeds, defs, frozenset()))
+
+
+def _nodes(path: str, source: str, prefix: str, defs: Definitions) -> list[_Node]:
+    """The definitions a path runs through in a source: the field itself (its longest prefix
+    that is defined) and every filtered join on the way."""
+    fields = defs.sources.get(source) or {}
+    segs = path.split(".")
+    return [_Node(source, prefix, key) for k in range(len(segs), 0, -1)
+            if (key := ".".join(segs[:k])) in fields]
+
+
+def _expand(seeds: Sequence[tuple[_Node, tuple[str, ...]]], defs: Definitions,
+            stops: frozenset[str]) -> dict[str, tuple[str, ...]]:
+    """Field path -> the chain of definitions (labels) that first reaches it, breadth first;
+    definitions named in `stops` are not opened."""
+    chains: dict[str, tuple[str, ...]] = {}
+    seen: set[_Node] = set()
+    queue: deque[tuple[_Node, tuple[str, ...]]] = deque()
+    for node, via in seeds:
+        if node.key and not via and not node.query:
+            chains.setdefault(node.label, ())  # named in the query itself
+        queue.append((node, via))
+    while queue:
+        node, via = queue.popleft()
+        if node in seen or _named_in(node, stops):
+            continue
+        seen.add(node)
+        chain = (*via, node.label)
+        for ref in node.refs(defs):
+            chains.setdefault(node.prefix + ref, chain)
+            for nxt in _nodes(ref, node.source, node.prefix, defs):
+                queue.append((nxt, chain))
+    return chains
+
+
+def _named_in(node: _Node, names: Iterable[str]) -> bool:
+    """Whether a definition is one of `names` (`field`, `join.field` or `source.field`)."""
+    if node.query:
+        return node.key in [name.strip() for name in names]
+    full = [node.label.split("."), f"{node.source}.{node.key}".split(".")] if node.key else \
+        [[node.source]]
+    for name in names:
+        want = name.strip().split(".")
+        if any(segs[-len(want):] == want for segs in full):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class _Inside:
+    hit: str | None = None    # the path of a veto hit through definitions
+    leaf: str | None = None   # the path of a leaf hit through definitions
+    allowed: bool = False     # reached, but only inside an allowed definition
+
+
+def _through_definitions(reach: _Reach | None, path: str, allowed: Sequence[str]) -> _Inside:
+    """How an entry's path is reached through the model's definitions, if at all."""
+    if reach is None or reach.definitions is None:
+        return _Inside()
+    want = path.split(".")
+    hit = _first(reach.chains, lambda segs: segs[-len(want):] == want)
+    if hit is not None and allowed:
+        strict = _expand(reach.seeds, reach.definitions, frozenset(allowed))
+        hit2 = _first(strict, lambda segs: segs[-len(want):] == want)
+        return _Inside(hit=hit2) if hit2 is not None else _Inside(allowed=True)
+    if hit is not None:
+        return _Inside(hit=hit)
+    if len(want) > 1:
+        leaf = _first(reach.chains, lambda segs: segs[-1] == want[-1])
+        if leaf is not None:
+            return _Inside(leaf=leaf)
+    return _Inside()
+
+
+def _first(chains: Mapping[str, tuple[str, ...]], match: Any) -> str | None:
+    """The display path (`a -> b -> field`) of the first reached path that matches."""
+    for ref, chain in chains.items():
+        if chain and match(ref.split(".")):
+            return " -> ".join((*chain, ref))
+    return None
 
 
 def render_text(result: MustNotUseResult) -> str:
@@ -217,9 +486,14 @@ def render_text(result: MustNotUseResult) -> str:
             else "no must-not-use hit")
     lines = [head]
     for label, items in (("leaf hits", result.leaf_hits), ("unchecked", result.unchecked),
+                         ("allowed inside their definition", result.allowed),
                          ("absent", result.absent)):
         if items:
             lines.append(f"  {label}: {', '.join(items)}")
+    for entry, path in result.paths.items():
+        lines.append(f"  {entry}: through the model: {path}")
+    lines.append("  expansion through the model's definitions: "
+                 + (result.expansion or "not possible (no model given)"))
     if result.judge_note:
         lines.append("  note for the judge:")
         lines.extend("    " + line for line in result.judge_note.splitlines())

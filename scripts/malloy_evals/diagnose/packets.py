@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.checks.must_not_use import check_must_not_use
+from malloy_evals.checks.model_definitions import case_definitions
+from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
 from malloy_evals.core.errors import InputError
 from malloy_evals.diagnose.selection import (
     ANSWER_CHARS,
@@ -45,20 +46,28 @@ def _golden_block(case: Any, set_dir: Path) -> dict[str, Any]:
     return block
 
 
-def _must_not_use(case: Any, final_query: str | None, score: Mapping[str, Any]) -> dict[str, Any]:
-    """The veto as scored, plus a fresh check of the final query."""
+def _must_not_use(case: Any, final_query: str | None, score: Mapping[str, Any],
+                  definitions: Definitions | str | None = None) -> dict[str, Any]:
+    """The veto as scored, plus a fresh check of the final query (expanded through the model's
+    definitions when they were read: a hit inside a view comes with its path)."""
     out: dict[str, Any] = {"entries": case.must_not_use,
                            "hits": score.get("must_not_use_hits"),
                            "leaf_hits": score.get("leaf_hits")}
     if case.must_not_use:
-        result = check_must_not_use(final_query, case.must_not_use)
+        result = check_must_not_use(final_query, case.must_not_use, definitions=definitions,
+                                    allowed_in=case.must_not_use_allowed_in)
         out.update({"hits": result.hits, "leaf_hits": result.leaf_hits,
                     "unchecked": result.unchecked, "judge_note": result.judge_note})
+        if result.paths:
+            out["paths"] = result.paths
+        if result.allowed:
+            out["allowed"] = result.allowed
     return out
 
 
 def _attempt_block(view: LiveView, case: Any, b: Bucketed,
-                   retrieval_row: Mapping[str, Any] | None) -> dict[str, Any]:
+                   retrieval_row: Mapping[str, Any] | None,
+                   definitions: Definitions | str | None = None) -> dict[str, Any]:
     attempt = view.attempt(b.key) or {}
     score = view.score(b.key) or {}
     calls = view.tool_calls(b.key)
@@ -96,7 +105,7 @@ def _attempt_block(view: LiveView, case: Any, b: Bucketed,
         "counts": {k: attempt.get(k) for k in ("n_get_context", "n_execute", "n_execute_errors",
                                                "num_turns")},
         "truncated": attempt.get("truncated"), "run_error": attempt.get("run_error"),
-        "must_not_use": _must_not_use(case, attempt.get("final_query"), score),
+        "must_not_use": _must_not_use(case, attempt.get("final_query"), score, definitions),
         "retrieval": retrieval,
     }
 
@@ -107,6 +116,7 @@ def build_packet(view: LiveView, eval_set: Any, qid: str,
     """The evidence one diagnoser call sees for one case: its question, golden, coverage, and each
     selected attempt's answer, queries, get_context calls, judge why, retrieval row and veto."""
     case = eval_set.case(qid)
+    definitions = case_definitions(eval_set, case)
     measured = (measured_coverage or {}).get(qid)
     if measured is None:
         # The run was scored against a coverage report: its rows carry the measured verdict, so
@@ -120,7 +130,8 @@ def build_packet(view: LiveView, eval_set: Any, qid: str,
         "expectedEntities": case.expected_entities,
         "coverage": {"authored": case.coverage, "coverageNote": case.coverage_note,
                      "measured": measured},
-        "attempts": [_attempt_block(view, case, b, retrieval_rows.get(b.key)) for b in attempts],
+        "attempts": [_attempt_block(view, case, b, retrieval_rows.get(b.key), definitions)
+                     for b in attempts],
     }
 
 

@@ -298,6 +298,13 @@ class MalloyRuntime:
         """The compiled surface (reference/library.md): per model, sources and named queries."""
         return self._request({"op": "describe"})
 
+    def definitions(self) -> dict:
+        """What each named field references, per model (reference/library.md): `{models: [{path,
+        sources: {source: {field path: [field paths it uses]}}, queries: {name: {source,
+        refs}}}], errors}`; under a source, '' holds its own filters and a join's path its
+        `where:`."""
+        return self._request({"op": "definitions"})
+
     def search(self, text: str, limit: int | None = 10, *, kinds: list[str] | None = None,
                sources: list[str] | None = None) -> list[dict]:
         """Entities ranked by lunr as the Publisher ranks them; `limit` 0 or None means all hits."""

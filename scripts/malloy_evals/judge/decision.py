@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.checks.must_not_use import check_must_not_use
+from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
 from malloy_evals.core import files
 from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
@@ -127,12 +127,15 @@ def golden_gate(case: Any) -> str | None:
     return None
 
 
-def must_not_use_check(case: Any, final_query: str | None) -> Any:
-    """SPEC 5.2 on the final query against the case's golden.mustNotUse (None when it has none)."""
+def must_not_use_check(case: Any, final_query: str | None,
+                       definitions: Definitions | str | None = None) -> Any:
+    """SPEC 5.2 on the final query against the case's golden.mustNotUse (None when it has none),
+    expanded through the model's `definitions` when the caller read them."""
     entries = case.must_not_use
     if not entries:
         return None
-    return check_must_not_use(final_query or None, entries)
+    return check_must_not_use(final_query or None, entries, definitions=definitions,
+                              allowed_in=getattr(case, "must_not_use_allowed_in", None))
 
 
 def _model_sources(eval_set: Any, submission: Submission) -> str:
@@ -149,9 +152,11 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
              reexecute: Callable[[], PredictionView | None] | None = None,
              artifacts: JudgeArtifacts | None = None, judge_retries: int = 1,
              doctrine: Doctrine | None = None,
-             phrases: tuple[list[str], list[str]] | None = None) -> Decision:
+             phrases: tuple[list[str], list[str]] | None = None,
+             definitions: Definitions | str | None = None) -> Decision:
     """The SPEC 5.5 decision for one submission; calls the provider at most 1 + judge_retries
-    times, and never before the gates have passed."""
+    times, and never before the gates have passed. `definitions`: the model's, for the veto's
+    expansion (or why they could not be read); None reads the query text alone."""
     doctrine = doctrine or load_doctrine()
     pins = _pins(doctrine, case, provider, key)
 
@@ -182,7 +187,7 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
             return null(f"environment_failure: {exc}")
     prediction_path = submission.prediction.path if submission.prediction else None
 
-    mnu = must_not_use_check(case, submission.final_query)
+    mnu = must_not_use_check(case, submission.final_query, definitions)
     hits = list(mnu.hits) if mnu is not None else []
     leaf = list(mnu.leaf_hits) if mnu is not None else []
     note = mnu.judge_note if mnu is not None else ""

@@ -100,6 +100,16 @@ class Case:
         return list(g.get("mustNotUse") or [])
 
     @property
+    def must_not_use_allowed_in(self) -> dict[str, list[str]]:
+        """golden.mustNotUseAllowedIn: entry -> the model definitions it is allowed inside."""
+        g = self.golden or {}
+        raw = g.get("mustNotUseAllowedIn")
+        if not isinstance(raw, dict):
+            return {}
+        return {k: [n for n in v if isinstance(n, str)] for k, v in raw.items()
+                if isinstance(k, str) and isinstance(v, list)}
+
+    @property
     def must_state(self) -> list[str]:
         g = self.golden or {}
         return list(g.get("mustState") or [])
@@ -375,6 +385,13 @@ def _check_golden(set_dir: Path, scan: _Scan, golden: dict[str, Any], number: in
         except InputError as exc:
             where = f" (line {exc.line})" if exc.line else ""
             scan.problem(CASES_FILE, number, f"golden.path: {exc.message}{where}")
+    allowed_in = golden.get("mustNotUseAllowedIn")
+    if isinstance(allowed_in, dict):
+        entries = golden.get("mustNotUse") if isinstance(golden.get("mustNotUse"), list) else []
+        for entry in allowed_in:
+            if entry not in entries:
+                scan.problem(CASES_FILE, number, f"golden.mustNotUseAllowedIn: {_clip(entry)} is not "
+                             "an entry of golden.mustNotUse (write the entry exactly as it is there)")
     kind, status = golden.get("kind"), golden.get("status") or "verified"
     if kind in VALUE_KINDS and status == "verified" and golden.get("value") is None and not path:
         scan.problem(CASES_FILE, number, f"golden: a verified {kind} golden has neither value nor "

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Check a set folder: set.json, every case and golden, qids, golden files, entity ids, judge fixtures.
 
+When a golden has mustNotUseAllowedIn and the set's model/ compiles here (Node), each name it
+gives must be a definition of that model; when the model cannot be read, a warning says why.
 Exit 0 clean, 1 on any error, 3 when the folder cannot be read. Unknown fields are warnings (a
 set written for another harness must load) and never change the exit code.
 
@@ -17,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
+from malloy_evals.checks.model_definitions import check_set_with_model
 from malloy_evals.core import cli
 from malloy_evals.core.findings import FolderReport
-from malloy_evals.sets.eval_set import check_set
 
 
 def build_parser() -> cli.ScriptParser:
@@ -32,7 +34,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    report = check_set(args.set_dir)
+    report = check_set_with_model(args.set_dir)
     cli.emit(report, as_json=args.json, render=FolderReport.render)
     return report.exit_code
 

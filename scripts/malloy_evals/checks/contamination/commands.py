@@ -7,10 +7,22 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from malloy_evals.checks.contamination.code import Lang, lang_of, may_read, read_code
+from malloy_evals.checks.contamination.programs import (
+    _ENV_SCRIPT_RE,
+    _NO_PIPE,
+    _made_at_run_time,
+    _only_writes,
+    _Piped,
+    _piped_into,
+    _printed,
+    _program,
+    _see_writes,
+    _sets_up_the_environment,
+)
 from malloy_evals.checks.contamination.refs import Ref, _home, below, to_ref
-from malloy_evals.checks.contamination.shell import _Simple, _Word, split_shell
+from malloy_evals.checks.contamination.shell import SUBST, _Simple, _Word, split_shell
 from malloy_evals.checks.contamination.touches import (
-    _READ_PRIMITIVES,
     _SENSITIVE_SAMPLES,
     _URL_RE,
     Script,
@@ -22,17 +34,20 @@ from malloy_evals.checks.contamination.touches import (
     _State,
 )
 
-_WRAPPERS = frozenset({"sudo", "env", "time", "nohup", "nice", "command", "exec", "builtin",
-                       "stdbuf", "ionice", "timeout", "xargs", "then", "do", "else", "if",
-                       "while", "until", "!", "{", "}"})
 _NO_PATH_ARGS = frozenset({"echo", "printf", "true", "false", ":", "export", "set", "unset",
-                           "sleep", "exit", "return"})
+                           "sleep", "exit", "return", "let", "read", "local", "declare",
+                           "typeset", "readonly", "shift", "wait"})
+# Programs that send their stdin to a socket (a hand-written HTTP request).
+_SOCKETS = frozenset({"nc", "ncat", "netcat", "socat", "telnet"})
+# Builtins that run a shell script in the current shell.
+_SOURCES = frozenset({"source", "."})
 _GREP_LIKE = frozenset({"grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "ack-grep"})
 _INTERPRETERS = frozenset({"python", "python3", "python2", "pypy", "pypy3", "node", "nodejs",
                            "deno", "bun", "ruby", "perl", "php", "rscript", "r", "julia",
                            "duckdb", "sqlite3", "psql", "lua", "tsx", "ts-node", "osascript",
                            "ipython", "uv", "pwsh", "powershell"})
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "fish"})
+_SQL_CLIENTS = frozenset({"duckdb", "sqlite3", "psql"})
 _INLINE_FLAGS = frozenset({"-c", "-e", "--eval", "-p", "--print", "-E", "--command",
                            "-command", "--execute", "-cmd"})
 # `python -m X` for these runs a packaging or stdin tool, not code that walks the cwd.
@@ -58,26 +73,6 @@ _VALUE_OPTS: dict[str, frozenset[str]] = {
 }
 
 
-def _program(words: list[_Word]) -> tuple[str, list[_Word]]:
-    """The program a simple command runs (after wrappers and VAR=value), and its arguments."""
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if not w.quoted and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w.value):
-            i += 1
-            continue
-        base = w.value.rsplit("/", 1)[-1].lower()
-        if base in _WRAPPERS:
-            i += 1
-            while i < len(words) and words[i].value.startswith("-"):
-                i += 1
-            if base == "timeout" and i < len(words):
-                i += 1  # the duration
-            continue
-        return base, words[i + 1:]
-    return "", []
-
-
 def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
                depth: int = 0) -> Ref | None:
     """Analyse one shell command string; returns the cwd it leaves behind (`cd`)."""
@@ -88,9 +83,15 @@ def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
     simples = split_shell(command)
     # `echo sets/shop/a.csv | xargs cat`: what echo prints becomes the paths xargs reads.
     feeds_xargs = any(w.value.rsplit("/", 1)[-1] == "xargs" for s in simples for w in s.words)
+    printed: dict[int, str | None] = {}  # what each command writes to stdout, when the log shows it
+    # `cat <<EOF | tee a.py`: cat only hands its here-document to tee, which writes it
+    into_tee = {id(s.piped_from) for s in simples if s.piped_from and _program(s.words)[0] == "tee"}
     for simple in simples:
         _expand_variables(simple, state.env)
-        cwd = _see_simple(simple, cwd, state, seen, depth, feeds_xargs)
+        piped = _piped_into(simple, printed)
+        cwd = _see_simple(simple, cwd, state, seen, depth, feeds_xargs, piped,
+                          writes_only=_only_writes(simple) or id(simple) in into_tee)
+        printed[id(simple)] = _printed(simple, state, cwd, piped)
         if cwd is not None and cwd.absolute:
             state.env["PWD"] = cwd.text()
     return cwd
@@ -136,19 +137,19 @@ def _carries_mcp(simple: _Simple) -> bool:
 
 
 def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
-                depth: int, feeds_xargs: bool = False) -> Ref | None:
+                depth: int, feeds_xargs: bool = False, piped: _Piped = _NO_PIPE, *,
+                writes_only: bool = False) -> Ref | None:
     exempt = _carries_mcp(simple)
-    for op, target in simple.redirects:
+    _see_writes(simple, cwd, state, piped)
+    for _op, target in simple.redirects:
         seen.touches.append(Touch(text=target.value, ref=to_ref(target.value, cwd), base=cwd,
                                   path_like=True, model_exempt=exempt))
-        if op.startswith(">") and simple.stdin_text:
-            # `cat > a.py <<EOF ... EOF`: the script's text is in the log after all
-            state.written[to_ref(target.value, cwd)] = "\n".join(simple.stdin_text)
         if target.glob:
             fixed, rest = _glob_split(target.value, cwd)
             seen.sweeps.append(Sweep(root=fixed, pattern=rest, kind="glob"))
-    for body in simple.stdin_text:
-        seen.touches.extend(_embedded(body, cwd, literals_path_like=True, exempt=exempt))
+    if not writes_only:
+        for body in simple.stdin_text:
+            seen.touches.extend(_embedded(body, cwd, literals_path_like=True, exempt=exempt))
     for w in simple.words:
         m = re.match(r"^[A-Za-z_][A-Za-z0-9_]*=(.+)$", w.value)
         if m and not w.quoted:
@@ -157,35 +158,43 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
     if not prog:
         return cwd
     head = next((w for w in simple.words if w.value.rsplit("/", 1)[-1].lower() == prog), None)
+    if head is not None and _made_at_run_time(head.value):
+        # `$CMD x`, `$(printf ...) x`: which program runs is not in the log.
+        seen.unseen.append(f"program {head.value.replace(SUBST, '$(...)')}")
+        return cwd
     if head is not None and "/" in head.value:
         seen.touches.append(Touch(text=head.value, ref=to_ref(head.value, cwd), base=cwd, path_like=True,
                                   model_exempt=exempt))
     if prog in ("cd", "pushd"):
         target = next((a.value for a in args if not a.value.startswith("-")), "~")
-        if target == "-" or (target.startswith("~") and cwd is not None and _home(cwd) is None):
+        if target == "-" or SUBST in target or (target.startswith("~") and cwd is not None
+                                                and _home(cwd) is None):
             return cwd  # back to a folder (or a home) the log does not show: keep what we know
         seen.touches.append(Touch(text=target, ref=to_ref(target, cwd), base=cwd, path_like=True))
         return to_ref(target, cwd)
     if prog in _NO_PATH_ARGS and not (feeds_xargs and prog in ("echo", "printf")):
         return cwd
+    if prog in _SOCKETS:
+        # `printf 'GET /api/.../models/shop.malloy HTTP/1.0\r\n\r\n' | nc host 4000`: a fetch
+        for text in [piped.text or "", *simple.stdin_text]:
+            seen.touches.extend(_embedded(text, None, literals_path_like=True))
     if prog in ("ln", "link"):
         _remember_link(args, cwd, state)
-    if prog == "tee" and simple.stdin_text:
-        # `tee /tmp/r.py <<EOF ... EOF` writes a script as surely as `cat > /tmp/r.py` does.
-        for w in args:
-            if not w.value.startswith("-"):
-                state.written[to_ref(w.value, cwd)] = "\n".join(simple.stdin_text)
     if prog == "git" and args:
         sub = next((a.value for a in args if not a.value.startswith("-")), "")
         if sub == "grep" and args[0].value == "grep":
             prog, args = "git-grep", args[1:]
         else:
             _see_git(args, cwd, seen, exempt)
+    if prog == "eval":
+        if not _sets_up_the_environment([a for a in args if a.dynamic]):
+            _see_program(" ".join(a.value for a in args), "eval", "shell", cwd, state, seen, depth)
+        return cwd
     if prog in _SHELLS:
         inline = _inline_code(prog, args)
-        if inline is not None and depth < 4:
-            _see_shell(inline, cwd, state, seen, depth + 1)  # a `cd` inside does not persist
-            return cwd
+        if inline is not None:
+            _see_program(inline, f"{prog} -c", "shell", cwd, state, seen, depth)
+            return cwd  # a `cd` inside does not persist
     # Which words are paths: all but options, a grep's pattern and option values.
     pattern_index = _pattern_index(prog, args)
     value_opts = _VALUE_OPTS.get(prog, frozenset())
@@ -219,11 +228,26 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
                 fixed, rest = _glob_split(expanded, cwd)
                 seen.sweeps.append(Sweep(root=fixed, pattern=rest,
                                          kind="ls-glob" if prog in ("ls", "du", "tree") else "glob"))
-    if prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python"):
-        _see_interpreter(prog, args, simple, cwd, state, seen)
+    if prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python") or prog in _SOURCES:
+        _see_interpreter(prog, args, simple, cwd, state, seen, piped, depth)
     elif head is not None and ("/" in head.value or head.value.endswith((".sh", ".py"))):
-        _see_script_file(head.value, cwd, state, seen)
+        _see_script_file(head.value, cwd, state, seen, [a.value for a in args], depth)
     return cwd
+
+
+def _see_program(text: str, how: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen,
+                 depth: int, argv: Sequence[str] = (), *, touch: bool = False) -> None:
+    """Program text handed to a shell or an interpreter: read it when the log shows it, else the
+    program is unseen (`sh -c "$CMD"`, `eval "$(...)"`, `python3 -c "$(curl ...)"`)."""
+    if SUBST in text or _made_at_run_time(text):
+        seen.unseen.append(f"{how} {text.strip().replace(SUBST, '$(...)')[:60]}".strip())
+        return
+    if depth >= 4:
+        return
+    if lang == "shell":
+        _see_shell(text, cwd, state, seen, depth + 1)
+    else:
+        _see_code(text, lang, cwd, state, seen, depth, argv, touch=touch)
 
 
 _GIT_VALUE_OPTS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
@@ -446,38 +470,74 @@ def _inline_code(prog: str, args: list[_Word]) -> str | None:
 
 
 def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | None,
-                     state: _State, seen: _Seen) -> None:
-    """Inline code (-c, -e, a here-document) or a script file run by an interpreter."""
-    if prog in _SHELLS:
-        # A shell's program is shell: read it as one, from a here-document or a known script.
-        script = next((a.value for a in args if not a.value.startswith("-")), None)
-        bodies = list(simple.stdin_text)
-        if script is not None:
-            known = state.written.get(to_ref(script, cwd))
-            if known is None:
-                seen.scripts.append(Script(cwd=cwd, primitive=None))
-            else:
-                bodies.append(known)
-        for body in bodies:
-            _see_shell(body, cwd, state, seen, depth=1)
-        return
+                     state: _State, seen: _Seen, piped: _Piped = _NO_PIPE, depth: int = 0) -> None:
+    """The program a shell or an interpreter runs: inline code (-c, -e), a here-document, text
+    piped in, a redirected file or a script file. A program the log cannot show (piped from
+    `base64 -d`, a process substitution) is unseen; one it shows is read."""
+    shell = prog in _SHELLS or prog in _SOURCES
+    lang: Lang = "shell" if shell else lang_of(prog)
+    operands = [a for a in args if not a.value.startswith("-")]
+    script = operands[0] if operands and not (operands[0].value == "-" and not shell) else None
     code_parts: list[str] = []
-    inline = _inline_code(prog, args)
-    if inline is not None:
-        code_parts.append(inline)
-    if prog in ("duckdb", "sqlite3", "psql"):
-        code_parts.extend(a.value for a in args if not a.value.startswith("-")
-                          and any(ch.isspace() for ch in a.value))
-    code_parts.extend(simple.stdin_text)
-    redirected = any(op.startswith("<") for op, _ in simple.redirects)
-    if code_parts or redirected:
-        code = "\n".join(code_parts)
-        m = _READ_PRIMITIVES.search(code)
-        if m or redirected:
-            primitive = m.group(0).lstrip(".") if m else "<"
-            roots = tuple(t.ref for t in _embedded(code, cwd, literals_path_like=True)
-                          if not t.url)
-            seen.scripts.append(Script(cwd=cwd, primitive=primitive.strip(), roots=roots))
+    if not shell:
+        inline = _inline_code(prog, args)
+        if inline is not None:
+            if SUBST in inline or _made_at_run_time(inline):
+                _see_program(inline, f"{prog} -c", lang, cwd, state, seen, depth)
+                return
+            code_parts.append(inline)
+            script = None
+        if prog in _SQL_CLIENTS:
+            # their operands are a database and SQL text; the program is never a script file
+            code_parts.extend(a.value for a in args if not a.value.startswith("-")
+                              and any(ch.isspace() for ch in a.value))
+            script = None
+    if script is not None and script.dynamic:
+        if not (prog in _SOURCES and _sets_up_the_environment([script])):
+            _see_program(script.value, f"{prog} <(...)", lang, cwd, state, seen, depth)
+        return
+    if prog in _SOURCES and script is not None and _ENV_SCRIPT_RE.search(script.value) and not (
+            {to_ref(script.value, cwd)} & (state.made | set(state.written))):
+        return  # `source .venv/bin/activate`, `. ~/.bashrc`: setting up the shell
+    for body in simple.stdin_text:
+        if shell:
+            _see_program(body, prog, "shell", cwd, state, seen, depth)
+        else:
+            code_parts.append(body)
+    redirect = next((w for op, w in simple.redirects if op == "<"), None)
+    if redirect is not None:
+        known = state.written.get(to_ref(redirect.value, cwd))
+        if known is not None:
+            redirect = None
+            code_parts.append(known)
+        elif to_ref(redirect.value, cwd) in state.made:
+            seen.unseen.append(f"{redirect.value}, written at run time")
+            return
+    if script is None and not code_parts and redirect is None and piped.piped:
+        if piped.text is None and piped.files:
+            for name in piped.files:  # `cat q.sql | duckdb`: as if it ran q.sql
+                _see_script_file(name, cwd, state, seen, (), depth, lang=lang)
+            return
+        if piped.text is None:
+            seen.unseen.append(f"a program piped into {prog}")
+            return
+        _see_program(piped.text, f"| {prog}", lang, cwd, state, seen, depth, touch=True)
+        return
+    if shell:
+        if script is not None:
+            _see_script_file(script.value, cwd, state, seen, [a.value for a in operands[1:]],
+                             depth, lang="shell")
+        elif code_parts:
+            _see_program("\n".join(code_parts), f"{prog} <", "shell", cwd, state, seen, depth)
+        elif redirect is not None:
+            seen.scripts.append(Script(cwd=cwd, primitive=None))  # `bash < s.sh`, s.sh unseen
+        return
+    if code_parts or redirect is not None:
+        _see_code("\n".join(code_parts), lang, cwd, state, seen, depth,
+                  redirected=redirect is not None)
+        return
+    if prog in _SQL_CLIENTS:
+        seen.scripts.append(Script(cwd=cwd, primitive=None))  # SQL typed at a terminal
         return
     values = [a.value for a in args]
     if "-m" in values:
@@ -487,28 +547,64 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
         return
     if prog == "uv" and values and values[0] != "run":
         return  # `uv pip install x`, `uv venv`: package management, not the answerer's code
-    script = next((a.value for a in args if not a.value.startswith("-")), None)
     if script is None:
         if not args:
-            seen.scripts.append(Script(cwd=cwd, primitive=None))  # a program piped in
+            seen.scripts.append(Script(cwd=cwd, primitive=None))  # a program from the terminal
         return  # `python3 --version`
-    _see_script_file(script, cwd, state, seen)
+    _see_script_file(script.value, cwd, state, seen, [a.value for a in operands[1:]], depth,
+                     lang=lang)
 
 
-def _see_script_file(script: str, cwd: Ref | None, state: _State, seen: _Seen) -> None:
-    """A script file: read what the answerer wrote into it when the log shows it, else unseen."""
-    body = state.written.get(to_ref(script, cwd))
+def _see_script_file(script: str, cwd: Ref | None, state: _State, seen: _Seen,
+                     argv: Sequence[str] = (), depth: int = 0, lang: Lang = "other") -> None:
+    """A script file: what the answerer wrote into it, when the log shows it, is read as code run
+    from the cwd (its paths are reads, wherever the script lives); else the script is unseen."""
+    ref = to_ref(script, cwd)
+    body = state.written.get(ref)
     if body is None:
-        seen.scripts.append(Script(cwd=cwd, primitive=None))
+        if ref in state.made:
+            # `base64 -d > p.py && python3 p.py`: the answerer made it, the log hides its text
+            seen.unseen.append(f"{script}, written at run time")
+        else:
+            seen.scripts.append(Script(cwd=cwd, primitive=None))
         return
     first = body.lstrip().split("\n", 1)[0]
-    if script.endswith((".sh", ".bash")) or (first.startswith("#!") and first.rstrip().endswith("sh")):
-        _see_shell(body, cwd, state, seen, depth=1)
+    if lang == "shell" or script.endswith((".sh", ".bash")) or (
+            first.startswith("#!") and first.rstrip().endswith("sh")):
+        if depth < 4:
+            _see_shell(body, cwd, state, seen, depth + 1)
         return
-    m = _READ_PRIMITIVES.search(body)
-    if m:
-        roots = tuple(t.ref for t in _embedded(body, cwd, literals_path_like=True) if not t.url)
-        seen.scripts.append(Script(cwd=cwd, primitive=m.group(0).lstrip("."), roots=roots))
+    if lang == "other":
+        lang = lang_of(script=script, body=body)
+    _see_code(body, lang, cwd, state, seen, depth, argv, touch=True)
+
+
+def _see_code(code: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen, depth: int,
+              argv: Sequence[str] = (), *, redirected: bool = False, touch: bool = False) -> None:
+    """Interpreter code the log shows: its recursive walks and globs (rule 3, wherever it runs),
+    the shell commands it runs, code it builds at run time (unseen), and, when it can read
+    files, a script that may read from its cwd and the folders it names (`script-may-read`).
+    `touch`: its path literals are reads too (a script file's body; inline code's are read as
+    the command's words already)."""
+    reading = read_code(code, lang, cwd)
+    seen.sweeps.extend(reading.sweeps)
+    for ref in reading.writes:
+        state.made.add(ref)  # open('x.py', 'w'): made, and its text is not in the log
+        state.written.pop(ref, None)
+    for text in reading.shell:
+        if depth < 4:
+            _see_shell(text, cwd, state, seen, depth + 1)
+    if reading.dynamic:
+        seen.unseen.append(f"{reading.dynamic}(...)")
+    if touch:
+        seen.touches.extend(_embedded(reading.code, cwd, literals_path_like=True, runs=False))
+    primitive = (may_read(reading.code) or ("<" if redirected else None)
+                 or next(iter(reading.unrooted), None))
+    if primitive:
+        # What else it names may be read: not the walks and globs whose reach is known above.
+        roots = [t.ref for t in _embedded(reading.rest, cwd, literals_path_like=True) if not t.url]
+        roots += [to_ref(a, cwd) for a in argv if a and not a.startswith("-")]
+        seen.scripts.append(Script(cwd=cwd, primitive=primitive, roots=tuple(roots)))
 
 
 # ------------------------------------------------------------------------------------ links

@@ -7,13 +7,18 @@ the host's own log of tool uses (never the answerer's account of itself), with f
 1. `eval-area`: a file, search, shell or fetch tool (or an MCP call naming a path) touches a
    protected folder (`--set`, `--run`) or a needle (`evals/`, `cases.jsonl`, ...), matched on
    normalised path segments; listing counts; an MCP call naming the truth package hits.
-2. `model-file`: a file, search or shell tool reads the model file under test. An MCP call's
-   `modelPath` is exempt (the server resolves it), and so is a shell command that posts a
-   JSON-RPC `tools/call` to an `/mcp` URL.
+2. `model-file`: a file, search, shell or fetch tool reads the model file under test, by its
+   path, by its file name, or through a URL that returns its text (the Publisher's REST route
+   `.../models/<path>`, fetched with curl, wget or a web-fetch tool). An MCP call's `modelPath`
+   is exempt (the server resolves it), and so is a shell command that posts a JSON-RPC
+   `tools/call` to an `/mcp` URL.
 3. `recursive-read`: a recursive read (grep -r, rg, find, tar, cp -r, a shell glob, the Grep and
-   Glob tools) from a folder that contains a protected folder or the model file.
+   Glob tools, a walk or glob in interpreter code) from a folder that contains a protected
+   folder or the model file.
    `script-may-read`: inline code or a script, run from such a folder, that can read files: the
    verdict is "unknown" unless a definite rule decided it.
+   `unseen-program`: a shell or interpreter runs a program the log cannot show (decoded, fetched
+   or assembled at run time): "unknown" from any folder, never clean.
 4. `under-report`: the answerer reported more calls than the host logged.
 No log at all is "unknown" (`no-log`). Both "unknown" and true count as contaminated everywhere.
 
@@ -23,7 +28,8 @@ unknown folder, and a recursive read from `.` is taken to reach an absolute prot
 relative `--set`/`--run` that exists on this machine is protected both where the log's cwd puts
 it and where it is here. Needles are matched on what a path reaches below (or above) the cwd,
 never on the cwd's own folders, so a session run under `/ci/runs/...` is not voided wholesale.
-Shell commands are read by a small lexer (quotes, pipelines, heredocs, substitutions), never run.
+Shell commands are read by a small lexer (quotes, pipelines, heredocs, substitutions,
+arithmetic), never run; interpreter code by code.py, never run either.
 
 Where SPEC 5.1 is silent, these are the choices (each has a test):
 - A link the answerer made (`ln -s TARGET LINK`) is followed: a later read through LINK is a read
@@ -39,14 +45,56 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
 - `fd` lists everything under its roots; `locate` the whole file system; an MCP
   `directory_tree` its root. `~` whose home the cwd does not reveal is a folder of unknown place.
 - The `modelPath` exemption belongs to Publisher tools: another MCP server's tool (filesystem,
-  database, notes) that names the model file in a path or a query literal reads it. A reading
-  tool's string literals count (a SQL `read_csv('/repo/sets/x.csv')`); prose fields (`prompt`,
-  `content`, `description`) and web searches do not.
+  database, notes, fetch) that names the model file in a path, a URL or a query literal reads
+  it. A reading tool's string literals count (a SQL `read_csv('/repo/sets/x.csv')`); prose
+  fields (`prompt`, `content`, `description`) and web searches do not. The REST routes that
+  list models, describe a package or run a query (`.../models/<path>/query`) return no model
+  text and stay clean.
 - `python -m pip|venv|ensurepip|json.tool` and `uv pip|venv|add|sync` manage packages, so they are
-  not code that may read the set; `python -m` of anything else is.
-- `$PWD`, `$(pwd)` and `${VAR:-default}` are expanded; a script written with `tee <<EOF` is read
-  when it runs; code whose absolute string literal is the start of a protected path
-  (`'/w/se' + 'ts'`) may read it, wherever it runs (`script-may-read`).
+  not code that may read the set; `python -m` of anything else is. `uv run`, `poetry run` (and
+  the like) run the program that follows them.
+- `$PWD`, `$(pwd)` and `${VAR:-default}` are expanded; code whose absolute string literal is the
+  start of a protected path (`'/w/se' + 'ts'`) may read it, wherever it runs (`script-may-read`).
+- A script the answerer wrote (a Write tool, `cat > f <<EOF`, `tee f`, `echo ... > f`,
+  `printf ... >> f`, `cat <<EOF | tee f`) is read when it runs (`python3 f`, `./f`, `sh f`,
+  `source f`, `bash -s < f`, `uv run f`), from whatever folder: its path literals are reads
+  resolved against the folder it runs from, its walks and globs are recursive reads, its shell
+  calls (`os.system`, `subprocess.run([...])`, `execSync`, backticks) are shell commands.
+  Writing it reads nothing: a here-document that `cat > f` or `tee f` writes is text, not paths.
+  Whole-line comments are prose, not reads.
+- Walks and globs in code read where they are rooted: a literal, a variable assigned one, the
+  cwd (`os.getcwd()`, `Path.cwd()`, `'.'`) or the home, through `Path(...)`-style wrappers,
+  `os.path.join`-style calls, pathlib's `/`, string `+` and f-strings of such variables
+  (`os.walk`, `Path.rglob`, `Path.glob`, `glob(..., recursive=True)` and `root_dir=`,
+  `shutil.copytree`/`make_archive`, `fs.readdirSync(p, {recursive: true})`, `globSync`,
+  `Dir.glob`, `File::Find`, `list.files`/`dir_ls` with `recursive`, and any path pattern in a
+  string, as in DuckDB's `read_csv('/repo/**/*.csv')`). Python's glob reads `**` as `*` unless
+  told `recursive=True`. A walk whose root the text does not give keeps the code "may read"
+  (`script-may-read`); the walks whose reach is known do not count as folders it names.
+- What echo, printf (with its escapes and `%b`) and cat of known text print is known: piped into
+  a shell or interpreter it is read as the program; piped into `nc`/`socat`/`telnet` it is a
+  request whose path is fetched.
+- Unseen programs: program text reaching a shell or interpreter through a pipe from anything
+  but echo, printf or cat of text the log shows (`| base64 -d | sh`, `curl ... | python3`);
+  `eval` or `sh -c`/`python3 -c` of a substitution or a variable the log never set; a process
+  substitution as the script (`bash <(curl ...)`, `source <(...)`); a program named by such a
+  word (`$RUNNER x`); a script file the answerer made whose text the log does not show
+  (`base64 -d > p.py`, `curl -o s.sh`, `open('p.py', 'w')` in code); and code that runs code it
+  builds (`exec`, `eval`, `new Function`, `vm.run*`, Perl's string `eval`, `os.system` or
+  `execSync` of decoded text or of the environment). `eval` of a literal is read as text; code
+  with more than a bounded number of calls of one kind is unseen. Setting up the shell is not a
+  program of the answerer's: `eval "$(pyenv init -)"` and the like (a tool printing its own
+  environment code), `source <(kubectl completion bash)`, and sourcing an activate, rc or profile
+  file the answerer did not write.
+- A file the answerer made itself (a Write tool, `>`, tee, code that opens it for writing, a copy
+  of such a file) that shares the model's file name is not the model under test when both paths
+  are absolute (the log's cwd known, or the model path absolute) and differ: reading a draft
+  back is clean. An edit, a copy of another file or a read before the write gets no such pass.
+- Shell arithmetic (`$((a/b))`, `$[a/b]`, `(( x = a/b ))`, `let x=a/b`) is a number, never a
+  path or a script.
+- A glob that names files without recursing is a read of what it names: `grep x *.malloy` in the
+  model's folder is `model-file`, `cat *` inside the set `eval-area`; `**`, `grep -r` and the
+  Grep tool are recursive reads.
 - Not decided here: a Publisher `getModel`-style tool called with a `modelPath` returns model text
   but is exempt by SPEC rule 2; a subagent's (Task) own tool uses count only as the host logs them.
 """
@@ -54,6 +102,7 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -70,7 +119,7 @@ from malloy_evals.checks.contamination.refs import (
     to_ref,
 )
 from malloy_evals.checks.contamination.tools import tool_kind
-from malloy_evals.checks.contamination.touches import Touch, _Seen, _State
+from malloy_evals.checks.contamination.touches import Sweep, Touch, _Seen, _State
 from malloy_evals.checks.contamination.uses import _see
 from malloy_evals.checks.toollog import ToolLog, ToolUse, read_tool_uses
 from malloy_evals.core import jsonl
@@ -78,8 +127,8 @@ from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
 from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.core.words import shown
 
-Rule = Literal["eval-area", "model-file", "recursive-read", "script-may-read", "under-report",
-               "no-log"]
+Rule = Literal["eval-area", "model-file", "recursive-read", "script-may-read", "unseen-program",
+               "under-report", "no-log"]
 Verdict = bool | Literal["unknown"]
 
 # The eval area's default needles (SPEC 5.1 rule 1); --gold-path / --eval-path add to these.
@@ -128,11 +177,24 @@ class _Protect:
     model_names: tuple[str, ...]
 
 
-def _model_match(touch: Touch, model: _Target) -> bool:
+def _model_match(touch: Touch, model: _Target, made: AbstractSet[Ref]) -> bool:
+    """Whether a touch reads the model file: its path, or its file name wherever it is said to
+    be, unless it is a file the answerer made itself at another absolute place (a draft)."""
     ref = touch.ref
-    if ref.segs and model.ref.segs and ref.segs[-1] == model.ref.segs[-1]:
-        return True  # the file's name, wherever it is said to be
-    return ref == model.ref
+    if touch.url:
+        return _url_names_model(ref, model)
+    if ref == model.ref:
+        return True
+    if not (ref.segs and model.ref.segs and ref.segs[-1] == model.ref.segs[-1]):
+        return False
+    return not (ref in made and ref.absolute and model.ref.absolute)
+
+
+def _url_names_model(ref: Ref, model: _Target) -> bool:
+    """Whether a URL's path fetches the model's text: a route that ends with the model file's
+    name (the Publisher's `.../packages/<pkg>/models/<path>`, a raw file host), not a route
+    under it (`.../models/<path>/query` runs a query)."""
+    return bool(ref.segs) and bool(model.ref.segs) and ref.segs[-1] == model.ref.segs[-1]
 
 
 def _names_model(ref: Ref, model: Ref) -> bool:
@@ -142,7 +204,22 @@ def _names_model(ref: Ref, model: Ref) -> bool:
     return model.segs[-len(ref.segs):] == ref.segs
 
 
-def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect) -> list[Reason]:
+def _sweep_rule(sweep: Sweep, target: _Target) -> Rule:
+    """The rule a sweep that reaches a target breaks. A glob that names files without recursing
+    (`grep x *.malloy` in the model's folder, `cat *` inside the set) reads them directly: the
+    model file or the eval area, not a recursive read."""
+    if sweep.kind in ("glob", "ls-glob") and sweep.pattern and "**" not in sweep.pattern:
+        rel = below(sweep.root, target.ref)
+        if rel is not None and rel is not False:
+            if target.is_file and len(rel) == len(sweep.pattern):
+                return "model-file"
+            if not target.is_file and not rel:
+                return "eval-area"
+    return "recursive-read"
+
+
+def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect,
+               made: AbstractSet[Ref] = frozenset()) -> list[Reason]:
     """The reasons one tool use gives, at most one per rule."""
     tool = use.name
     reasons: list[Reason] = []
@@ -164,23 +241,24 @@ def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect) -> list
                 if is_under(touch.ref, folder.ref):
                     add("eval-area", folder.label)
                     break
-        if not touch.model_exempt and not touch.url:
+        if not touch.model_exempt:
             for model in protect.models:
-                if _model_match(touch, model):
+                if _model_match(touch, model, made):
                     add("model-file", model.label)
                     break
     targets = protect.folders + protect.models
     for sweep in seen.sweeps:
         for target in targets:
             if _reaches(sweep, target, protect.model_names):
-                add("recursive-read", target.label)
-                break
+                add(_sweep_rule(sweep, target), target.label)
     if not reasons:
         for script in seen.scripts:
             roots = ((script.cwd or Ref(False, ())),) + script.roots
             if any(below(root, t.ref) is not False or _spells_start_of(root, t.ref)
                    for root in roots for t in targets):
                 add("script-may-read", script.primitive or "unseen script")
+        for what in seen.unseen:
+            add("unseen-program", what)
     return reasons
 
 
@@ -301,7 +379,7 @@ def check_contamination(
     for index, use in enumerate(tool_uses):
         seen = _see(use, state)
         _follow_links(seen, state.links)
-        reasons.extend(_rule_hits(index, use, seen, protect))
+        reasons.extend(_rule_hits(index, use, seen, protect, state.made))
     host = len(tool_uses)
     if reported_calls is not None and reported_calls > host:
         reasons.append(Reason("under-report", None, None,

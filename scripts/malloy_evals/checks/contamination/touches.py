@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from malloy_evals.checks.contamination.refs import Ref, to_ref
 
@@ -99,6 +100,7 @@ class _Seen:
     touches: list[Touch] = field(default_factory=list)
     sweeps: list[Sweep] = field(default_factory=list)
     scripts: list[Script] = field(default_factory=list)
+    unseen: list[str] = field(default_factory=list)  # programs made at run time (`| base64 -d | sh`)
 
 
 @dataclass
@@ -106,7 +108,8 @@ class _State:
     """What carries from one tool use to the next: the shell's cwd and files the answerer wrote."""
 
     cwd: Ref | None
-    written: dict[Ref, str] = field(default_factory=dict)
+    written: dict[Ref, str] = field(default_factory=dict)  # file -> the text the log shows in it
+    made: set[Ref] = field(default_factory=set)  # files the answerer created (Write, `>`, tee)
     env: dict[str, str] = field(default_factory=dict)  # shell variables set so far
     links: dict[Ref, list[Ref]] = field(default_factory=dict)  # link -> where it may point
 
@@ -129,7 +132,7 @@ def _url_touch(scheme: str, rest: str, base: Ref | None, exempt: bool) -> Touch:
         return Touch(text=f"{scheme}://{rest}", ref=to_ref("/" + rest.lstrip("/"), base), base=base,
                      path_like=True, model_exempt=exempt)
     path = rest.split("/", 1)[1] if "/" in rest else ""
-    path = re.split(r"[?#]", path, maxsplit=1)[0]
+    path = unquote(re.split(r"[?#]", path, maxsplit=1)[0])  # models/sub%2Fshop.malloy
     return Touch(text=f"{scheme}://{rest}", ref=to_ref("/" + path), path_like=True, url=True,
                  model_exempt=exempt)
 

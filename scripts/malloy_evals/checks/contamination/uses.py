@@ -95,7 +95,8 @@ def _see(use: ToolUse, state: _State) -> _Seen:
         for value in path_values or ["."]:
             seen.sweeps.append(Sweep(root=to_ref(value.replace("\\", "/"), cwd), pattern=None))
     elif kind == "file":
-        _remember_written(data, path_values, cwd, state)
+        _remember_written(data, path_values, cwd, state, creates=bool(
+            words & {"write", "create"} or data.get("command") == "create"))
     if kind in ("file", "fetch") and not words & {"write", "edit", "create", "todo",
                                                  "multiedit", "replace", "web"}:
         # A reading tool's other inputs (a SQL query: read_csv('/repo/sets/x.csv')) name paths
@@ -145,8 +146,9 @@ def _command_texts(data: dict[str, Any]) -> Iterator[str]:
 
 
 def _remember_written(data: dict[str, Any], paths: list[str], cwd: Ref | None,
-                      state: _State) -> None:
-    """Keep what the answerer wrote, so a script it runs later can be read for file access."""
+                      state: _State, *, creates: bool = False) -> None:
+    """Keep what the answerer wrote, so a script it runs later can be read for file access;
+    a whole file written (not an edit of one) is a file the answerer made."""
     body = [v for k in ("content", "file_text", "new_string", "new_str", "new_source", "text")
             for v in ([data[k]] if isinstance(data.get(k), str) else [])]
     for edit in data.get("edits") or []:
@@ -154,6 +156,11 @@ def _remember_written(data: dict[str, Any], paths: list[str], cwd: Ref | None,
             body.append(edit["new_string"])
     if not body:
         return
+    whole = creates and not any(k in data for k in ("old_string", "old_str", "edits"))
     for value in paths:
         ref = to_ref(value.replace("\\", "/"), cwd)
-        state.written[ref] = state.written.get(ref, "") + "\n" + "\n".join(body)
+        if whole:
+            state.made.add(ref)
+            state.written[ref] = "\n".join(body)
+        else:
+            state.written[ref] = state.written.get(ref, "") + "\n" + "\n".join(body)

@@ -5,8 +5,8 @@
 // request changes the process's working directory into the package (DuckDB's sandbox checks
 // relative table paths against the cwd). Nothing else is ever written to stdout.
 //
-// Ops: load {package_dir, allow, options: {csv_types, memory_limit}}, reload, describe, search {text, limit,
-// kinds, sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
+// Ops: load {package_dir, allow, options: {csv_types, memory_limit}}, reload, describe, definitions, search
+// {text, limit, kinds, sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
 // query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, csv_tables, ping.
 //
 // Budgets (reference/query-budgets.md): a submitted query's rows are capped hard (its own `limit:`
@@ -352,14 +352,19 @@ function buildEntities() {
 
 // ---------- ops ----------
 
-function describe() {
+/** `read(entry)` for every model that compiled, with its path; and the errors of the others. */
+function perModel(read) {
   const models = [];
   const errors = [];
   for (const [p, entry] of state.models) {
-    if (entry.error) {
-      errors.push({ path: p, message: entry.error, problems: entry.problems });
-      continue;
-    }
+    if (entry.error) errors.push({ path: p, message: entry.error, problems: entry.problems });
+    else models.push({ path: p, ...read(entry) });
+  }
+  return { models, errors };
+}
+
+function describe() {
+  return perModel((entry) => {
     const sources = sourceInfos(entry).map((src) => {
       const fields = src.schema?.fields || [];
       const pick = (kind) => fields.filter((f) => f.kind === kind);
@@ -373,9 +378,83 @@ function describe() {
       };
     });
     const queries = namedQueries(entry).map(({ name, source, doc }) => ({ name, source, doc }));
-    models.push({ path: p, sources, queries });
+    return { sources, queries };
+  });
+}
+
+// ---------- definitions: what each named field references ----------
+
+// Keys of the compiled IR that hold no field use of the definition itself: source locations,
+// docs, the shape of a result, a join's ON keys (plumbing, not a use), output-name ordering.
+const NOT_A_USE = new Set(['at', 'location', 'annotation', 'annotations', 'drillExpression',
+  'outputStruct', 'refSummary', 'fieldUsage', 'resultMetadata', 'orderBy', 'fields', 'onExpression',
+  'typeDef', 'parameters', 'arguments', 'sourceArguments', 'givenUsage']);
+const JOIN_DEPTH = 4; // joins followed below a source
+const MAX_KEYS = 20000; // definitions kept per source
+
+/** Every field path an IR node uses: field nodes, field references, aggregate join paths. Only
+ * a pipeline's first stage reads the source; later stages read its output. */
+function fieldUses(node, out, depth = 0) {
+  if (depth > 200 || node === null || typeof node !== 'object') return out;
+  if (Array.isArray(node)) {
+    for (const x of node) fieldUses(x, out, depth + 1);
+    return out;
   }
-  return { models, errors };
+  if ((node.node === 'field' || node.type === 'fieldref') && Array.isArray(node.path) && node.path.length) {
+    out.add(node.path.join('.'));
+  }
+  if (Array.isArray(node.structPath) && node.structPath.length) out.add(node.structPath.join('.'));
+  for (const [k, v] of Object.entries(node)) {
+    if (NOT_A_USE.has(k)) continue;
+    if (k === 'pipeline' && Array.isArray(v)) fieldUses(v[0], out, depth + 1);
+    else fieldUses(v, out, depth + 1);
+  }
+  return out;
+}
+
+/** A source's definitions, keyed by field path from the source (through its joins): the paths
+ * each dimension, measure and view uses, and each filtered join's own `where:`; '' holds the
+ * source's own filters. Paths are from the same source, so `orders.counts_as_sale` uses
+ * `orders.status`. */
+function structDefinitions(struct, prefix = '', out = {}, depth = 0) {
+  const own = (refs) => [...refs].map((r) => prefix + r);
+  if (!prefix) {
+    const filters = fieldUses(struct.filterList || [], new Set());
+    if (filters.size) out[''] = own(filters);
+  }
+  for (const f of struct.fields || []) {
+    if (Object.keys(out).length >= MAX_KEYS) break;
+    const key = prefix + (f.as || f.name);
+    if (f.join) {
+      const filters = fieldUses(f.filterList || [], new Set());
+      if (filters.size) out[key] = [...filters].map((r) => `${key}.${r}`);
+      if (depth < JOIN_DEPTH) structDefinitions(f, key + '.', out, depth + 1);
+      continue;
+    }
+    let refs = null;
+    if (f.type === 'turtle') refs = fieldUses((f.pipeline || [])[0] || {}, new Set());
+    else if (f.e) refs = fieldUses(f.e, new Set());
+    if (refs && refs.size) out[key] = own(refs);
+  }
+  return out;
+}
+
+function definitions() {
+  return perModel((entry) => {
+    const sources = {};
+    const queries = {};
+    for (const [name, def] of Object.entries(entry.model._modelDef.contents || {})) {
+      if (!def || typeof def !== 'object') continue;
+      if (def.type === 'query') {
+        let source = def.structRef;
+        if (source && typeof source === 'object') source = source.as || source.name || null;
+        queries[name] = { source: source || null, refs: [...fieldUses((def.pipeline || [])[0] || {}, new Set())] };
+      } else if (Array.isArray(def.fields) && def.type !== 'query_source') {
+        sources[name] = structDefinitions(def);
+      }
+    }
+    return { sources, queries };
+  });
 }
 
 /** lunr over the package's entities, Publisher style: sanitised text, name boosted 4x. */
@@ -512,6 +591,8 @@ async function handle(req) {
       return load(state.pkgDir, state.allow, state.options);
     case 'describe':
       return describe();
+    case 'definitions':
+      return definitions();
     case 'entities':
       return state.entities;
     case 'search':
