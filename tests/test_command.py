@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_transcript
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.answer.harness.command import (
     ChildRun,
     StreamScan,
@@ -128,3 +131,38 @@ def test_a_cut_off_stream_loses_its_torn_line_and_reads_as_truncated(tmp_path):
     parsed = parse_transcript(path)
     assert parsed.truncated and parsed.run_error == "error_timeout"
     assert parsed.wall_seconds == 31.5 and parsed.cost_usd is None and len(parsed.tool_uses) == 1
+
+
+# Regression (hostile input, writes through links): the capture files of an attempt were opened
+# after the answerer started, so a link it planted in their place was written through.
+def test_run_child_never_writes_through_a_link_in_place_of_its_capture_files(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("theirs")
+    (tmp_path / "out").symlink_to(target)
+    with pytest.raises(FileExistsError):
+        run_child([sys.executable, "-c", "print('x')"], cwd=tmp_path, env={}, timeout=10,
+                  stdout_path=tmp_path / "out", stderr_path=tmp_path / "err",
+                  max_stdout_bytes=100)
+    assert target.read_text() == "theirs" and not (tmp_path / "err").exists()
+
+
+def test_closing_a_cut_off_stream_never_writes_through_a_link(tmp_path):
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text(json.dumps(INIT) + "\n")
+    (tmp_path / "t.jsonl").symlink_to(target)
+    with pytest.raises(OSError):
+        close_cut_off_stream(tmp_path / "t.jsonl", timeout=30, seconds=31.5, torn_tail=False)
+    assert target.read_text() == json.dumps(INIT) + "\n"
+
+
+# The answerer's captured stdout is outside text: a mutated sample transcript is scanned, never a
+# traceback (hostile input, fuzzed).
+@FUZZ
+@given(data=st.data())
+def test_scanning_a_mutated_transcript_never_raises(tmp_path_factory, data):
+    path = mutated_transcript(data, tmp_path_factory.mktemp("scan"))
+    raw = path.read_bytes()
+    if data.draw(st.booleans()):
+        path.write_bytes(data.draw(damaged_bytes(raw)))
+    scan = scan_stream(path)
+    assert scan.events >= 0 and (scan.result is None or isinstance(scan.result, dict))

@@ -272,6 +272,22 @@ def test_outputs_hold_the_same_document_and_it_validates(ab, tmp_path):
     assert "| `q0` | fail | pass | fixed (target) |" in md
 
 
+# Regression (hostile input, writes through links): COMPARE.md and compare.json planted as links
+# to files elsewhere were written through.
+def test_outputs_replace_links_planted_in_their_place(ab, tmp_path):
+    s, base, cand = ab
+    out, outside = tmp_path / "cmp", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    for name in ("COMPARE.md", "compare.json"):
+        (outside / name).write_text("theirs")
+        (out / name).symlink_to(outside / name)
+    compare_runs([base], [cand], s, out_dir=out)
+    assert not (out / "COMPARE.md").is_symlink() and not (out / "compare.json").is_symlink()
+    assert json.loads((out / "compare.json").read_text())["cases_compared"] == 6
+    assert {p.read_text() for p in outside.iterdir()} == {"theirs"}
+
+
 def _script(*args):
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=KIT_ROOT,
                           check=False, capture_output=True, text=True, timeout=120)

@@ -160,6 +160,19 @@ def test_report_compare_refuses_arms_that_compare_nothing_and_writes_no_page(arm
     assert doc["verdict"].split(":")[0] in page
 
 
+# Regression (hostile input, writes through links): compare.html planted as a link was written
+# through.
+def test_compare_page_replaces_a_link_planted_in_its_place(arms, tmp_path):
+    base, candidate, out = arms
+    out.mkdir(parents=True)
+    target = tmp_path / "elsewhere.html"
+    target.write_text("theirs")
+    (out / "compare.html").symlink_to(target)
+    page = cp.write_compare_page(DOC, out, [base], [candidate])
+    assert not Path(page.path).is_symlink() and "2 fixed / 1 broken" in Path(page.path).read_text()
+    assert target.read_text() == "theirs"
+
+
 # ---------------------------------------------------------------------------------------------
 # In the browser
 

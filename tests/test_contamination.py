@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from contamination_support import CWD, MODEL, SET, bash, check, read, rules, use
+from fuzz_support import FUZZ, mutated_transcript, reads_or_refuses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from malloy_evals.checks.contamination.refs import is_under, make_needle, to_ref
@@ -998,3 +999,24 @@ def test_split_shell_reads_arithmetic_as_a_number_and_keeps_pipes_apart_from_or(
     simples = split_shell("echo $((10/3)) | tr 3 x || (( n++ ))")
     assert [[w.value for w in s.words] for s in simples] == [["echo", "0"], ["tr", "3", "x"]]
     assert simples[1].piped_from is simples[0]
+
+# Regressions (hostile input): a transcript whose `type` is an object died with a traceback and
+# exit 1, which reads as "contaminated"; a mutated transcript must be checked or refused.
+def test_cli_refuses_a_transcript_line_whose_type_is_an_object_with_exit_3(tmp_path):
+    log = tmp_path / "t.jsonl"
+    log.write_text(json.dumps({"type": "system", "cwd": "/w"}) + "\n"
+                   + json.dumps({"type": {"a": 1}}) + "\n")
+    out = _run_cli("--log", str(log), "--set", SET)
+    assert out.returncode == 3 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == f"error: {log}:2: type: expected a string, got dict"
+
+
+BOOKSHOP = Path(__file__).resolve().parents[1] / "evals" / "bookshop"
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_transcript_is_checked_or_refused_in_one_line(tmp_path_factory, data):
+    path = mutated_transcript(data, tmp_path_factory.mktemp("fuzz"))
+    result = reads_or_refuses(lambda: check_contamination(log=path, set_dir=BOOKSHOP), path)
+    assert result is None or result.contaminated in (True, False, "unknown")

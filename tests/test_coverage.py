@@ -408,6 +408,25 @@ def test_host_ingest_with_the_same_out_reads_beside_the_report(tmp_path, monkeyp
     assert "reply.json is there, but this request's reply is cov.rev.reply.json" in why["rev"]
 
 
+# Regression (hostile input, writes through links): the default host folder lives in the shared
+# temporary folder, where anyone may plant `malloy-evals-coverage` as a link; --emit followed it.
+def test_host_emit_never_follows_a_link_planted_in_the_temporary_folder(tmp_path, monkeypatch,
+                                                                        capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "systmp").mkdir()
+    (tmp_path / "systmp" / "malloy-evals-coverage").symlink_to(outside)
+    main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]
+    monkeypatch.setattr(coverage_surface, "_start_runtime", FakeRuntime)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "systmp"))
+    set_dir, model = _tiny_set(tmp_path), _model_dir(tmp_path)
+    code = main(["--set", str(set_dir), "--model", str(model), "--reader", "host", "--emit",
+                 "--json"])
+    whys = [r["why"] for r in json.loads(capsys.readouterr().out)["cases_detail"]]
+    assert code == 3 and whys and all("malloy-evals-coverage: is a symbolic link" in w for w in whys)
+    assert list(outside.iterdir()) == []
+
+
 def test_only_with_unknown_qid_exits_3(tmp_path):
     # Drift fixed: a qid not in the set is exit 3 in every script (it was 2 here).
     main = runpy.run_path(str(CHECK_COVERAGE), run_name="check_coverage")["main"]

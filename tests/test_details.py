@@ -170,3 +170,13 @@ def test_text_of_keeps_none_as_none_and_says_nothing_was_cut():
     assert d.text_of(None, 10) is None
     assert d.text_of("short", 10) == d.Text("short", 0)
     assert json.loads(d._json_text({"revenue": 1.5}, 100).text) == {"revenue": 1.5}
+
+
+# Regression (one redaction): the pages used a second redaction of their own, which blanked a
+# database password inside its URL but left it standing alone in the next field.
+def test_a_secret_seen_anywhere_in_a_value_is_blanked_everywhere_in_it():
+    value = {"error": "connect postgres://app:Pw0rdHidden77@db.example/shop failed",
+             "why": "the answer printed Pw0rdHidden77", "revenue": 90963.84}
+    out = d.redacted(value)
+    assert "Pw0rdHidden77" not in json.dumps(out) and out["revenue"] == 90963.84
+    assert out["why"] == "the answer printed [REDACTED]"

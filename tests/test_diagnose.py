@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from malloy_evals.core import codes, paths, schemas
-from malloy_evals.core.errors import UsageError
+from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.diagnose import issues as diagnose_issues
 from malloy_evals.diagnose import mechanical as diagnose_mechanical
 from malloy_evals.diagnose import replies as diagnose_replies
@@ -566,3 +566,27 @@ def test_only_naming_an_unknown_case_exits_3_naming_the_cases_file(tmp_path, cap
                        "--only", "q9"])
     assert exc.value.code == 3
     assert "cases.jsonl: --only names qids not in the set: q9" in capsys.readouterr().err
+
+
+# Regression (hostile input): a link planted at a file diagnose.py rewrites, or in place of its
+# diagnose/ folder, made the kit write outside the run.
+def test_diagnose_never_writes_through_a_planted_link(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run.dir / "diagnose").symlink_to(outside)
+    fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
+    with pytest.raises(InputError, match="symbolic link"):
+        diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake)
+    assert list(outside.iterdir()) == []
+
+
+def test_mechanical_clusters_file_replaces_a_planted_link(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir)
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text("theirs\n")
+    (run.dir / diagnose_mechanical.MECHANICAL_FILE).symlink_to(target)
+    result = diagnose_mechanical.cluster_failures(run.dir, set_dir)
+    assert not Path(result.path).is_symlink() and target.read_text() == "theirs\n"

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_lines, reads_or_refuses
 from harness_support import (
     BOOKSHOP,
     KIT,
@@ -24,15 +25,18 @@ from harness_support import (
     run_answers_script,
     scripted_cmd,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.answer.harness.command import PLACEHOLDERS
 from malloy_evals.answer.harness.plan import (
     AnswererSpec,
     Budget,
+    HarnessLog,
     parse_answerer,
     plan_attempts,
     run_spend,
 )
-from malloy_evals.core.errors import UsageError
+from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.judge.providers.select import make_provider
 from malloy_evals.ledger.live import live_view
 from malloy_evals.sets.eval_set import load_set
@@ -430,6 +434,65 @@ def test_another_prompt_than_the_runs_is_refused(needs_node, tmp_path, capsys, b
     other.write_text("Answer in one word.")
     code, _doc, err = answer([*base, "--redo", "bk_profit_margin", "--prompt", str(other)], capsys)
     assert code == 2 and "one run, one prompt" in err
+
+
+# Regressions (hostile input, writes through links): harness.jsonl and harness.lock were opened
+# following a link planted in their place, so the harness wrote outside the run.
+def test_a_link_planted_as_the_harness_log_is_refused_and_its_target_untouched(tmp_path):
+    run = new_run(tmp_path, BOOKSHOP, "lk1")
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text("")
+    (run.dir / "harness.jsonl").symlink_to(target)
+    with pytest.raises(InputError, match="symbolic link"):
+        HarnessLog(run.dir).write("start", answerer="x")
+    assert target.read_text() == ""
+
+
+def test_a_link_planted_as_the_harness_lock_stops_the_run_before_anything_runs(tmp_path, capsys):
+    run = new_run(tmp_path, BOOKSHOP, "lk2")
+    target = tmp_path / "elsewhere.lock"
+    target.write_text("theirs")
+    (run.dir / "harness.lock").symlink_to(target)
+    code, _doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
+                              "http://127.0.0.1:9/mcp", "--answerer-cmd", scripted_cmd()], capsys)
+    assert code == 3 and "harness.lock" in err and "symbolic link" in err
+    assert target.read_text() == "theirs" and ledger(run) == []
+
+
+# Regression (one redaction): the harness blanked secrets in an answerer's stderr with a second
+# redaction of its own, which missed a password standing alone once its URL was seen.
+def test_secrets_in_an_answerers_stderr_are_blanked_in_the_log_and_the_failure(
+        needs_node, tmp_path, capsys, bookshop_mcp_url):
+    run = new_run(tmp_path, BOOKSHOP, "sec1")
+    cmd = ("cat {question_file} > /dev/null; "
+           "echo 'connect postgres://app:Pw0rdHidden77@db.example/shop failed' >&2; "
+           "echo 'retry with Pw0rdHidden77' >&2; exit 1")
+    code, doc, _err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
+                              bookshop_mcp_url, "--only", "bk_total_revenue", "--retries", "0",
+                              "--answerer-cmd", cmd], capsys)
+    assert code == 3, _err
+    [tried] = [t for t in harness_lines(run) if t["event"] == "try"]
+    assert "Pw0rdHidden77" not in json.dumps(doc) + (run.dir / "harness.jsonl").read_text()
+    assert "retry with [REDACTED]" in tried["stderr_tail"] and "[REDACTED]" in tried["failure"]
+
+
+# harness.jsonl is a log anyone may edit: mutated, it is read tolerantly (run_spend counts what it
+# can) or refused in one line, never a traceback (hostile input, fuzzed).
+LOG_LINES = [{"at": "2026-12-01T10:00:00Z", "event": "start", "answerer": "x"},
+             {"at": "2026-12-01T10:00:01Z", "event": "try", "qid": "q1", "outcome": "failed",
+              "cost_usd": 0.25},
+             {"at": "2026-12-01T10:00:02Z", "event": "stop", "reason": None}]
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_mutated_harness_log_is_read_tolerantly(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("log")
+    raw = data.draw(mutated_lines(LOG_LINES)).encode("utf-8", "backslashreplace")
+    (d / "harness.jsonl").write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    lines = reads_or_refuses(lambda: HarnessLog(d).read(), d / "harness.jsonl")
+    assert lines is not None and all(isinstance(line, dict) for line in lines)
+    assert run_spend([], lines) >= 0
 
 
 def test_help_names_every_placeholder(capsys):

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, mutated_set_file, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
 from malloy_evals.sets import importer
 from malloy_evals.sets.eval_set import check_set, load_set
@@ -128,6 +131,44 @@ def test_links_in_the_source_are_not_followed(tmp_path):
     os.symlink(secret, src / "notes.txt")
     report = importer.import_set(src, tmp_path / "out")
     assert report.skipped_links == ["notes.txt"] and not (tmp_path / "out" / "notes.txt").exists()
+
+
+# Regression (hostile input): a linked folder in the source set was copied through the link
+# (files from outside it became the set's), and a pipe named like a data file made the copy
+# wait forever on it.
+def test_linked_folders_and_pipes_in_the_source_are_not_copied(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(PUBLIC_SET, src)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "private.csv").write_text("a\n1\n")
+    os.symlink(elsewhere, src / "data" / "more")
+    os.mkfifo(src / "data" / "stream.csv")
+    report = importer.import_set(src, tmp_path / "out")
+    assert "data/more" in report.skipped_links
+    assert not (tmp_path / "out" / "data" / "more").exists()
+    assert not (tmp_path / "out" / "data" / "stream.csv").exists()
+    assert any("data/stream.csv: not a plain file" in c for c in report.judgement_calls)
+    assert json.loads((tmp_path / "out" / "import-report.json").read_text())["skipped_links"] == (
+        report.skipped_links)
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# The public set's set.json and cases.jsonl, mutated: imported, or refused in one line naming
+# the file, never a traceback.
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_public_set_is_imported_or_refused_in_one_line(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("imp")
+    src = root / "src"
+    shutil.copytree(PUBLIC_SET, src)
+    name = mutated_set_file(data, PUBLIC_SET, src)
+    report = reads_or_refuses(lambda: importer.import_set(src, root / "out"), src / name,
+                              root / "out" / name, root / "out" / "set.json")
+    if report is not None:
+        importer.render_report(report)
+        assert json.loads((root / "out" / "import-report.json").read_text())["cases"] == report.cases
 
 
 def test_the_script_prints_one_json_document(tmp_path):

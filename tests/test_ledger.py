@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_lines, read_lines, reads_or_refuses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.core import schemas
@@ -722,6 +723,98 @@ def test_index_keeps_ids_not_events(tmp_path):
     assert len(index.ids) == 501
     assert index.rules.live_unique == {("score", ("q1", None, "baseline")): s["event_id"]}
     assert index.rules.void_ids == set() and index.rules.voided == {}
+
+
+# ------------------------------------------------------------------------------------------
+# Regression: planted links turned the kit's writes under a run into writes outside it.
+
+def _outside(tmp_path: Path) -> Path:
+    out = tmp_path / "outside"
+    out.mkdir(exist_ok=True)
+    return out
+
+
+def test_append_through_a_linked_ledger_is_refused_and_the_target_untouched(tmp_path):
+    run = make_run(tmp_path)
+    target = _outside(tmp_path) / "events.jsonl"
+    target.write_text("")
+    run.events_path.unlink()
+    run.events_path.symlink_to(target)
+    with pytest.raises(InputError, match="symbolic link"):
+        run.append([attempt()])
+    assert target.read_text() == ""
+
+
+def test_run_json_rewrite_replaces_a_planted_link(tmp_path):
+    run = make_run(tmp_path)
+    target = _outside(tmp_path) / "run.json"
+    target.write_text(run.info_path.read_text())
+    run.info_path.unlink()
+    run.info_path.symlink_to(target)
+    run.update_info(status="complete")
+    assert not run.info_path.is_symlink() and json.loads(run.info_path.read_text())["status"] == "complete"
+    assert "status" not in json.loads(target.read_text())
+
+
+def test_artifact_under_a_linked_artifacts_folder_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    outside = _outside(tmp_path)
+    (run.dir / "artifacts").symlink_to(outside)
+    with pytest.raises(InputError, match="symbolic link|outside the run folder"):
+        run.write_artifact("q1", None, "prediction.csv", "a\n1\n")
+    assert list(outside.iterdir()) == []
+
+
+def test_artifact_over_a_dangling_link_is_refused(tmp_path):
+    run = make_run(tmp_path)
+    folder = run.artifact_dir("q1", None)
+    folder.mkdir(parents=True)
+    (folder / "prediction.csv").symlink_to(_outside(tmp_path) / "stolen.csv")
+    with pytest.raises(InputError, match="symbolic link"):
+        run.write_artifact("q1", None, "prediction.csv", "a\n1\n")
+    assert not (tmp_path / "outside" / "stolen.csv").exists()
+
+
+def test_new_artifact_folder_never_enters_a_linked_one(tmp_path):
+    run = make_run(tmp_path)
+    outside = _outside(tmp_path)
+    folder = run.artifact_dir("q1", None)
+    folder.mkdir(parents=True)
+    (folder / "judge").symlink_to(outside)
+    made = run.new_artifact_dir("q1", None, "judge")
+    assert made.name == "judge.2" and not made.is_symlink()
+    assert run.write_once(made, "verdict.json", {"verdict": "match"}) == made / "verdict.json"
+    assert list(outside.iterdir()) == []
+
+
+def test_set_mcp_url_credentials_are_not_copied_into_run_json(tmp_path):
+    set_dir = make_set(tmp_path)
+    config = json.loads((set_dir / "set.json").read_text())
+    config["mcpUrl"] = "https://ana:Sup3rSecretPw@publisher.example/mcp"
+    (set_dir / "set.json").write_text(json.dumps(config))
+    run = Run.create(tmp_path / "run", set_dir, "answerer-x", run_id="demo-run-1")
+    assert "Sup3rSecretPw" not in run.info_path.read_text()
+    assert run.info["mcpUrl"] == "https://ana:[REDACTED]@publisher.example/mcp"
+
+
+
+# The tolerant reader never raises on a damaged ledger: every whole line it can use, and the
+# lines it cannot, each named (hostile input).
+BASELINE_EVENTS = Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "runs" / "baseline" / "events.jsonl"
+
+
+@FUZZ
+@given(data=st.data())
+def test_damaged_ledger_is_read_tolerantly(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("l") / "events.jsonl"
+    text = data.draw(mutated_lines(read_lines(BASELINE_EVENTS)))
+    path.write_bytes(data.draw(damaged_bytes(text.encode("utf-8", "backslashreplace"))))
+    # A line without an event_id is read as the public loop's; one that cannot be placed as
+    # either stops the reader with one line naming the file (exit 3), never a traceback.
+    read = reads_or_refuses(lambda: ledger_events.read_ledger(path), path)
+    if read is not None:
+        assert all(isinstance(e, dict) for e in read.events)
+        assert all(p.line is None or p.line >= 1 for p in read.problems)
 
 
 # ------------------------------------------------------------------------------------------

@@ -296,6 +296,47 @@ def test_rest_unknown_package_is_404(needs_node, http_server):
         PublisherRest(http_server[1]).package("samples", "nope")
 
 
+def _get_status(base: str, path: str, headers: dict[str, str]) -> int:
+    """The HTTP status of GET base+path sent with exactly these headers (Host included)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+REST_PATHS = ["/api/v0/environments/samples/packages/mini",
+              "/api/v0/environments/samples/packages/mini/models",
+              "/api/v0/environments/samples/packages/mini/models/shop.malloy"]
+
+
+# Regression: the REST routes served the model source to any Host (DNS rebinding); /mcp did not.
+@pytest.mark.parametrize("path", REST_PATHS + ["/mcp"])
+def test_foreign_host_header_is_refused_421_on_every_route(needs_node, http_server, path):
+    assert _get_status(http_server[1], path, {"Host": "evil.example.com"}) == 421
+
+
+@pytest.mark.parametrize("path", REST_PATHS)
+def test_foreign_origin_is_refused_403_on_rest_routes(needs_node, http_server, path):
+    port = http_server[1].rsplit(":", 1)[1]
+    assert _get_status(http_server[1], path, {"Host": f"127.0.0.1:{port}",
+                                              "Origin": "http://evil.example.com"}) == 403
+
+
+@pytest.mark.parametrize("path", REST_PATHS)
+def test_loopback_host_header_is_answered_on_rest_routes(needs_node, http_server, path):
+    port = http_server[1].rsplit(":", 1)[1]
+    assert _get_status(http_server[1], path, {"Host": f"localhost:{port}"}) == 200
+
+
 def _post(url: str, body: dict, session_headers: dict | None = None) -> dict:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
         "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
@@ -408,6 +449,46 @@ def test_serving_on_a_port_already_held_exits_3_before_saying_serving(http_serve
     assert proc.returncode == 3
     assert "serving" not in proc.stderr and "Traceback" not in proc.stderr
     assert f"127.0.0.1:{port} cannot be served" in proc.stderr
+
+
+# ---------- budgets and environment faults (hostile input) ----------
+
+def _payload(result) -> dict:
+    return json.loads(result.content[0].resource.text)
+
+
+def test_query_over_its_time_budget_is_a_query_error_with_suggestions(needs_node, monkeypatch):
+    from malloy_evals.endpoint import runner as runner_mod
+    from malloy_evals.endpoint.mcp_server import Endpoint
+
+    monkeypatch.setattr(runner_mod, "KILL_GRACE_S", 1.0)
+    served = parse_package_arg(f"samples/mini={MINI_MODEL}", timeout=1.0)
+    endpoint = Endpoint([served])
+    try:
+        bomb = ("run: orders -> " + "{ group_by: status nest: n is " * 40
+                + "{ aggregate: order_count }" + " }" * 40)
+        result = endpoint.execute_query("samples", "mini", "shop.malloy", query=bomb)
+        body = _payload(result)
+        assert result.is_error and "did not finish within 1 s" in body["error"]
+        assert "environmentFault" not in body
+        assert any("cheaper" in s for s in body["suggestions"])
+        ok = endpoint.execute_query("samples", "mini", "shop.malloy", query="run: orders -> "
+                                    "{ aggregate: order_count }")
+        assert not ok.is_error
+    finally:
+        endpoint.close()
+
+
+def test_package_that_cannot_load_is_marked_an_environment_fault(tmp_path):
+    from malloy_evals.endpoint.mcp_server import Endpoint
+
+    gone = tmp_path / "model"
+    gone.mkdir()
+    served = parse_package_arg(f"samples/mini={gone}")
+    gone.rmdir()
+    endpoint = Endpoint([served])
+    result = endpoint.execute_query("samples", "mini", "shop.malloy", query="run: x -> { }")
+    assert result.is_error and _payload(result)["environmentFault"] is True
 
 
 @pytest.mark.parametrize("args, message", [

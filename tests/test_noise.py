@@ -10,6 +10,9 @@ import sys
 import pytest
 from arms_support import PINS, make_run, make_set
 from conftest import KIT_ROOT
+from fuzz_support import FUZZ, damaged_bytes, mutated, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.core import schemas
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.report.noise import band_differences, measure_noise, read_band
@@ -59,6 +62,19 @@ def test_band_file_is_written_where_out_says_and_reads_back(aa, tmp_path):
         written.max_flips, written.mean_flips, written.cases, written.judge, "shop")
     assert back.path == str(out)
     assert sorted(p.name for p in s.iterdir()) == ["cases.jsonl", "set.json"]  # never the set
+
+
+# Regression (hostile input, writes through links): the band file planted as a link was written
+# through.
+def test_band_file_replaces_a_link_planted_in_its_place(aa, tmp_path):
+    s, runs = aa
+    target = tmp_path / "elsewhere.json"
+    target.write_text("theirs")
+    out = tmp_path / "band.json"
+    out.symlink_to(target)
+    measure_noise(runs[:2], s, out)
+    assert not out.is_symlink() and read_band(out).max_flips == 2
+    assert target.read_text() == "theirs"
 
 
 def test_runs_of_different_arms_are_refused_and_nothing_is_written(tmp_path):
@@ -142,3 +158,20 @@ def test_script_exit_codes(aa, tmp_path, args, code):
     proc = _script(*argv, "--set", s, "--out", tmp_path / "band.json")
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# A band file is read back by compare_runs.py --band: mutated, it is read or refused in one line
+# naming it (exit 3), never a traceback (hostile input, fuzzed).
+@FUZZ
+@given(data=st.data())
+def test_a_mutated_band_file_is_read_or_refused_in_one_line(aa, tmp_path_factory, data):
+    s, runs = aa
+    d = tmp_path_factory.mktemp("band")
+    good = d / "good.json"
+    measure_noise(runs[:2], s, good)
+    raw = json.dumps(data.draw(mutated(json.loads(good.read_text())))).encode("utf-8", "backslashreplace")
+    path = d / "band.json"
+    path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    band = reads_or_refuses(lambda: read_band(path), path)
+    if band is not None:
+        band_differences(band, "shop", {k: [v] for k, v in PINS.items()})

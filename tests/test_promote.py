@@ -93,6 +93,25 @@ def test_criteria_and_unanswerable_goldens_need_a_persons_attestation(tmp_path):
     assert first["golden"]["value"] is None and first["golden"]["canonicalQuery"] is None
 
 
+# Regression (hostile input, writes through links): cases.jsonl planted as a link to a file
+# elsewhere was rewritten through the link by a promotion.
+def test_promotion_replaces_a_linked_cases_file_and_leaves_its_target_alone(tmp_path):
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "set.json").write_text(json.dumps({"name": "s", "datasetVersion": 1, "targetPackage": "p",
+                                            "targetModelPath": "m.malloy"}))
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text(json.dumps({"qid": "q_none", "question": "Frost losses?",
+                                  "golden": {"status": "provisional", "kind": "unanswerable",
+                                             "value": None, "canonicalQuery": None}}) + "\n")
+    before = target.read_text()
+    (d / "cases.jsonl").symlink_to(target)
+    done = promote_golden(d, ["q_none"], attest=True, by="Dana Reyes")
+    assert done.promoted == ["q_none"] and not (d / "cases.jsonl").is_symlink()
+    assert json.loads((d / "cases.jsonl").read_text())["golden"]["status"] == "verified"
+    assert target.read_text() == before
+
+
 def test_attesting_a_value_golden_is_refused(bookshop):
     report = promote_golden(bookshop, [PROVISIONAL], attest=True, by="Dana")
     assert report.promotions[0].outcome == "refused" and "only by re-deriving" in report.promotions[0].detail

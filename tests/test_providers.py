@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated, mutated_lines, read_lines, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from judge_support import error_body, message_body, messages_server, verdict
 from malloy_evals.core import cli, paths
 from malloy_evals.core.errors import UsageError
@@ -433,6 +436,74 @@ def test_json_objects_survive_a_reply_nested_without_end():
 
     hostile = '{"a": ' * 5000 + '1' + '}' * 5000 + ' {"verdict": "no_match"}'
     assert json_objects(hostile, "verdict")[-1] == {"verdict": "no_match"}
+
+
+# Regression (hostile input): a recording or an emitted host request planted as a link.
+def test_recording_over_a_planted_link_replaces_the_link(tmp_path, monkeypatch):
+    target = tmp_path / "elsewhere.json"
+    target.write_text("theirs")
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "r1.q1._.json").symlink_to(target)
+    with messages_server([(200, message_body(json.dumps(verdict())))], monkeypatch):
+        recorder = make_provider("anthropic:claude-haiku-4-5", role="judge", set_dir=None,
+                                 record_dir=tmp_path / "rec", backoff_seconds=0.0)
+        recorder.complete(request())
+    assert not (tmp_path / "rec" / "r1.q1._.json").is_symlink() and target.read_text() == "theirs"
+
+
+def test_host_emit_over_a_planted_link_replaces_the_link(tmp_path):
+    emitter = make_provider("host", role="judge", set_dir=None, host_mode="emit",
+                            host_dir=tmp_path / "out")
+    req_path, _ = emitter.files_for("r1.q1._")
+    req_path.parent.mkdir(parents=True)
+    target = tmp_path / "elsewhere.json"
+    target.write_text("theirs")
+    req_path.symlink_to(target)
+    with pytest.raises(HostReplyPending):
+        emitter.complete(request())
+    assert not req_path.is_symlink() and target.read_text() == "theirs"
+
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# Recordings, host replies and authored reply files, mutated: a reply, or one refusal line.
+
+JUDGE_RECORDINGS = Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "recordings" / "judge"
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_recording_replays_or_is_refused_in_one_line(tmp_path_factory, data):
+    source = data.draw(st.sampled_from(sorted(JUDGE_RECORDINGS.glob("calib.*.json"))))
+    d = tmp_path_factory.mktemp("rec")
+    raw = json.dumps(data.draw(mutated(json.loads(source.read_text())))).encode()
+    (d / "r1.q1._.json").write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    replay = make_provider(f"replay:{d}", role="judge", set_dir=None)
+    reads_or_refuses(lambda: replay.complete(request()), d / "r1.q1._.json")
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_host_reply_is_ingested_or_refused_in_one_line(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("host")
+    emitter = make_provider("host", role="judge", set_dir=None, host_mode="emit", host_dir=d)
+    with pytest.raises(HostReplyPending):
+        emitter.complete(request())
+    _req, reply_path = emitter.files_for("r1.q1._")
+    raw = json.dumps(data.draw(mutated(verdict("match", 9)))).encode()
+    reply_path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    ingest = make_provider("host", role="judge", set_dir=None, host_mode="ingest", host_dir=d)
+    reads_or_refuses(lambda: ingest.complete(request()), reply_path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_authored_replies_file_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("hand") / "replies.jsonl"
+    lines = read_lines(JUDGE_RECORDINGS / "_authored.jsonl")[:6]
+    raw = data.draw(mutated_lines(lines)).encode("utf-8", "backslashreplace")
+    path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    reads_or_refuses(lambda: make_provider(f"hand:{path}", role="judge", set_dir=None), path)
 
 
 # ---------------------------------------------------------------- hand:FILE, described once

@@ -7,12 +7,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_lines, read_lines, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import LedgerError, parse_ledger, read_ledger
 from malloy_evals.ledger.live import LiveView, live_view, stream_live
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import validate_run
+from malloy_evals.report.figures import summarize
 
 PUBLIC_RUN = Path(__file__).resolve().parent / "fixtures" / "public_loop" / "run"
 
@@ -146,3 +150,26 @@ def test_an_unplaceable_public_line_stops_the_live_view_and_the_stream_naming_it
         with pytest.raises(InputError, match=r"events.jsonl:1: public-loop line: tool_call has no "
                                              r"`phase`"):
             reader(path)
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# A public-loop ledger is written by another program: mutated, every reader reads it or refuses
+# it in one line naming the file and line, and validate.py reports on it, never a traceback.
+
+@FUZZ
+@given(data=st.data())
+def test_a_mutated_public_ledger_is_read_by_every_reader_or_refused_in_one_line(tmp_path_factory,
+                                                                             data):
+    d = tmp_path_factory.mktemp("pub")
+    (d / "run.json").write_bytes((PUBLIC_RUN / "run.json").read_bytes())
+    raw = data.draw(mutated_lines(read_lines(PUBLIC_RUN / "events.jsonl"))).encode(
+        "utf-8", "backslashreplace")
+    path = d / "events.jsonl"
+    path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    view = reads_or_refuses(lambda: LiveView.read(path), path)
+    streamed = reads_or_refuses(lambda: list(stream_live(path)), path)
+    if view is not None and streamed is not None:
+        assert view.events == streamed
+    reads_or_refuses(lambda: summarize(Run.open(d), None), path)
+    check = validate_run(d)
+    assert check.exit_code in (0, 1) and all("\n" not in str(p) for p in check.errors)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import duckdb
 import pytest
@@ -18,7 +19,9 @@ from malloy_evals.answer.reexecute import (
     prediction_csv,
     reexecute_attempt,
 )
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.errors import InputError, UnmeasuredError
+from malloy_evals.endpoint.mcp_client import McpToolError
+from malloy_evals.endpoint.runner import server_query_timeout
 from malloy_evals.ledger.run import Run
 
 MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
@@ -102,6 +105,19 @@ def test_second_reexecution_is_write_once(needs_node, run, endpoint):
     assert first.prediction_path.endswith("/prediction.csv")
     assert second.prediction_path.endswith("/prediction.2.csv")
     assert second.envelope_path.endswith("/envelope.2.json")
+
+
+# Regression (hostile input, writes through links): reexecution.json, which scoring reads back to
+# skip re-running a query, was written through a link planted in its place.
+def test_reexecution_record_is_never_written_through_a_planted_link(needs_node, run, endpoint,
+                                                                     tmp_path):
+    run.append([_attempt("rev_by_region", "run: orders -> by_region", final_query_source="named_view")])
+    folder = run.artifact_dir("rev_by_region", None)
+    folder.mkdir(parents=True)
+    (folder / "reexecution.json").symlink_to(tmp_path / "stolen.json")
+    with pytest.raises(InputError, match="symbolic link"):
+        reexecute_attempt(run, MINI, "rev_by_region", None, endpoint)
+    assert not (tmp_path / "stolen.json").exists()
 
 
 def test_query_error_is_recorded_not_raised(needs_node, run, endpoint):
@@ -216,6 +232,67 @@ def test_local_endpoint_knows_the_served_model_sha(needs_node, endpoint):
     assert endpoint.model_sha == package_sha(MINI / "model")
     assert endpoint.served_revision == "local-" + endpoint.model_sha[:12]
     assert (endpoint.environment, endpoint.package, endpoint.model_path) == ("samples", "mini", "shop.malloy")
+
+
+# ---------- budgets: a query over its budget is the answerer's failure (hostile input) ----------
+
+NEST_BOMB = ("run: orders -> " + "{ group_by: status nest: n is " * 40 + "{ aggregate: order_count }"
+             + " }" * 40)
+
+
+@pytest.fixture(scope="module")
+def short_endpoint():
+    """The mini endpoint with a client that waits 8 s a call: its queries get a 2 s budget."""
+    reason = node_runtime_missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so runtime tests must run: {reason}")
+        pytest.skip(reason)
+    with open_endpoint(MINI, local=True, timeout=8) as ep:
+        ep.execute(query="run: orders -> { aggregate: order_count }")  # the runner is up
+        yield ep
+
+
+def test_server_budget_per_query_is_shorter_than_the_clients_wait():
+    for client in (1.0, 8.0, 60.0, 120.0, 600.0):
+        assert server_query_timeout(client) < client
+
+
+# Regression: a hung final query made the client give up first (120 s) and the attempt was
+# recorded as environment_failure; queries queued behind it failed the same way.
+def test_final_query_over_its_budget_is_a_recorded_query_error(needs_node, run, short_endpoint):
+    run.append([_attempt("rev_by_region", NEST_BOMB), _attempt("rev_by_region", "run: orders -> "
+                "{ group_by: status; aggregate: order_count }", sample=1)])
+    results: dict[int | None, object] = {}
+
+    def go(sample: int | None) -> None:
+        results[sample] = reexecute_attempt(run, MINI, "rev_by_region", sample, short_endpoint)
+
+    threads = [threading.Thread(target=go, args=(s,)) for s in (None, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bomb, innocent = results[None], results[1]
+    assert bomb.status == "query_error" and bomb.exit_code == 0
+    assert "did not finish within 2 s" in bomb.error
+    assert any("cheaper" in s for s in bomb.suggestions)
+    assert innocent.status == "ok" and innocent.row_count == 3
+
+
+def test_endpoint_fault_is_unmeasured_not_the_answerers_error(run):
+    class BrokenEndpoint:
+        model_path, label = "shop.malloy", "local"
+
+        def execute(self, **call):
+            raise McpToolError("Error loading package 'samples/mini': the runner is gone",
+                               payload={"error": "...", "environmentFault": True})
+
+    run.append([_attempt("rev_by_region", "run: orders -> { aggregate: order_count }")])
+    with pytest.raises(UnmeasuredError, match="runner is gone"):
+        reexecute_attempt(run, MINI, "rev_by_region", None, BrokenEndpoint())
+    assert not run.artifact_dir("rev_by_region", None).exists() or not any(
+        run.artifact_dir("rev_by_region", None).iterdir())
 
 
 # ---------- --model DIR: a candidate package standing in for model/ ----------

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_support import FUZZ, mutated_report, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.answer.retrieval import (
     Delivered,
     RetrievalRow,
@@ -524,3 +527,14 @@ def test_attempt_of_a_qid_missing_from_the_set_is_skipped_with_a_warning(run_env
     result = score_retrieval(run_dir, set_dir)
     assert [r.qid for r in result.rows] == ["b", "c", "c"]
     assert any(w.startswith("a: no such case") for w in result.warnings)
+
+
+
+# A check_coverage report, mutated (hostile input): read, or refused in one line naming it.
+@FUZZ
+@given(data=st.data())
+def test_mutated_coverage_report_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    from malloy_evals.answer.retrieval import load_coverage_report
+
+    path = mutated_report(data, tmp_path_factory.mktemp("cov"))
+    reads_or_refuses(lambda: load_coverage_report(path), path)

@@ -13,6 +13,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated, mutated_lines, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from judge_support import make_run, make_set, verdict, write_prediction
 from malloy_evals.core.errors import InputError
 from malloy_evals.judge.calibration import check_regressions
@@ -182,6 +185,85 @@ def test_an_attempt_with_no_score_cannot_be_settled(tmp_path):
     run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": "x"}])
     with pytest.raises(InputError, match="has no live score: score it first"):
         review.settle(run.dir, set_dir, "q_rev", verdict="match", why="w", by="A")
+
+
+# Regression (hostile input, writes through links): RESULTS.md, summary.json and
+# judge-regressions.jsonl planted as links to files elsewhere were written through by settling.
+def test_settling_replaces_links_planted_in_place_of_what_it_rewrites(scored, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planted = {scored.run_dir / "RESULTS.md", scored.run_dir / "summary.json",
+               scored.set_dir / "judge-regressions.jsonl"}
+    for path in planted:  # what the set's fixture file links to is read as fixtures: none
+        (outside / path.name).write_text("" if path.suffix == ".jsonl" else "theirs")
+        path.symlink_to(outside / path.name)
+    review.settle(scored.run_dir, scored.set_dir, "q_rev", verdict="match", why="w", by="Dana")
+    assert not any(p.is_symlink() for p in planted)
+    assert "1 verdict(s) settled by a person" in (scored.run_dir / "RESULTS.md").read_text()
+    assert json.loads((scored.set_dir / "judge-regressions.jsonl").read_text())["qid"] == "q_rev"
+    assert {p.name: p.read_text() for p in outside.iterdir()} == {
+        "RESULTS.md": "theirs", "summary.json": "theirs", "judge-regressions.jsonl": ""}
+
+
+# Regression (one redaction): the review card printed secrets that reached the run by another
+# road than a recorded transcript (rows the query returned, a judge quoting them); a secret seen
+# in one field is blanked in every field, as core/redact.py blanks it everywhere else.
+def test_review_cards_blank_secrets_in_every_field(tmp_path):
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
+                                        "final_query": "run: order_items -> { aggregate: revenue }"}])
+    write_prediction(run, "q_rev", None,
+                     "revenue,dsn\n1234.5,postgres://app:Pw0rdHidden77@db.example/shop\n")
+    run.append([score("q_rev", "needs_human", why="the rows carry Pw0rdHidden77 and "
+                      "sk-ant-api03-abcdefghijklmnopqrstu", confidence=4,
+                      prediction_path="artifacts/q_rev/_/prediction.csv")])
+    queue = review.review_queue(run.dir, set_dir)
+    text = review.render_queue(queue) + json.dumps(queue.to_json(), default=str)
+    assert "Pw0rdHidden77" not in text and "sk-ant-api03-abcdefghijklmnopqrstu" not in text
+    assert "[REDACTED]" in review.render_item(queue.items[0])
+    assert "1234.5" in review.render_item(queue.items[0])  # ordinary figures stay
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# review.py reads files it did not write: the set's judge-regressions.jsonl, the run's
+# summary.json, the prediction CSV. Mutated, each is read or refused in one line naming it.
+
+def _scored_copy(root: Path) -> SimpleNamespace:
+    set_dir = make_set(root)
+    run = make_run(root, set_dir, [{"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
+                                    "final_query": "run: order_items -> { aggregate: revenue }"}])
+    write_prediction(run, "q_rev", None, "revenue\n1234.5\n")
+    run.append([score("q_rev", "needs_human", prediction_path="artifacts/q_rev/_/prediction.csv")])
+    return SimpleNamespace(set_dir=set_dir, run_dir=run.dir)
+
+
+FIXTURE_LINES = [{"fixtureId": "q_rev.1", "qid": "q_rev", "goldenRevision": 2,
+                  "predictionSha": "0" * 16, "verdict": "match", "settledBy": "Dana",
+                  "prediction": {"answer_text": "a", "final_query": None}}]
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_review_inputs_are_read_or_refused_in_one_line(tmp_path_factory, data):
+    w = _scored_copy(tmp_path_factory.mktemp("review"))
+    regressions = w.set_dir / "judge-regressions.jsonl"
+    summary = w.run_dir / "summary.json"
+    prediction = w.run_dir / "artifacts" / "q_rev" / "_" / "prediction.csv"
+    which = data.draw(st.sampled_from(["regressions", "summary", "prediction"]))
+    if which == "regressions":
+        path, raw = regressions, data.draw(mutated_lines(FIXTURE_LINES)).encode("utf-8", "backslashreplace")
+    elif which == "summary":
+        path, raw = summary, json.dumps(data.draw(mutated({"coverage": {"decided": 1}}))).encode(
+            "utf-8", "backslashreplace")
+    else:
+        path, raw = prediction, b"revenue\n1234.5\n"
+    path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    queue = reads_or_refuses(lambda: review.review_queue(w.run_dir, w.set_dir,
+                                                         include_disagreements=True), path)
+    if queue is not None:
+        review.render_queue(queue)
+    reads_or_refuses(lambda: review.settle(w.run_dir, w.set_dir, "q_rev", verdict="match",
+                                           why="w", by="Dana"), path)
 
 
 @pytest.mark.parametrize("text, parsed", [("q07", ("q07", None)), ("q07#2", ("q07", 2))])

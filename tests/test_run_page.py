@@ -294,6 +294,17 @@ def test_unscored_run_gets_a_page_that_says_so_and_shows_each_answer(unscored, b
     v.close()
 
 
+# Regression (hostile input, writes through links): report.html planted as a link to a file
+# elsewhere was written through.
+def test_page_replaces_a_link_planted_in_its_place(unscored, tmp_path):
+    target = tmp_path / "elsewhere.html"
+    target.write_text("theirs")
+    (unscored / "report.html").symlink_to(target)
+    page = run_page.write_run_page(unscored, SAMPLE_SET)
+    assert not Path(page.path).is_symlink() and "<!doctype html>" in Path(page.path).read_text().lower()
+    assert target.read_text() == "theirs"
+
+
 def test_run_inside_its_set_finds_the_set_without_set_flag():
     assert run_page.find_set(SAMPLE_SET / "runs" / "baseline", "bookshop") == SAMPLE_SET.resolve()
     assert run_page.find_set(SAMPLE_SET / "runs" / "baseline", "another-set") is None

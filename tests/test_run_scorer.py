@@ -345,6 +345,44 @@ def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(need
         ("q1", "match", "host")]
 
 
+# Regression (hostile input): --mcp-url credentials (user:password@, ?api_key=) were printed in
+# errors and stored in run.json.
+CREDENTIAL_URL = "http://ana:Sup3rSecretPw@127.0.0.1:9/mcp?api_key=abcdef123456"
+
+
+def test_mcp_url_credentials_never_reach_run_json_or_the_repair_commands(tiny, monkeypatch):
+    run, es = tiny
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    @contextmanager
+    def fake_endpoint(eval_set, mcp_url=None, local=False):
+        yield SimpleNamespace(served_revision="r1", environment="samples", package="tiny",
+                              model_path="tiny.malloy", model_sha=None, label=mcp_url,
+                              warm=lambda: None)
+
+    monkeypatch.setattr(rs, "open_endpoint", fake_endpoint)
+    monkeypatch.setattr(rs, "score_attempts", lambda *a, **k: [])
+    rs.score_run(run.dir, es.dir, judge=SimpleNamespace(model="m", spec="hand:x"),
+                 judge_spec="hand:x", mcp_url=CREDENTIAL_URL)
+    for name in ("run.json", "RESULTS.md", "summary.json"):
+        text = (run.dir / name).read_text()
+        assert "Sup3rSecretPw" not in text and "abcdef123456" not in text, name
+    assert json.loads((run.dir / "run.json").read_text())["mcpUrl"] == (
+        "http://ana:[REDACTED]@127.0.0.1:9/mcp?api_key=[REDACTED]")
+
+
+def test_unreachable_mcp_url_error_names_the_server_without_its_credentials(tiny):
+    run, es = tiny
+    script = KIT / "skills" / "eval-answer" / "scripts" / "reexecute.py"
+    proc = subprocess.run([sys.executable, str(script), "--run", str(run.dir), "--set", str(es.dir),
+                           "--qid", "q1", "--mcp-url", CREDENTIAL_URL],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == EXIT_UNMEASURED
+    assert "127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
+    assert "Sup3rSecretPw" not in proc.stderr + proc.stdout and "abcdef123456" not in proc.stderr
+
+
 # --------------------------------------------------------------------------- golden drift
 
 
@@ -389,6 +427,18 @@ def test_score_run_refuses_a_run_whose_goldens_drifted_naming_every_one(needs_no
     assert doc["drifted"][0]["problems"] == ["n: golden 599, derived 600"]
     assert not any(e["kind"] == "score" for e in run.live())  # nothing was scored
     assert not (run.dir / "RESULTS.md").exists()
+
+
+def test_drift_is_still_reported_first_when_the_endpoint_cannot_start(needs_node, tmp_path):
+    # The drift check runs beside the endpoint's start-up; a refusal still decides before an
+    # endpoint that does not answer (exit 1 naming the drift, not exit 3 about the endpoint).
+    run, argv = drift_env(tmp_path, q2_value=599)
+    argv = [a for a in argv if a != "--local"] + ["--mcp-url", "http://127.0.0.1:9/mcp"]
+    done = subprocess.run([*argv, "--json"], cwd=KIT, check=False, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert [d["qid"] for d in json.loads(done.stdout)["drifted"]] == ["q2"]
+    assert not any(e["kind"] == "score" for e in run.live())  # nothing was scored
 
 
 def test_allow_drift_scores_anyway_and_the_headline_names_the_drift(needs_node, tmp_path):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,13 @@ from duck_support import duck_rows
 from malloy_evals.core import paths
 from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.endpoint import runner as runtime_mod
-from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
+from malloy_evals.endpoint.runner import (
+    MalloyQueryError,
+    MalloyRuntime,
+    QueryBudgetError,
+    RunnerError,
+    default_allow,
+)
 
 MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
 MINI_MODEL = MINI / "model"
@@ -79,6 +88,26 @@ def test_server_cap_reached_sets_limit_hit_and_warning(needs_node, rt):
     assert len(result["rows"]) == 3
     assert result["_limit_hit"] is True
     assert "3 rows" in result["warning"]
+
+
+# Regression: a submitted query's own `limit: 100000000` raised the 1,000-row cap, and every row
+# was materialised before the cap was applied.
+def test_submitted_querys_own_limit_cannot_raise_the_row_cap(needs_node, rt):
+    result = rt.execute("run: orders -> { select: order_id; limit: 6 }", row_limit=3)
+    assert len(result["rows"]) == 3
+    assert (result["_query_row_limit"], result["_limit_source"], result["_limit_hit"]) == (
+        3, "server_default", True)
+    assert "3 rows" in result["warning"]
+
+
+def test_submitted_querys_own_limit_below_the_cap_is_kept(needs_node, rt):
+    result = rt.execute("run: orders -> { select: order_id; limit: 2 }", row_limit=3)
+    assert (len(result["rows"]), result["_limit_source"], result["_limit_hit"]) == (2, "query", False)
+
+
+def test_trusted_query_keeps_its_own_limit_above_the_cap(needs_node, rt):
+    result = rt.execute("run: orders -> { select: order_id; limit: 6 }", row_limit=3, trusted=True)
+    assert (len(result["rows"]), result["_limit_source"]) == (6, "query")
 
 
 def test_default_cap_is_1000(needs_node, rt):
@@ -154,14 +183,17 @@ def test_killed_runner_is_replaced_and_next_query_succeeds(needs_node, rt):
 
 
 def test_timed_out_request_reports_error_then_next_succeeds(needs_node, rt):
-    rt.execute(query_name="shipped_by_month")  # warm, so only the query is timed
-    rt.timeout = 0.0001
+    rt.execute(query_name="shipped_by_month")
+    hung = rt.pid
+    os.kill(hung, signal.SIGSTOP)  # a runner that stops answering
+    rt.timeout = 0.5
     try:
         with pytest.raises(RunnerError, match="timed out"):
-            rt.execute("run: orders -> { group_by: status }")
+            rt.describe()
     finally:
         rt.timeout = runtime_mod.DEFAULT_TIMEOUT_S
     assert len(rt.execute("run: orders -> { group_by: status }")["rows"]) == 3
+    assert hung not in rt.pids
 
 
 def test_reload_recompiles_in_place(needs_node, rt):
@@ -196,3 +228,184 @@ def test_bookshop_package_compiles_and_counts_match_duckdb(needs_node):
     expected = duck("select status, count(*) as n from read_csv('orders.csv') "
                     "group by status order by status", data)
     assert result["rows"] == expected
+
+
+# ---------- CSV tables read with types detected once (issue: 75% of a warm query was sniffing) ----------
+
+BOOKSHOP = KIT_ROOT / "evals" / "bookshop"
+
+
+def _sample_queries() -> tuple[list[dict], list[dict]]:
+    """(model queries, truth queries) of the sample set: every table whole, every named view and
+    query, every query the sample transcripts ran, every canonical query."""
+    from malloy_evals.answer.transcripts import execute_call, parse_transcript, publisher_tool
+    from malloy_evals.sets.eval_set import load_set
+
+    es = load_set(BOOKSHOP)
+    tables = sorted(p.name for p in (BOOKSHOP / "data").glob("*.csv"))
+    truth = [{"query": f"run: duckdb.table('../data/{t}') -> {{ select: *; limit: 1000000 }}"}
+             for t in tables]
+    truth += [{"query": c.canonical_query} for c in es.cases.values() if c.canonical_query]
+    model: list[dict] = []
+    for path in sorted((BOOKSHOP / "transcripts").rglob("*.jsonl")):
+        for use in parse_transcript(path).tool_uses:
+            if publisher_tool(use.name) == "execute_query":
+                call = execute_call(use)
+                model.append({"query": call.query, "source_name": call.source_name,
+                              "query_name": call.query_name, "givens": call.givens})
+
+    def final_queries(value: object) -> list[str]:
+        if isinstance(value, dict):
+            found = [value["final_query"]] if isinstance(value.get("final_query"), str) else []
+            return found + [q for v in value.values() for q in final_queries(v)]
+        return [q for v in value for q in final_queries(v)] if isinstance(value, list) else []
+
+    for name in ("judge-calibration.jsonl", "judge-regressions.jsonl"):
+        for line in (BOOKSHOP / name).read_text().splitlines():
+            model += [{"query": q} for q in final_queries(json.loads(line))]
+    return model, truth
+
+
+def _both_paths(package: Path, queries: list[dict], trusted: bool) -> list[tuple[str, str]]:
+    """Each query's result (rows, schema and limits as JSON text, or the error) read today's way
+    and with the detected column types."""
+    out: dict[bool, list[str]] = {}
+    for views in (False, True):
+        with MalloyRuntime(package, allow=default_allow(package), csv_types=views,
+                           pool_size=1) as runtime:
+            named: list[dict] = []
+            if not trusted:
+                for model in runtime.describe()["models"]:
+                    named += [{"source_name": s["name"], "query_name": v["name"]}
+                              for s in model["sources"] for v in s["views"]]
+                    named += [{"query_name": q["name"]} for q in model["queries"]]
+            results = []
+            for q in queries + named:
+                try:
+                    r = runtime.execute(q.get("query"), source_name=q.get("source_name"),
+                                        query_name=q.get("query_name"), givens=q.get("givens"),
+                                        trusted=trusted)
+                    # Field annotations carry a fresh reference id per compile: compare names
+                    # and types of the result fields, and every row exactly.
+                    fields = [(f["name"], f.get("type")) for f in r["schema"]["fields"]]
+                    results.append(json.dumps({"rows": r["rows"], "fields": fields,
+                                               "limit": [r["_limit_hit"], r["_query_row_limit"]]}))
+                except MalloyQueryError as exc:
+                    results.append("error: " + exc.message)
+            out[views] = results
+            declared = [t["declared"] for t in runtime.csv_tables()]
+            assert declared == ([True] * 4 if views else [])
+    return list(zip(out[False], out[True], strict=True))
+
+
+def test_declared_csv_reads_give_identical_rows_for_every_sample_table_and_query(needs_node):
+    model_queries, truth_queries = _sample_queries()
+    assert len(model_queries) > 20 and len(truth_queries) > 20
+    pairs = _both_paths(BOOKSHOP / "model", model_queries, trusted=False)
+    pairs += _both_paths(BOOKSHOP / "truth", truth_queries, trusted=True)
+    assert sum(1 for today, _ in pairs if not today.startswith("error")) > 40
+    for today, declared in pairs:
+        assert declared == today
+
+
+def test_changed_csv_file_is_detected_again_before_the_next_query(needs_node, tmp_path):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(MINI, pkg)
+    model = pkg / "model"
+    with MalloyRuntime(model, allow=default_allow(model), pool_size=1) as runtime:
+        runtime.execute("run: orders -> { aggregate: order_count }")
+        before = runtime.execute("run: orders -> { aggregate: order_count }")["rows"]
+        assert {"path": "../data/orders.csv", "uses": 2, "declared": True} in runtime.csv_tables()
+        lines = (pkg / "data" / "orders.csv").read_text().splitlines(keepends=True)
+        (pkg / "data" / "orders.csv").write_text("".join(lines[:-1]))  # one order fewer
+        after = runtime.execute("run: orders -> { aggregate: order_count }")["rows"]
+    assert after[0]["order_count"] == before[0]["order_count"] - 1
+
+
+def test_csv_file_the_declared_read_cannot_match_keeps_todays_read(needs_node, tmp_path):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(MINI, pkg)
+    model = pkg / "model"
+    # Past the sniffer's sample, a value that breaks the detected type: the declared read would
+    # fail where today's read fails too, so no view is made and DuckDB's own read stands.
+    orders = pkg / "data" / "orders.csv"
+    head, *rows = orders.read_text().splitlines()
+    filler = [rows[0]] * 30000
+    orders.write_text("\n".join([head, *rows, *filler, rows[0].replace(rows[0].split(",")[0], "x", 1)]) + "\n")
+    with MalloyRuntime(model, allow=default_allow(model), pool_size=1) as runtime:
+        for query in ["run: orders -> { aggregate: order_count }",
+                      "run: customers -> { aggregate: c is count() }"] * 2:
+            runtime.execute(query, trusted=True)
+        declared = {t["path"]: t["declared"] for t in runtime.csv_tables()}
+    assert declared == {"../data/orders.csv": False, "../data/customers.csv": True,
+                        "../data/products.csv": None}
+
+
+# ---------- budgets: one query must never cost another its answer (hostile input) ----------
+
+CROSS_JOIN = ("run: order_items extend { join_cross: a is order_items on true "
+              "join_cross: b is order_items on true } -> "
+              "{ aggregate: n is count(), s is a.quantity.sum() + b.quantity.sum() }")
+NEST_BOMB = "run: orders -> " + "{ group_by: status nest: n is " * 40 + "{ aggregate: order_count }" + " }" * 40
+
+
+@pytest.fixture
+def bookshop(monkeypatch):
+    """A bookshop runtime with a short query budget, so a runaway query is stopped quickly."""
+    monkeypatch.setattr(runtime_mod, "KILL_GRACE_S", 1.0)
+    runtime = MalloyRuntime(BOOKSHOP_MODEL, allow=default_allow(BOOKSHOP_MODEL), query_timeout=1.5)
+    yield runtime
+    runtime.close()
+
+
+def test_runaway_sql_is_interrupted_as_the_querys_failure_and_the_runner_kept(needs_node, bookshop):
+    bookshop.execute("run: orders -> { aggregate: order_count }")
+    pids = bookshop.pids
+    with pytest.raises(QueryBudgetError, match="did not finish within 1.5 s") as err:
+        bookshop.execute(CROSS_JOIN)
+    assert err.value.code == "query-timeout" and isinstance(err.value, MalloyQueryError)
+    assert bookshop.pids == pids and bookshop.restarts == 0
+
+
+def test_query_stuck_in_the_compiler_kills_its_runner_and_the_next_query_succeeds(needs_node, bookshop):
+    bookshop.execute("run: orders -> { aggregate: order_count }")
+    pids = bookshop.pids
+    with pytest.raises(QueryBudgetError, match="did not finish within 1.5 s"):
+        bookshop.execute(NEST_BOMB)
+    assert not set(pids) & set(bookshop.pids) and bookshop.restarts == 1
+    assert bookshop.execute("run: orders -> { aggregate: order_count }")["rows"] == [{"order_count": 2500}]
+
+
+def test_hung_query_does_not_hold_up_the_query_beside_it(needs_node, bookshop):
+    assert len(bookshop.warm()) == 2
+    outcome: list[str] = []
+
+    def bomb() -> None:
+        try:
+            bookshop.execute(NEST_BOMB)
+        except QueryBudgetError:
+            outcome.append("bomb stopped")
+
+    thread = threading.Thread(target=bomb)
+    thread.start()
+    rows = bookshop.execute("run: orders -> { aggregate: order_count }")["rows"]
+    outcome.append("innocent answered")
+    thread.join()
+    assert rows == [{"order_count": 2500}]
+    assert outcome == ["innocent answered", "bomb stopped"]
+
+
+def test_overlong_query_is_refused_before_any_runner_starts(tmp_path):
+    runtime = MalloyRuntime(tmp_path / "no-such-package")
+    with pytest.raises(QueryBudgetError, match="characters long") as err:
+        runtime.execute("run: orders -> { aggregate: x is " + "+".join(["1"] * 60_000) + " }")
+    assert err.value.code == "query-too-long" and runtime.pids == []
+
+
+def test_result_over_the_byte_cap_is_the_querys_failure(needs_node, rt, monkeypatch):
+    monkeypatch.setattr(runtime_mod, "RESULT_BYTE_CAP", 100)
+    with pytest.raises(QueryBudgetError, match="exceeded 100 bytes") as err:
+        rt.execute("run: orders -> { select: * }")
+    assert err.value.code == "query-too-large"
+    monkeypatch.undo()
+    assert len(rt.execute("run: orders -> { select: * }")["rows"]) == 8

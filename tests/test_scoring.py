@@ -98,6 +98,20 @@ def test_overloaded_every_time_is_null_judge_error_and_nothing_else(world, monke
     assert "overloaded" in result.reason
 
 
+# Regression (hostile input): a provider that echoes the API key in its error put the key in
+# score.reason, in judge/error.json and on the terminal.
+def test_provider_error_echoing_the_api_key_is_redacted_everywhere(world, monkeypatch):
+    run, es = world
+    with messages_server([(401, error_body("authentication_error",
+                                           "invalid x-api-key test-key-not-real"))], monkeypatch):
+        result = score(run, es, provider=anthropic())
+    [event] = scores(run)
+    assert result.reason.startswith("judge_error:") and "[REDACTED]" in result.reason
+    on_disk = [p.read_text() for p in run.dir.rglob("*") if p.is_file()]
+    assert not any("test-key-not-real" in text for text in on_disk)
+    assert "test-key-not-real" not in event["reason"]
+
+
 def test_no_usable_verdict_twice_is_null_judge_unparseable_with_raw_replies_kept(world,
                                                                                  monkeypatch):
     run, es = world
@@ -161,6 +175,41 @@ def test_host_emit_then_reply_then_ingest_appends_one_score(world):
     [event] = scores(run)
     assert result.verdict == event["verdict"] == "no_match"
     assert event["judge_model"] == "host" and event["judge_artifact"] == "artifacts/q_rev/_/judge"
+
+
+# Regression: with --judge host --ingest, links planted in the attempt's judge/ folder were
+# followed and replies.json / verdict.json written outside the run; a linked judge.9/ folder was
+# taken as the pending one and the script died with a ValueError traceback.
+def _emit_and_reply(run, es):
+    emit = make_provider("host", role="judge", set_dir=None, host_mode="emit", host_dir=run.dir)
+    score(run, es, provider=emit)
+    folder = run.artifact_dir("q_rev", None) / "judge"
+    (folder / "reply.json").write_text(json.dumps(verdict("no_match", 8, "1,500")))
+    return folder, make_provider("host", role="judge", set_dir=None, host_mode="ingest",
+                                 host_dir=run.dir)
+
+
+def test_host_ingest_never_writes_through_a_link_planted_in_the_judge_folder(world, tmp_path):
+    run, es = world
+    folder, ingest = _emit_and_reply(run, es)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (folder / "replies.json").symlink_to(outside / "replies.json")
+    with pytest.raises(InputError, match="symbolic link"):
+        score(run, es, provider=ingest)
+    assert list(outside.iterdir()) == [] and scores(run) == []
+
+
+def test_host_ingest_ignores_a_linked_judge_folder(world, tmp_path):
+    run, es = world
+    folder, ingest = _emit_and_reply(run, es)
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "request.json").write_text((folder / "request.json").read_text())
+    (folder.parent / "judge.9").symlink_to(planted)
+    result = score(run, es, provider=ingest)
+    assert result.verdict == "no_match" and scores(run)[0]["judge_artifact"] == "artifacts/q_rev/_/judge"
+    assert sorted(p.name for p in planted.iterdir()) == ["request.json"]
 
 
 def _script(name, run, es, *args):

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from fuzz_support import (
+    FUZZ,
+    damaged_bytes,
+    mutated_lines,
+    mutated_set_file,
+    read_lines,
+    reads_or_refuses,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.jsonl import read_objects
 from malloy_evals.sets.eval_set import (
     check_set,
     golden_value,
@@ -327,6 +337,41 @@ def test_arbitrary_json_gives_a_report_or_input_error(tmp_path_factory, config, 
             golden_value(c, d) if c.golden and "path" not in c.golden else None
 
 
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# Each set file of the sample set, mutated: read, or refused in one line naming the file.
+
+BOOKSHOP = Path(__file__).resolve().parents[1] / "evals" / "bookshop"
+
+
+def _set_copy(root: Path) -> Path:
+    d = root / "set"
+    d.mkdir()
+    for name in ("set.json", "cases.jsonl", "judge-calibration.jsonl", "judge-regressions.jsonl"):
+        (d / name).write_bytes((BOOKSHOP / name).read_bytes())
+    shutil.copytree(BOOKSHOP / "goldens", d / "goldens")
+    return d
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_set_files_are_read_or_refused_in_one_line(tmp_path_factory, data):
+    d = _set_copy(tmp_path_factory.mktemp("s"))
+    name = mutated_set_file(data, BOOKSHOP, d)
+    # set.json decides how cases.jsonl is read: a refusal may name either.
+    reads_or_refuses(lambda: load_set(d), d / name, d / "set.json", d / "cases.jsonl")
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_judge_fixture_files_are_read_or_refused_in_one_line(tmp_path_factory, data):
+    d = _set_copy(tmp_path_factory.mktemp("s"))
+    name = data.draw(st.sampled_from(["judge-calibration.jsonl", "judge-regressions.jsonl"]))
+    raw = data.draw(mutated_lines(read_lines(BOOKSHOP / name))).encode("utf-8", "backslashreplace")
+    (d / name).write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    reads_or_refuses(lambda: read_objects(d / name), d / name)
+
+
 def test_model_dir_stands_in_for_model_and_keeps_cases(tmp_path):
     d = write_set(tmp_path, [case("a")])
     cand = tmp_path / "cand"
@@ -345,6 +390,8 @@ def test_model_dir_without_the_target_model_file_is_an_input_error(tmp_path):
     empty.mkdir()
     with pytest.raises(InputError, match="has no demo.malloy"):
         load_set(d, empty)
+
+
 def test_rewrite_jsonl_changes_only_the_named_lines_keeping_style_and_line_endings(tmp_path):
     path = tmp_path / "f.jsonl"
     path.write_bytes(b'{"a":1}\r\n{"b": 2, "c": "\\u00e9"}\r\n{"d":4}')  # CRLF, no final newline

@@ -8,6 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fuzz_support import FUZZ, mutated_report, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import figures as sm_figures
 from malloy_evals.report import markdown as sm_markdown
@@ -252,6 +255,40 @@ def test_incomplete_command_lists_each_sample_and_one_rescore_over_sorted_qids()
     assert "--only q3,q9 --rescore" in s.incomplete.commands[-1]
 
 
+# Regression: environment_failure nulls left a run "complete", its rate over what happened to
+# be measured (0/2 instead of 0/4).
+def test_environment_failure_makes_the_run_incomplete_with_a_rescore_command():
+    events = [attempt("q1"), score("q1", "no_match"),
+              attempt("q2"), score("q2", None, reason="environment_failure: endpoint down")]
+    s = sm_figures.summarize_events(INFO, events, run_dir="runs/r1", set_dir="evals/bookshop",
+                                    judge_spec="replay", endpoint_flag="--local")
+    assert s.status == "incomplete" and s.pass_rate is None
+    assert s.headline == ("INCOMPLETE: 0 truncated, 0 contaminated, 1 environment failure (q2); "
+                          "no pass rate")
+    assert s.incomplete.environment_failures == ["q2"] and s.incomplete.qids == ["q2"]
+    assert s.incomplete.commands == [
+        (".venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/r1 "
+         "--set evals/bookshop --judge replay --local --only q2 --rescore")]
+    assert "environment failures (nothing measured; the re-score retries them): 1 (q2)" in (
+        sm_markdown.render_markdown(s))
+
+
+def test_environment_failure_beside_a_truncated_attempt_is_in_the_one_rescore():
+    events = [attempt("q1", truncated=True), score("q1", None, reason="answerer_truncated"),
+              attempt("q2"), score("q2", None, reason="environment_failure: endpoint down")]
+    s = sm_figures.summarize_events(INFO, events)
+    recorded = [c for c in s.incomplete.commands if "record_attempt.py" in c]
+    assert len(recorded) == 1 and "--qid q1" in recorded[0]
+    assert not any("record_attempt.py" in c and "q2" in c for c in s.incomplete.commands)
+    assert "--only q1,q2 --rescore" in s.incomplete.commands[-1]
+
+
+def test_other_null_reasons_leave_the_run_complete():
+    events = [attempt("q1"), score("q1", "match"),
+              attempt("q2"), score("q2", None, reason="judge_unparseable")]
+    assert sm_figures.summarize_events(INFO, events).status == "complete"
+
+
 # --- cost, unscored, rendering --------------------------------------------------------------
 
 
@@ -391,6 +428,33 @@ def test_repair_command_for_an_attempt_recorded_from_a_host_log_asks_for_a_host_
     assert s.incomplete.commands[0].endswith(
         "--qid q1 --host-log <new-host-log.json> --answer-file <new-answer.md>")
     assert s.incomplete.commands[1].endswith("--qid q2 --transcript <new-transcript.jsonl>")
+
+
+# Regression (hostile input): RESULTS.md and summary.json planted as links were written through.
+def test_results_files_replace_planted_links(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("RESULTS.md", "summary.json"):
+        (outside / name).write_text("theirs")
+        (run_dir / name).symlink_to(outside / name)
+    s = sm_figures.summarize_events(INFO, [attempt("q1"), score("q1", "match")])
+    md, js = sm_markdown.write_results(run_dir, s)
+    assert not md.is_symlink() and not js.is_symlink()
+    assert md.read_text().startswith("#") and json.loads(js.read_text())["status"] == "complete"
+    assert {p.read_text() for p in outside.iterdir()} == {"theirs"}
+
+
+
+# A check_coverage report, mutated (hostile input): read, or refused in one line naming it.
+@FUZZ
+@given(data=st.data())
+def test_mutated_coverage_report_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    from malloy_evals.report.figures import load_coverage_report
+
+    path = mutated_report(data, tmp_path_factory.mktemp("cov"))
+    reads_or_refuses(lambda: load_coverage_report(path), path)
 
 
 # --- a person's verdict (human_verdict) and golden drift ------------------------------------

@@ -7,6 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_support import (
+    FUZZ,
+    SAMPLE_TRANSCRIPTS,
+    damaged_bytes,
+    mutated,
+    mutated_transcript,
+    reads_or_refuses,
+)
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.checks.toollog import ToolUse, read_tool_uses
 from malloy_evals.core.errors import InputError
 
@@ -197,3 +207,43 @@ def test_non_utf8_file_is_an_input_error(tmp_path):
     path.write_bytes(b'{"toolUses": ["\xff"]}')
     with pytest.raises(InputError, match="UTF-8"):
         read_tool_uses(path)
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# Regression: a transcript whose `type` is an object or a list raised `TypeError: unhashable`
+# (a traceback, and exit 1 from check_contamination, which reads as "contaminated").
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "evals" / "bookshop" / "transcripts"
+HOST_LOG = SAMPLES / "leaky" / "bk_member_count.hostlog.json"
+
+
+@pytest.mark.parametrize("kind", [{"a": 1}, ["assistant"], 7])
+def test_transcript_line_whose_type_is_not_a_string_is_refused_naming_the_line(tmp_path, kind):
+    path = jsonl(tmp_path, [{"type": "system", "cwd": "/w"}, {"type": kind}])
+    with pytest.raises(InputError, match=r"t\.jsonl:2: type: expected a string"):
+        read_tool_uses(path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_transcript_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    path = mutated_transcript(data, tmp_path_factory.mktemp("fuzz"))
+    reads_or_refuses(lambda: read_tool_uses(path), path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_damaged_transcript_bytes_are_read_or_refused_in_one_line(tmp_path_factory, data):
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
+    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
+    path.write_bytes(data.draw(damaged_bytes(source.read_bytes())))
+    reads_or_refuses(lambda: read_tool_uses(path), path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_host_log_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("fuzz") / "host.json"
+    path.write_text(json.dumps(data.draw(mutated(json.loads(HOST_LOG.read_text())))))
+    reads_or_refuses(lambda: read_tool_uses(path), path)

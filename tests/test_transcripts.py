@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_lines, read_lines, reads_or_refuses
+from hypothesis import given
+from hypothesis import strategies as st
 from malloy_evals.answer.transcripts import (
     CUT_OFF,
     ExecuteCall,
@@ -17,12 +20,13 @@ from malloy_evals.answer.transcripts import (
     parse_transcript,
     publisher_tool,
     record_attempt,
-    redact_secrets,
 )
 from malloy_evals.core import schemas
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.redact import redact
 from malloy_evals.endpoint.context_payload import doc_tokens, ranked_summary
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import validate_run
 from malloy_evals.sets.eval_set import question_sha
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
@@ -484,7 +488,63 @@ def test_transcript_copy_redacts_values_of_secret_named_environment_variables(en
 
 
 def test_redaction_leaves_malloy_filters_alone():
-    assert redact_secrets("where: sort_key = 3") == "where: sort_key = 3"
+    assert redact("where: sort_key = 3") == "where: sort_key = 3"
+
+
+# Regressions (hostile input): secrets that reached the ledger, the judge and the copy.
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+PEM_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"
+
+
+def test_api_key_given_as_a_query_parameter_never_reaches_the_ledger(env, tmp_path):
+    set_dir, run_dir = env
+    lines = stream_json_lines()
+    lines[-4] = assistant("msg_6", tool_use("toolu_6", "mcp__publisher__malloy_executeQuery",
+                                            {**PKG, "query": DECLARED,
+                                             "givens": {"min_year": 2024, "api_key": "zz-9f8e7d6c5b"}}))
+    record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    ledger = (run_dir / "events.jsonl").read_text()
+    assert "zz-9f8e7d6c5b" not in ledger
+    [attempt] = events_of(run_dir, "attempt")
+    assert attempt["givens"] == {"min_year": 2024, "api_key": "[REDACTED]"}
+
+
+def test_environment_secret_is_redacted_in_answer_error_and_givens(env, tmp_path, monkeypatch):
+    set_dir, run_dir = env
+    value = "plainvalue-no-known-shape-42"
+    monkeypatch.setenv("WAREHOUSE_API_KEY", value)
+    lines = stream_json_lines(final_text=f"{FINAL_TEXT} (used {value})")
+    lines[7] = tool_result("toolu_3", [{"type": "text", "text": json.dumps(
+        {"error": f"auth {value} refused", "suggestions": []})}], is_error=True)
+    lines[-4] = assistant("msg_6", tool_use("toolu_6", "mcp__publisher__malloy_executeQuery",
+                                            {**PKG, "query": DECLARED, "givens": {"who": value}}))
+    record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    assert value not in (run_dir / "events.jsonl").read_text()
+    [attempt] = events_of(run_dir, "attempt")
+    assert "[REDACTED]" in attempt["answer_text"] and attempt["givens"] == {"who": "[REDACTED]"}
+    assert any(c.get("error") and "[REDACTED]" in c["error"] for c in events_of(run_dir, "tool_call"))
+
+
+def test_transcript_copy_redacts_every_secret_shape_and_the_password_where_it_stands_alone(env, tmp_path):
+    set_dir, run_dir = env
+    lines = stream_json_lines(final_text=f"{FINAL_TEXT} The warehouse password is Tr0ub4dor3.")
+    lines.insert(1, assistant("msg_0", tool_use("toolu_0", "Bash", {"command": "cat .env"})))
+    lines.insert(2, tool_result("toolu_0", "\n".join([
+        "DATABASE_URL=postgres://app:Tr0ub4dor3@db.internal:5432/shop",
+        f"SESSION={JWT}",
+        "aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "MAPS=AIzaSyA-1234567890abcdefghijklmnopqrstu",
+        f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}\n-----END PRIVATE KEY-----"])))
+    record_attempt(run_dir, set_dir, "q1", transcript=write_lines(tmp_path / "t.jsonl", lines))
+    copy = (run_dir / "artifacts" / "q1" / "_" / "transcript.jsonl").read_text()
+    ledger = (run_dir / "events.jsonl").read_text()
+    for secret in ("Tr0ub4dor3", JWT, "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                   "AIzaSyA-1234567890abcdefghijklmnopqrstu", PEM_BODY):
+        assert secret not in copy and secret not in ledger
+    [attempt] = events_of(run_dir, "attempt")
+    assert attempt["answer_text"].endswith("The warehouse password is [REDACTED].")
+    assert attempt["final_query"] == DECLARED  # ordinary Malloy is untouched
 
 
 # ---------------------------------------------------------------- refusals and the CLI
@@ -644,3 +704,92 @@ def test_cli_bad_sample_is_a_usage_error_said_in_words(tmp_path):
                    tmp_path / "t.jsonl", "--sample", "abc")
     assert proc.returncode == 2
     assert "'abc' is not a whole number" in proc.stderr and "_count" not in proc.stderr
+
+
+# Regression (hostile input): the transcript copy followed a link planted in the artifact folder.
+def test_transcript_copy_is_never_written_through_a_planted_link(env, tmp_path):
+    set_dir, run_dir = env
+    folder = run_dir / "artifacts" / "q1" / "_"
+    folder.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (folder / "transcript.jsonl").symlink_to(outside / "copy.jsonl")
+    with pytest.raises(InputError, match="symbolic link"):
+        record_attempt(run_dir, set_dir, "q1",
+                       transcript=write_lines(tmp_path / "t.jsonl", stream_json_lines()))
+    assert list(outside.iterdir()) == [] and events_of(run_dir, "attempt") == []
+
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+# Regressions: a transcript whose `type` is an object or a list, or that spells a lone surrogate
+# (`\ud800`), made record_attempt die with a traceback.
+
+BOOKSHOP = KIT_ROOT / "evals" / "bookshop"
+SAMPLE_TRANSCRIPTS = sorted((BOOKSHOP / "transcripts").rglob("*.jsonl"))
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_transcript_parses_or_is_refused_in_one_line(tmp_path_factory, data):
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
+    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
+    text = data.draw(mutated_lines(read_lines(source)))
+    if data.draw(st.booleans()):
+        path.write_bytes(data.draw(damaged_bytes(text.encode())))
+    else:
+        path.write_text(text)
+    reads_or_refuses(lambda: parse_transcript(path), path)
+
+
+@FUZZ
+@given(data=st.data())
+def test_recording_a_hostile_transcript_records_a_valid_attempt_or_writes_nothing(tmp_path_factory,
+                                                                                  data):
+    root = tmp_path_factory.mktemp("fuzz")
+    set_dir = make_set(root)
+    run_dir = make_run(root, set_dir)
+    good = write_lines(root / "good.jsonl", stream_json_lines())
+    record_attempt(run_dir, set_dir, "q1", transcript=good)  # already written: must not be lost
+    before = _tree(run_dir)
+    source = data.draw(st.sampled_from(SAMPLE_TRANSCRIPTS))
+    path = root / "t.jsonl"
+    path.write_text(data.draw(mutated_lines(read_lines(source))))
+    recorded = reads_or_refuses(lambda: record_attempt(run_dir, set_dir, "q2", transcript=path),
+                                path)
+    if recorded is None:
+        assert _tree(run_dir) == before
+    else:
+        assert all(after == before[name] for name, after in _tree(run_dir).items()
+                   if name in before and name not in ("events.jsonl",))
+        assert (run_dir / "events.jsonl").read_bytes().startswith(before["events.jsonl"])
+        assert validate_run(run_dir).exit_code == 0
+
+
+def test_record_attempt_script_refuses_an_object_type_with_exit_3_and_one_line(env, tmp_path):
+    set_dir, run_dir = env
+    lines = stream_json_lines()
+    lines[3] = {"type": {"a": 1}, "message": {}}
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    out = subprocess.run([sys.executable, str(SCRIPT), "--run", str(run_dir), "--set", str(set_dir),
+                          "--qid", "q1", "--transcript", str(path)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 3 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "t.jsonl:4: type: expected a string" in out.stderr
+
+
+def test_lone_surrogate_in_a_transcript_is_recorded_as_a_replacement_character(env, tmp_path):
+    set_dir, run_dir = env
+    path = tmp_path / "t.jsonl"
+    path.write_text(write_lines(tmp_path / "x.jsonl", stream_json_lines(
+        final_text="Revenue is 10 \ud800.")).read_text())
+    out = subprocess.run([sys.executable, str(SCRIPT), "--run", str(run_dir), "--set", str(set_dir),
+                          "--qid", "q1", "--transcript", str(path)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    [attempt] = events_of(run_dir, "attempt")
+    assert attempt["answer_text"].endswith("10 \ufffd.") and validate_run(run_dir).exit_code == 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fuzz_support import FUZZ, damaged_bytes, mutated_lines, read_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from malloy_evals.ledger.run import Run
@@ -295,6 +296,38 @@ def test_issue_naming_a_code_outside_the_diagnose_table_is_an_error(tmp_path):
         "events.jsonl:2: issue 'x': cause code 'MADE_UP' is not a row of the eval-diagnose table",
         ("events.jsonl:2: issue 'x': cause code 'ALSO_MADE_UP' is not a row of the "
          "eval-diagnose table")]
+
+
+
+# ---------------------------------------------------------------- hostile input (fuzzed)
+
+BASELINE = KIT / "evals" / "bookshop" / "runs" / "baseline"
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_sample_ledger_gives_findings_naming_file_and_line(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("r")
+    (d / "run.json").write_bytes((BASELINE / "run.json").read_bytes())
+    text = data.draw(mutated_lines(read_lines(BASELINE / "events.jsonl")))
+    raw = text.encode("utf-8", "backslashreplace")
+    (d / "events.jsonl").write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
+    check = validate_run(d)
+    assert check.exit_code in (0, 1)
+    for problem in [*check.errors, *check.warnings]:
+        assert "\n" not in str(problem)
+
+
+# Regression: a lone surrogate escape (`\ud800`) in a ledger line crashed validate.py.
+def test_validate_script_survives_a_lone_surrogate_in_a_ledger_line(tmp_path):
+    run = make_run(tmp_path)
+    run.append([attempt(answer_text="fine")])
+    line = run.events_path.read_text().replace('"fine"', '"\\ud800 fine"')
+    run.events_path.write_text(line)
+    for args in ([run.dir], [run.dir, "--json"]):
+        out = script("validate", *args)
+        assert out.returncode in (0, 1) and "Traceback" not in out.stderr, out.stderr
+    assert json.loads(script("validate", run.dir, "--json").stdout)["runs"][0]["status"] == "ok"
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ score_attempt and score_run reuse it.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -27,7 +28,15 @@ from typing import Any
 
 from malloy_evals.core import cli, paths
 from malloy_evals.core.cli import to_jsonable
-from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.errors import (
+    EXIT_OK,
+    EXIT_UNMEASURED,
+    InputError,
+    KitError,
+    UnmeasuredError,
+    UsageError,
+)
+from malloy_evals.core.redact import redact_url
 from malloy_evals.core.words import sample_words
 from malloy_evals.endpoint.mcp_client import (
     McpClient,
@@ -39,6 +48,7 @@ from malloy_evals.endpoint.mcp_client import (
     rest_base_for,
 )
 from malloy_evals.endpoint.package import package_sha
+from malloy_evals.endpoint.runner import server_query_timeout
 from malloy_evals.ledger.artifacts import latest_artifact
 from malloy_evals.ledger.events import check_qid
 from malloy_evals.ledger.run import Run
@@ -76,6 +86,14 @@ class QueryEndpoint:
                                          source_name=source_name, query_name=query_name,
                                          givens=givens)
 
+    def warm(self) -> None:
+        """Have the kit's own endpoint load its package now (a runner started, the model
+        compiled) rather than on the first query; a remote endpoint is left alone. A failure
+        here is not reported: the first query meets it again and says what it is."""
+        if self.label == "local":
+            with contextlib.suppress(KitError):
+                self.client.get_context(environmentName=self.environment, packageName=self.package)
+
 
 @contextmanager
 def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False,
@@ -91,15 +109,18 @@ def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False
     model_sha = revision = None
     if mcp_url:
         client = connect(url=mcp_url, timeout=timeout)
-        label = mcp_url
+        label = redact_url(mcp_url)  # printed and recorded: never its credentials
         model_sha, revision = _served_identity(mcp_url, env, pkg)
     else:
         if not es.model_dir.is_dir():
             raise InputError(es.model_dir, None, "the set has no model/ package to serve locally")
         script = paths.skill_script("serve_local")
         assert script is not None, "skills/eval-answer/scripts/serve_local.py is part of the kit"
+        # The endpoint's own limit per query is shorter than this client's wait, so a query
+        # over budget comes back as the endpoint's query error (the answerer's failure), never
+        # as this client giving up (an environment failure).
         command = [sys.executable, str(script), "--package", es.package_spec,
-                   "--timeout", str(timeout)]
+                   "--timeout", str(server_query_timeout(timeout))]
         client = connect(command=command, timeout=timeout)
         label = "local"
         model_sha = package_sha(es.model_dir)
@@ -247,15 +268,14 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
     sent = {k: v for k, v in call.items() if v is not None}
     try:
         envelope = endpoint.execute(**call)
-    except (McpToolError, McpProtocolError) as exc:
-        suggestions = list(getattr(exc, "suggestions", []) or [])
-        message = exc.message
-        detail = {"error": message, "suggestions": suggestions, "call": sent,
-                  "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
-        path = run.write_artifact(qid, sample, ERROR_FILE, detail)
-        result = ReexecuteResult(qid, sample, "query_error", sent, error=message,
-                                 suggestions=suggestions, error_path=run.relpath(path),
-                                 endpoint=endpoint.label)
+    except McpToolError as exc:
+        if exc.payload.get("environmentFault") is True:
+            # The endpoint could not run anything (package not loaded, runner gone): not the
+            # answerer's failure, and not a result: scoring records an environment failure.
+            raise UnmeasuredError(f"{endpoint.label}: {exc.message}") from None
+        result = _query_error(run, qid, sample, sent, exc, endpoint.label)
+    except McpProtocolError as exc:
+        result = _query_error(run, qid, sample, sent, exc, endpoint.label)
     else:
         env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
         pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
@@ -307,6 +327,17 @@ def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
         return None
     fields = {f: stored[f] for f in ReexecuteResult.__dataclass_fields__ if f in stored}
     return ReexecuteResult(**{**fields, "reused": True})
+
+
+def _query_error(run: Any, qid: str, sample: int | None, sent: dict[str, Any],
+                 exc: McpToolError | McpProtocolError, label: str) -> ReexecuteResult:
+    """A query the server refused or failed (over its budget included), recorded as a result."""
+    suggestions = list(getattr(exc, "suggestions", []) or [])
+    detail = {"error": exc.message, "suggestions": suggestions, "call": sent,
+              "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
+    path = run.write_artifact(qid, sample, ERROR_FILE, detail)
+    return ReexecuteResult(qid, sample, "query_error", sent, error=exc.message,
+                           suggestions=suggestions, error_path=run.relpath(path), endpoint=label)
 
 
 def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from malloy_evals.core import commands
+from malloy_evals.core import commands, jsonl
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import LineProblem
 from malloy_evals.core.vocab import DECIDED_VERDICTS, ENTITY_KINDS, split_entity_id
@@ -473,9 +473,10 @@ def read_coverage_report(path: str | Path) -> tuple[dict[str, str | None], dict[
     check_coverage report; a report made before it recorded `expected_in_model` gives no ids."""
     path = Path(path)
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read coverage report: {exc.strerror or exc}") from None
+        report = jsonl.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read coverage report: "
+                                     f"{getattr(exc, 'strerror', None) or exc}") from None
     except ValueError as exc:
         raise InputError(path, getattr(exc, "lineno", None), "coverage report is not JSON") from None
     detail = report.get("cases_detail") if isinstance(report, dict) else None

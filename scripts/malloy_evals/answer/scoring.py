@@ -17,7 +17,7 @@ from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
 from malloy_evals.judge.providers.base import DryRun, HostReplyPending
-from malloy_evals.ledger.artifacts import PredictionView, read_csv_rows, read_prediction
+from malloy_evals.ledger.artifacts import PredictionView, read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import check_qid, sample_segment
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
@@ -97,7 +97,7 @@ def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
         return PredictionView(rows=None, row_count=None, error=result.error,
                                 path=result.error_path)
     path = getattr(result, "prediction_path", None)
-    rows = read_csv_rows(run.resolve(path).read_text(encoding="utf-8")) if path else []
+    rows = read_prediction_csv(run.resolve(path)) if path else []
     return PredictionView(rows=rows, row_count=getattr(result, "row_count", None) or len(rows),
                             path=path)
 

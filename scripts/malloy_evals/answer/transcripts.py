@@ -6,14 +6,13 @@ with its result, the final answer, and the closing `result` line with usage and 
 so its answer comes from a separate answer file and its calls have no results (SPEC 4).
 
 Decisions made here: which host tool uses are the Publisher's two tools (bare or prefixed names),
-what each call asked and got back, which query is the attempt's final one (SPEC 3, attempt), and
-what counts as a secret when the transcript is copied into the run's artifacts.
+what each call asked and got back, and which query is the attempt's final one (SPEC 3, attempt).
+Secrets are blanked by `core.redact`: every secret seen anywhere in the transcript (or host log
+and answer) is blanked in the copy and in every field of the events derived from it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,9 +22,10 @@ from typing import Any, Literal
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.toollog import ToolLog, read_tool_uses
 from malloy_evals.checks.toollog import ToolUse as LoggedUse
-from malloy_evals.core import commands
+from malloy_evals.core import commands, jsonl
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.core.redact import Redactor
 from malloy_evals.core.words import shown
 from malloy_evals.endpoint import context_payload as cp
 from malloy_evals.ledger.events import check_qid, check_sample
@@ -123,7 +123,7 @@ def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
         raise InputError(path, None, "empty file: no transcript in it")
     if stripped[0] in "[{":
         try:
-            whole = json.loads(stripped)
+            whole = jsonl.loads(stripped)
         except ValueError:
             whole = None
         if isinstance(whole, list):
@@ -138,7 +138,7 @@ def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
         if not line.strip():
             continue
         try:
-            values.append(json.loads(line))
+            values.append(jsonl.loads(line))
         except ValueError:
             if number - 1 == last:
                 # A session killed mid-write leaves half a line; the rest is still the record.
@@ -387,31 +387,45 @@ def call_error(use: ToolUse) -> str | None:
     if not use.has_result:
         return None
     if use.is_error:
-        return redact_tokens(cp.result_error(use.result))[:2000]
+        return cp.result_error(use.result)[:2000]
     payload = cp.result_payload(use.result)
     if isinstance(payload, dict) and payload.get("error") and not ({"rows", "results", "sources"} & payload.keys()):
-        return redact_tokens(cp.result_error(use.result))[:2000]
+        return cp.result_error(use.result)[:2000]
     return None
 
 
-def tool_call_fields(use: ToolUse, tool: Tool) -> dict[str, Any]:
-    """The SPEC 3 fields of one tool_call (no key, index or id): never rows, never credentials."""
+def tool_call_fields(use: ToolUse, tool: Tool, redactor: Redactor | None = None) -> dict[str, Any]:
+    """The SPEC 3 fields of one tool_call (no key, index or id): never rows, never credentials
+    (the free-text fields go through `redactor`, which has read the whole transcript)."""
+    secrets = redactor or transcript_redactor([use])
     if tool == "get_context":
         targets, shapes = cp.search_targets(use.input)
         error = call_error(use)
         payload = cp.result_payload(use.result) if use.has_result and error is None else None
         return {"tool": tool,
-                "targets": [redact_tokens(t) for t in targets],
+                "targets": [secrets.text(t) for t in targets],
                 "target_shapes": shapes,
                 "scopes": cp.call_scopes(use.input),
                 "ranked_summary": cp.ranked_summary(payload) if isinstance(payload, dict) else None,
                 "retrieval_mode": cp.retrieval_mode(payload),
-                "error": error}
+                "error": secrets.text(error) if error else None}
     call = execute_call(use)
     return {"tool": tool,
-            "query": redact_tokens(call.query) if call.query else None,
+            "query": secrets.text(call.query) if call.query else None,
             "model_path": call.model_path, "source_name": call.source_name,
-            "query_name": call.query_name, "givens": call.givens, "error": call.error}
+            "query_name": call.query_name,
+            "givens": secrets.json(call.givens) if call.givens else call.givens,
+            "error": secrets.text(call.error) if call.error else None}
+
+
+def transcript_redactor(uses: list[ToolUse], texts: tuple[str | None, ...] = ()) -> Redactor:
+    """A Redactor that has read every tool argument and result of `uses` and `texts` (the raw
+    transcript, the answer): what it learns anywhere is blanked everywhere."""
+    secrets = Redactor().learn_all(texts)
+    for use in uses:
+        secrets.learn_json(use.input)
+        secrets.learn_json(use.result)
+    return secrets
 
 
 @dataclass(frozen=True)
@@ -422,8 +436,11 @@ class AttemptRecord:
     served_revision: str | None
 
 
-def build_attempt(transcript: Transcript, *, reported_calls: int | None = None) -> AttemptRecord:
-    """The attempt fields and tool_call fields one transcript implies (SPEC 3, 4)."""
+def build_attempt(transcript: Transcript, *, reported_calls: int | None = None,
+                  redactor: Redactor | None = None) -> AttemptRecord:
+    """The attempt fields and tool_call fields one transcript implies (SPEC 3, 4), with every
+    secret the transcript shows blanked in all of them."""
+    secrets = redactor or transcript_redactor(transcript.tool_uses, (transcript.answer_text,))
     tool_calls: list[dict[str, Any]] = []
     executes: list[ExecuteCall] = []
     revision: str | None = None
@@ -431,7 +448,7 @@ def build_attempt(transcript: Transcript, *, reported_calls: int | None = None) 
         tool = publisher_tool(use.name)
         if tool is None:
             continue
-        fields = tool_call_fields(use, tool)
+        fields = tool_call_fields(use, tool, secrets)
         fields["call_index"] = len(tool_calls)
         tool_calls.append(fields)
         if tool == "execute_query":
@@ -440,17 +457,17 @@ def build_attempt(transcript: Transcript, *, reported_calls: int | None = None) 
             revision = cp.served_revision(cp.result_payload(use.result))
     # The final query is chosen on the raw texts, so redaction cannot break a declared match.
     final = choose_final_query(executes, transcript.answer_text)
-    answer = redact_tokens(transcript.answer_text) if transcript.answer_text else None
+    answer = secrets.text(transcript.answer_text) if transcript.answer_text else None
     reported = reported_calls if reported_calls is not None else transcript.reported_calls
     attempt = {
         "submitted": bool(final.final_query) or bool(answer and answer.strip()),
-        "final_query": redact_tokens(final.final_query) if final.final_query else None,
+        "final_query": secrets.text(final.final_query) if final.final_query else None,
         "answer_text": answer,
         "final_query_source": final.source,
         "source_name": final.source_name,
         "query_name": final.query_name,
         "model_path": final.model_path,
-        "givens": final.givens,
+        "givens": secrets.json(final.givens) if final.givens else final.givens,
         "host_tool_uses": len(transcript.tool_uses),
         "mcp_tool_uses": sum(1 for u in transcript.tool_uses if is_mcp_tool(u.name)),
         "reported_calls": reported,
@@ -458,7 +475,7 @@ def build_attempt(transcript: Transcript, *, reported_calls: int | None = None) 
         "n_execute": len(executes),
         "n_execute_errors": sum(1 for c in executes if c.error is not None),
         "truncated": transcript.truncated,
-        "run_error": transcript.run_error,
+        "run_error": secrets.text(transcript.run_error) if transcript.run_error else None,
         "input_tokens": transcript.input_tokens,
         "output_tokens": transcript.output_tokens,
         "cache_read_tokens": transcript.cache_read_tokens,
@@ -468,99 +485,6 @@ def build_attempt(transcript: Transcript, *, reported_calls: int | None = None) 
         "wall_seconds": transcript.wall_seconds,
     }
     return AttemptRecord(attempt=attempt, tool_calls=tool_calls, served_revision=revision)
-
-
-# ---------------------------------------------------------------- secrets
-
-_SECRET_WORD = r"[A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_.-]*"
-_REDACTED = "[REDACTED]"
-
-# Strings that are secrets whatever surrounds them: safe to blank inside queries and answers too.
-_TOKEN_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # API-key-like strings (Anthropic, OpenAI and friends), GitHub and Slack tokens, AWS key ids.
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"), _REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), _REDACTED),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), _REDACTED),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), _REDACTED),
-    (re.compile(r"\b([Bb]earer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + _REDACTED),
-]
-
-# Values of secret-sounding names. Only for the transcript copy: inside a Malloy query
-# `sort_key=3` is a filter, not a credential, and events must keep queries runnable.
-_NAMED_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # JSON, possibly escaped inside another JSON string: "some_api_key": "value".
-    (re.compile(r'(?i)((?:\\*")' + _SECRET_WORD + r'(?:\\*")\s*:\s*(?:\\*"))((?:[^"\\]|\\[^"])+)(?=\\*")'),
-     r"\1" + _REDACTED),
-    # NAME=value on a command line or in a .env file (no spaces: `a_key = 3` is Malloy, not env);
-    # a quoted value is blanked to its closing quote.
-    (re.compile(r"(?i)(\b" + _SECRET_WORD + r"=)(\\?\"[^\"\\]*\\?\"|'[^']*'|[^\s\"'\\&;,]+)"),
-     r"\1" + _REDACTED),
-]
-
-_SECRET_NAME = re.compile(r"(?i)^" + _SECRET_WORD + r"$")
-
-
-# Shorter values ("1", "true") would blank ordinary text; a real credential is longer.
-_MIN_ENV_SECRET = 8
-
-
-def _environment_secrets() -> list[str]:
-    """Values of this process's environment variables whose names contain KEY, TOKEN, SECRET or
-    PASSWORD (SPEC 4), longest first so a value containing another is blanked whole."""
-    values = {v for k, v in os.environ.items()
-              if _SECRET_NAME.match(k) and len(v.strip()) >= _MIN_ENV_SECRET}
-    return sorted(values, key=len, reverse=True)
-
-
-def redact_tokens(text: str) -> str:
-    """`text` with secret-shaped strings (API keys, bearer tokens) replaced by `[REDACTED]`."""
-    for pattern, replacement in _TOKEN_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def redact_secrets(text: str) -> str:
-    """`text` with obvious secrets replaced by `[REDACTED]` (SPEC 4): API-key-like strings, bearer
-    tokens, and values of names containing KEY, TOKEN, SECRET or PASSWORD written as `NAME=value`
-    or as a JSON string member. It over-redacts rather than leak: the copy is evidence, not data."""
-    text = redact_tokens(text)
-    # The values of this machine's secret-named environment variables (SPEC 4), wherever they
-    # surface (an `env` printout, an echoed header); like the named patterns, copy only.
-    for value in _environment_secrets():
-        if value in text:
-            text = text.replace(value, _REDACTED)
-    for pattern, replacement in _NAMED_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def redact_json(value: Any, key: str | None = None) -> Any:
-    """A parsed JSON value with secrets blanked: a string member whose name sounds secret entirely,
-    every other string by `redact_secrets` (which also reaches JSON nested inside a string)."""
-    if isinstance(value, dict):
-        return {k: redact_json(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_json(v, key) for v in value]
-    if isinstance(value, str):
-        if key is not None and _SECRET_NAME.match(key) and value:
-            return _REDACTED
-        return redact_secrets(value)
-    return value
-
-
-def redact_transcript_text(text: str) -> str:
-    """A transcript or host log, line by line, with secrets blanked; a line that is JSON stays JSON."""
-    out: list[str] = []
-    for line in text.splitlines():
-        try:
-            value = json.loads(line) if line.strip() else None
-        except ValueError:
-            value = None
-        if value is None:
-            out.append(redact_secrets(line))
-        else:
-            out.append(json.dumps(redact_json(value), ensure_ascii=False))
-    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 # ---------------------------------------------------------------- record_attempt
@@ -624,16 +548,20 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
 
     if answer_file is not None:
         parsed.answer_text = _read_answer(Path(answer_file))
-    record = build_attempt(parsed, reported_calls=reported_calls)
-
     copies = [(("transcript.jsonl" if parsed.format != "host-log" else "host-log.json"), source)]
     if answer_file is not None:
         copies.append(("answer.md", Path(answer_file)))
-    written = [run.write_artifact(qid, sample, name, redact_transcript_text(_read_text(path)))
-               for name, path in copies]
+    raw = {name: _read_text(path) for name, path in copies}
+    # One reading of everything the answerer's session left: a secret seen anywhere in it is
+    # blanked in the copies and in every event field derived from them.
+    secrets = transcript_redactor(parsed.tool_uses, (*raw.values(), parsed.answer_text))
+    record = build_attempt(parsed, reported_calls=reported_calls, redactor=secrets)
+    written = [run.write_artifact(qid, sample, name, secrets.copy_text(text))
+               for name, text in raw.items()]
     transcript_path = run.relpath(written[0])
 
-    contamination = _contamination(parsed, eval_set, run_dir, record.attempt["reported_calls"])
+    contamination = secrets.json(_contamination(parsed, eval_set, run_dir,
+                                                record.attempt["reported_calls"]))
     earlier = run.view().of_key(run.key(qid, sample), _SUPERSEDED_KINDS)
     attempt = {"kind": "attempt", "qid": qid, "sample": sample, "phase": run.phase,
                **record.attempt,

@@ -17,11 +17,11 @@ Accepted shapes:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from malloy_evals.core import jsonl
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.words import shown
 
@@ -75,7 +75,7 @@ def parse_tool_log(text: str, path: str | Path = "<log>") -> ToolLog:
     if not text.strip():
         raise InputError(path, None, "empty file: no tool-use log or transcript in it")
     try:
-        whole = json.loads(text)
+        whole = jsonl.loads(text)
     except ValueError as exc:
         whole = _NOT_ONE_DOCUMENT
         _raise_if_one_broken_document(text, exc, path)
@@ -97,7 +97,7 @@ _NOT_ONE_DOCUMENT = object()
 
 def _parses_alone(line: str) -> bool:
     try:
-        json.loads(line)
+        jsonl.loads(line)
     except ValueError:
         return False
     return True
@@ -125,7 +125,13 @@ def _looks_like_tool_use(record: Any) -> bool:
 
 
 def _is_transcript_record(record: Any) -> bool:
-    return isinstance(record, dict) and record.get("type") in _TRANSCRIPT_TYPES
+    return isinstance(record, dict) and _kind(record) in _TRANSCRIPT_TYPES
+
+
+def _kind(record: dict[str, Any]) -> str | None:
+    """A record's or block's `type` when it is a string (anything else is no known type)."""
+    kind = record.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 def _json_lines(text: str, path: str | Path) -> tuple[list[tuple[int, Any]], list[str]]:
@@ -138,7 +144,7 @@ def _json_lines(text: str, path: str | Path) -> tuple[list[tuple[int, Any]], lis
         if not line.strip():
             continue
         try:
-            records.append((number, json.loads(line)))
+            records.append((number, jsonl.loads(line)))
         except ValueError as exc:
             if number == last and number > 1:
                 # A session killed mid-write leaves half a line; the lines before it still stand.
@@ -221,7 +227,7 @@ def _decoded_input(raw: Any) -> Any:
         stripped = raw.strip()
         if stripped.startswith("{"):
             try:
-                value = json.loads(stripped)
+                value = jsonl.loads(stripped)
             except ValueError:
                 return raw
             if isinstance(value, dict):
@@ -240,9 +246,10 @@ def _from_transcript(records: list[tuple[int | None, Any]], path: str | Path,
     uses: list[ToolUse] = []
     seen: set[str] = set()
     cwd: str | None = None
-    for _line, record in records:
+    for line, record in records:
         if not isinstance(record, dict):
             continue
+        _check_type(record, path, line, "type")
         if cwd is None and isinstance(record.get("cwd"), str) and record["cwd"]:
             cwd = record["cwd"]
         if record.get("type") != "assistant":
@@ -252,7 +259,10 @@ def _from_transcript(records: list[tuple[int | None, Any]], path: str | Path,
         if not isinstance(content, list):
             continue
         for block in content:
-            if not isinstance(block, dict) or block.get("type") not in _TOOL_USE_BLOCKS:
+            if not isinstance(block, dict):
+                continue
+            _check_type(block, path, line, "message.content[].type")
+            if _kind(block) not in _TOOL_USE_BLOCKS:
                 continue
             block_id = block.get("id") if isinstance(block.get("id"), str) else None
             if block_id is not None:
@@ -263,6 +273,13 @@ def _from_transcript(records: list[tuple[int | None, Any]], path: str | Path,
             uses.append(ToolUse(name=name, input=_decoded_input(block.get("input")), id=block_id))
     return ToolLog(tool_uses=uses, reported_calls=None, cwd=cwd, kind="transcript",
                    warnings=warnings)
+
+
+def _check_type(record: dict[str, Any], path: str | Path, line: int | None, where: str) -> None:
+    """A transcript record or content block whose `type` is there but not a string cannot be
+    read: which tool uses it holds is unknown, so the file is refused rather than half-read."""
+    if "type" in record and not isinstance(record["type"], str) and record["type"] is not None:
+        raise InputError(path, line, f"{where}: expected a string, got {_type(record['type'])}")
 
 
 def _type(value: Any) -> str:

@@ -8,6 +8,7 @@ result to `emit`, and returns an exit code; `run(main)` turns kit errors into on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import json
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 from malloy_evals.core import paths
 from malloy_evals.core.errors import EXIT_USAGE, InputError, KitError, UsageError
+from malloy_evals.core.redact import redact
 
 Check = Callable[[argparse.Namespace], str | None]
 
@@ -132,16 +134,21 @@ def progress(message: str) -> None:
     One write per line under a lock: print() writes the text and the newline separately, and
     lines from worker threads (score_run, check_coverage) then run into each other."""
     with _PROGRESS_LOCK:
-        sys.stderr.write(message + "\n")
+        sys.stderr.write(redact(message) + "\n")
         sys.stderr.flush()
 
 
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> None:
     """Call a script's main and exit with its code; kit errors become one stderr line, no traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        # Text from outside may hold a lone surrogate, which has no UTF-8 form: print its
+        # \\uXXXX escape (valid inside a JSON string) rather than die on it.
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
         code = main(argv)
     except KitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from malloy_evals.core import cli, paths
+from malloy_evals.core.redact import redact_url
 
 PYTHON = ".venv/bin/python"
 
@@ -117,8 +118,9 @@ def _set(set_dir: str | Path | None) -> str:
 
 
 def endpoint_flag(mcp_url: str | None, local: bool) -> str:
-    """How a command line named its endpoint, for the commands printed after it."""
-    return cli.LOCAL if local else f"{cli.MCP_URL} {mcp_url}"
+    """How a command line named its endpoint, for the commands printed after it (a URL's
+    credentials blanked: printed commands end up in logs and RESULTS.md)."""
+    return cli.LOCAL if local else f"{cli.MCP_URL} {redact_url(str(mcp_url))}"
 
 
 def _endpoint_args(flag: str | None) -> list[str]:

@@ -1,9 +1,17 @@
-"""Reading the JSON-lines files people write (fixtures, calibration entries, authored replies)."""
+"""Reading JSON that came from outside the kit: the JSON-lines files people write (fixtures,
+calibration entries, authored replies), and `loads` for any outside JSON text.
+
+JSON may spell a lone surrogate (`"\\ud800"`), which Python decodes into a string that cannot be
+written as UTF-8 anywhere later (the ledger, an artifact, a digest, the terminal). `loads` puts
+U+FFFD in its place, as a decoder of invalid UTF-8 bytes would.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 from malloy_evals.core.errors import InputError
 
@@ -19,10 +27,40 @@ def read_objects(path: str | Path) -> list[tuple[int, dict]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line)
         except ValueError as exc:
             raise InputError(path, n, f"not valid JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise InputError(path, n, "must be a JSON object")
         out.append((n, obj))
     return out
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _mended(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    if isinstance(value, dict):
+        return {_mended(k): _mended(v) for k, v in value.items()}
+    return value
+
+
+def loads(text: str) -> Any:
+    """json.loads for outside text, with any lone surrogate it spells replaced by U+FFFD (a
+    surrogate pair is one character and stays). Every failure is a json.JSONDecodeError (with
+    `msg` and `lineno`): nesting too deep for the decoder and numbers too long to convert
+    included, which json.loads raises as other errors."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+    except ValueError as exc:  # an integer longer than Python converts, and the like
+        raise json.JSONDecodeError(str(exc), text, 0) from None
+    return _mended(value) if _SURROGATE_ESCAPE.search(text) else value

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import commands
+from malloy_evals.core import commands, files
 from malloy_evals.core.errors import EXIT_OK
 from malloy_evals.diagnose.issues import _slug
 from malloy_evals.diagnose.run import _retrieval_rows
@@ -77,9 +77,7 @@ def cluster_failures(run_dir: Path, set_dir: Path) -> MechanicalResult:
                                    {q: c.question for q, c in eval_set.cases.items()})
     path = run.dir / MECHANICAL_FILE
     text = "".join(json.dumps(c, ensure_ascii=False, sort_keys=True) + "\n" for c in clusters)
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)  # a derived file, rewritten whole, like RESULTS.md
+    files.replace(path, text, run.dir)  # a derived file, rewritten whole, like RESULTS.md
     failures = sum(1 for r in rows.values() if r.get("failed"))
     return MechanicalResult(run.run_id, failures, clusters, str(path), warnings)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_view
-from malloy_evals.core import cli, codes
+from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError
 from malloy_evals.diagnose.issues import (
     Cluster,
@@ -257,8 +257,8 @@ def _keep(path: Path, request: Any, reply: Any, outcome: Any) -> None:
            "reply": None if reply is None else {"source": reply.source, "text": reply.text,
                                                 "data": reply.data},
            "outcome": outcome}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(cli.dumps(doc) + "\n", encoding="utf-8")
+    # Under the run folder (its `diagnose/`): created and rewritten without following a link.
+    files.replace(path, cli.dumps(doc) + "\n", path.parent.parent)
 
 
 def _provider_name(provider: Any) -> str:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from malloy_evals.core import jsonl
 from malloy_evals.core.vocab import ENTITY_KINDS
 
 # Keys whose string values are documentation the answerer reads (SPEC 5.3: doc tokens come from
@@ -87,7 +88,7 @@ def parse_json_text(text: str) -> Any | None:
     """The JSON (object or array) held in a text block, also when a host put a label such as
     `[Resource from publisher at <uri>]` first; None when there is none."""
     try:
-        return json.loads(text)
+        return jsonl.loads(text)
     except ValueError:
         pass
     decoder = json.JSONDecoder()

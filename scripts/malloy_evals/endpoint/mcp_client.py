@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from malloy_evals.core.errors import KitError, UnmeasuredError
+from malloy_evals.core.redact import redact, redact_url
 from malloy_evals.endpoint.context_payload import parse_json_text, ranked_summary
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -35,7 +36,13 @@ CONNECT_TIMEOUT_S = 60.0
 
 
 class McpConnectionError(UnmeasuredError):
-    """The server could not be reached, dropped the connection, or did not answer in time."""
+    """The server could not be reached, dropped the connection, or did not answer in time.
+
+    Its message names the server by its URL and quotes the transport's error, either of which may
+    carry credentials (`user:password@`, `?api_key=`): it is redacted here, once."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(message))
 
 
 class McpProtocolError(KitError):
@@ -314,7 +321,7 @@ def connect(url: str | None = None, command: str | Sequence[str] | None = None, 
     if (url is None) == (command is None):
         raise ValueError("connect needs exactly one of url= or command=")
     if url is not None:
-        return McpClient(url, timeout, label=url)
+        return McpClient(url, timeout, label=redact_url(url))
     from mcp import StdioServerParameters
 
     argv = shlex.split(command) if isinstance(command, str) else list(command or [])

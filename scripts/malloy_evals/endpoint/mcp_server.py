@@ -13,6 +13,11 @@ Contract notes (from the Publisher's server at 0.0.209):
 - `malloy_executeQuery` with both or neither of `query` / `queryName` is a JSON-RPC -32602;
 - arguments that break a tool's input schema (a required one missing, `limit` above 50) are a
   tool error of the same shape, naming the arguments, never the SDK's bare text block.
+
+The kit's own additions: a query over its time or size budget is an ordinary query error (the
+query's failure; reference/query-budgets.md), and an error that is the endpoint's fault (the
+package could not load, the runner could not answer) carries `environmentFault: true`, so
+re-execution records it as an environment failure rather than as the answerer's.
 """
 
 from __future__ import annotations
@@ -31,13 +36,19 @@ from urllib.parse import quote
 
 from malloy_evals.core.errors import UnmeasuredError, UsageError
 from malloy_evals.endpoint.package import package_sha
-from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, RunnerError, default_allow
+from malloy_evals.endpoint.runner import (
+    QUERY_TIMEOUT_S,
+    MalloyQueryError,
+    MalloyRuntime,
+    default_allow,
+)
 
 if TYPE_CHECKING:
     # The MCP SDK (and pydantic under it) takes about 0.4 s to import: it is imported where it is
     # used, so `serve_local.py --help` and everything else that imports this module stay fast.
     import mcp_types
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
     from pydantic import ValidationError
 
 SERVER_NAME = "malloy-publisher-mcp-server"  # the Publisher's server name, so hosts treat us alike
@@ -56,6 +67,19 @@ DOC_SUGGESTIONS = [
     "Field and view names are case-sensitive; qualify joined fields as join_name.field",
     "See the Malloy language reference: https://docs.malloydata.dev/documentation/",
 ]
+# The endpoint listens on 127.0.0.1 only. A page on another site can still reach it through DNS
+# rebinding (its own name resolving to 127.0.0.1), so every route, /mcp and the REST routes alike,
+# answers only requests addressed to a loopback name: a foreign Host is 421, a foreign Origin 403.
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+def loopback_security() -> TransportSecuritySettings:
+    """The MCP SDK's DNS-rebinding settings allowing only the loopback names above."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=LOOPBACK_HOSTS, allowed_origins=LOOPBACK_ORIGINS)
 
 
 @dataclass
@@ -66,7 +90,7 @@ class ServedPackage:
     name: str
     directory: Path
     allow: list[Path]
-    timeout: float = 60.0
+    timeout: float = QUERY_TIMEOUT_S  # one query's budget
     _runtime: MalloyRuntime | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -74,7 +98,8 @@ class ServedPackage:
     def runtime(self) -> MalloyRuntime:
         with self._lock:
             if self._runtime is None:
-                self._runtime = MalloyRuntime(self.directory, allow=self.allow, timeout=self.timeout)
+                self._runtime = MalloyRuntime(self.directory, allow=self.allow,
+                                              query_timeout=self.timeout)
             return self._runtime
 
     @property
@@ -96,7 +121,7 @@ class ServedPackage:
 
 
 def parse_package_arg(value: str, extra_allow: list[Path] | None = None,
-                      timeout: float = 60.0) -> ServedPackage:
+                      timeout: float = QUERY_TIMEOUT_S) -> ServedPackage:
     """`ENV/PKG=DIR` into a ServedPackage; DuckDB may read DIR, DIR/../data and `extra_allow`."""
     m = re.fullmatch(r"([^/=\s]+)/([^/=\s]+)=(.+)", value.strip())
     if not m:
@@ -160,10 +185,19 @@ def _uri(env: str | None, pkg: str | None = None, model: str | None = None, frag
     return f"{base}#{fragment}"
 
 
+# What to do about a query over one of its budgets (endpoint/runner.py), by the budget's code.
+BUDGET_SUGGESTIONS = {
+    "query-timeout": "Make the query cheaper: aggregate instead of selecting rows, filter early, "
+                     "and avoid joins that multiply rows",
+    "query-too-large": "Return less: aggregate further, select fewer columns, or add a limit:",
+    "query-too-long": "Write a shorter query: use the model's measures and views",
+}
+
+
 def query_error_suggestions(message: str, problems: list[dict]) -> list[str]:
     """Suggestions for a failed query, refined as the Publisher refines them."""
     codes = {str(p.get("code") or "") for p in problems}
-    refined: list[str] = []
+    refined: list[str] = [text for code, text in BUDGET_SUGGESTIONS.items() if code in codes]
     if "restricted-construct-forbidden" in codes:
         refined.append("Submitted queries compile in restricted mode: use the model's sources, views "
                        "and fields; raw SQL, table(), sql_* functions and import are not allowed")
@@ -255,10 +289,11 @@ class Endpoint:
         model_path = modelPath.removeprefix("./")
         try:
             known = served.runtime.models()
-        except RunnerError as exc:
+        except UnmeasuredError as exc:
             return tool_error("error://executeQuery/modelAccess",
                               f"Error loading package '{environmentName}/{packageName}': {exc}",
-                              ["Retry the call; the Malloy runner restarts on the next request"])
+                              ["Retry the call; the Malloy runner restarts on the next request"],
+                              environmentFault=True)
         if model_path not in known:
             return tool_error("error://executeQuery/modelAccess",
                               f"Model '{modelPath}' not found in package '{environmentName}/{packageName}'",
@@ -273,10 +308,11 @@ class Endpoint:
             message = f"Error during query execution for resource '{resource}': {exc.message}"
             return tool_error("error://executeQuery/queryExecution", message,
                               query_error_suggestions(exc.message, exc.problems), problems=exc.problems)
-        except RunnerError as exc:
+        except UnmeasuredError as exc:
             return tool_error("error://executeQuery/queryExecution",
                               f"Internal error during query execution for resource '{resource}': {exc}",
-                              ["Retry the call; the Malloy runner restarts on the next request"])
+                              ["Retry the call; the Malloy runner restarts on the next request"],
+                              environmentFault=True)
         envelope = build_envelope(result)
         return tool_success(_uri(environmentName, packageName, model_path), envelope,
                             note=envelope.get("warning"))
@@ -324,7 +360,7 @@ class Endpoint:
                         and (not sourceName or e["name"] == sourceName)]
                 if limit:
                     hits = hits[:limit]
-        except RunnerError as exc:
+        except UnmeasuredError as exc:
             return tool_error(uri, f"Error loading package '{environmentName}/{packageName}': {exc}",
                               ["Retry the call; the Malloy runner restarts on the next request"], results=[])
         results = [{"kind": e["kind"], "name": e["name"], "source": e["source"],
@@ -391,7 +427,7 @@ class Endpoint:
                         ent["relevance"] = max(ent["relevance"], relevance)
                         if text:
                             ent["matched_targets"].append({"search_text": str(text), "relevance": relevance})
-            except RunnerError as exc:
+            except UnmeasuredError as exc:
                 return tool_error(uri, f"Error loading package '{s_env}/{s_pkg}': {exc}",
                                   ["Retry the call; the Malloy runner restarts on the next request"],
                                   sources=[])
@@ -427,7 +463,7 @@ class Endpoint:
                               ["Call malloy_getContext with no arguments to list packages"])
         try:
             summary = served.runtime.reload()
-        except RunnerError as exc:
+        except UnmeasuredError as exc:
             return tool_error(uri, f"Reload of '{environmentName}/{packageName}' failed: {exc}",
                               ["Fix the model and call malloy_reloadPackage again"])
         payload: dict[str, Any] = {"status": "reloaded", "mode": "in-place", "name": packageName}
@@ -527,28 +563,34 @@ class Endpoint:
         from starlette.responses import JSONResponse, Response
 
         base = "/api/v0/environments/{env}/packages/{pkg}"
+        from mcp.server.transport_security import TransportSecurityMiddleware
 
-        async def answer(fn: Any, *args: str) -> Response:
+        guard = TransportSecurityMiddleware(loopback_security())
+
+        async def answer(request: Request, fn: Any, *args: str) -> Response:
+            refused = await guard.validate_request(request)
+            if refused is not None:
+                return refused
             try:
                 status, body = await run_in_threadpool(fn, *args)
-            except RunnerError as exc:
+            except UnmeasuredError as exc:
                 status, body = 503, {"error": str(exc)}
             return JSONResponse(body, status_code=status)
 
         @server.custom_route(base, methods=["GET"])
         async def package_route(request: Request) -> Response:
             p = request.path_params
-            return await answer(self.rest_package, p["env"], p["pkg"])
+            return await answer(request, self.rest_package, p["env"], p["pkg"])
 
         @server.custom_route(base + "/models", methods=["GET"])
         async def models_route(request: Request) -> Response:
             p = request.path_params
-            return await answer(self.rest_models, p["env"], p["pkg"])
+            return await answer(request, self.rest_models, p["env"], p["pkg"])
 
         @server.custom_route(base + "/models/{path:path}", methods=["GET"])
         async def model_route(request: Request) -> Response:
             p = request.path_params
-            return await answer(self.rest_model, p["env"], p["pkg"], p["path"])
+            return await answer(request, self.rest_model, p["env"], p["pkg"], p["path"])
 
 
 def argument_error(tool: str, arguments: dict[str, Any], exc: ValidationError) -> mcp_types.CallToolResult:
@@ -631,6 +673,7 @@ def serve(packages: list[ServedPackage], http_port: int | None = None) -> None:
             endpoint.server.run()
         else:
             endpoint.server.run("streamable-http", host="127.0.0.1", port=http_port,
-                                streamable_http_path="/mcp", stateless_http=True, json_response=True)
+                                streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                transport_security=loopback_security())
     finally:
         endpoint.close()

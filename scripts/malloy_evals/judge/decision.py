@@ -9,13 +9,15 @@ so a resumed run picks the attempt up again.
 
 from __future__ import annotations
 
-import json
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
+from malloy_evals.core import files
 from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
 from malloy_evals.judge.doctrine import Doctrine, judge_prompt_sha, judge_version_pin, load_doctrine
@@ -84,23 +86,25 @@ class JudgeArtifacts:
         return self.folder
 
     def pending_host_folder(self) -> Path | None:
-        """The newest judge folder holding an emitted request and no verdict yet (host ingest)."""
+        """The newest judge folder holding an emitted request and no verdict yet (host ingest).
+        Only real folders named `judge` or `judge.N` count: a link planted among them is not one."""
         base = self.run.artifact_dir(self.qid, self.sample)
-        folders = [p for p in base.glob("judge*") if p.is_dir() and (p / "request.json").is_file()
-                   and not (p / "verdict.json").exists()]
+        folders: list[tuple[int, Path]] = []
+        for p in base.glob("judge*"):
+            m = re.fullmatch(r"judge(?:\.(\d+))?", p.name)
+            if m and files.is_real_dir(p) and (p / "request.json").is_file() \
+                    and not os.path.lexists(p / "verdict.json"):
+                folders.append((int(m.group(1) or 1), p))
         if not folders:
             return None
-        self.folder = max(folders, key=lambda p: int(p.name.split(".")[1])
-                          if "." in p.name and p.name.split(".")[1].isdigit() else 1)
+        self.folder = max(folders)[1]
         return self.folder
 
     def write(self, name: str, data: Any) -> None:
+        """Write `name` once into the judge folder (evidence is never overwritten, never written
+        through a link)."""
         assert self.folder is not None
-        path = self.folder / name
-        if path.exists():  # write-once: never overwrite evidence
-            return
-        path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n",
-                        encoding="utf-8")
+        self.run.write_once(self.folder, name, data)
 
     @property
     def relpath(self) -> str | None:
@@ -208,7 +212,7 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
                                        "run with --emit first")
         else:
             folder = artifacts.new_folder()
-        provider.place(key, folder)
+        provider.place(key, folder, root=artifacts.run.dir)
 
     try:
         call = call_judge(provider, request, retries=judge_retries)
@@ -243,7 +247,8 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
                             raw_replies=call.to_json(), **base)
     else:
         final = post_process(call.parsed, veto_hits=hits, contaminated=contaminated or False,
-                               phrases=phrases, answer_text=submission.answer_text or "")
+                             phrases=phrases, answer_text=submission.answer_text or "",
+                             planted_agreement=call.planted_agreement)
         decision = Decision(verdict=final.verdict, reason=final.reason, why=final.why,
                             confidence=final.confidence, column_pairing=final.column_pairing,
                             gold_status=final.gold_status, gold_note=final.gold_note,

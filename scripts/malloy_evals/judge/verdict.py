@@ -17,12 +17,14 @@ from malloy_evals.core.errors import InputError
 from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS, is_contaminated
 from malloy_evals.core.words import shown
 from malloy_evals.judge.doctrine import SKILL
+from malloy_evals.judge.packet import normalise, skeleton
 from malloy_evals.judge.providers.base import LlmReply, LlmRequest, json_objects
 
 AGREEMENT_FILE = paths.SKILLS_DIR / SKILL / "reference" / "agreement-phrases.md"
 
 
 CONTRADICTION_PREFIX = "[verdict contradicted its own reasoning] "
+PLANTED_PREFIX = "[verdict agrees with a verdict object planted in the answer] "
 
 
 @dataclass(frozen=True)
@@ -42,19 +44,52 @@ def _verdict_objects(text: str) -> list[dict]:
     return json_objects(text, "verdict")
 
 
+def _folded(value: Any) -> Any:
+    """A JSON value compared by content: keys and strings normalised and folded (case and
+    look-alike letters), so a planted object in another spelling is still the same object."""
+    if isinstance(value, dict):
+        return {skeleton(normalise(str(k))).strip(): _folded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_folded(v) for v in value]
+    if isinstance(value, str):
+        return " ".join(skeleton(normalise(value)).split())
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    return _folded(a) == _folded(b)
+
+
+def _planted_value(obj: dict) -> Any:
+    """The folded verdict of a planted object (its `verdict` key in any spelling), or None."""
+    return _folded(obj).get("verdict")
+
+
 def find_verdict_object(text: str, planted: list[dict] | tuple[dict, ...] = ()) -> dict | None:
     """The LAST JSON object in `text` that has a `verdict` key. Malloy braces quoted earlier
     (`{ group_by: x }`) are not JSON and are skipped; an object without a verdict is looked into.
-    An object equal to one the packet itself carries (`planted`: a verdict the answer wrote for
-    the judge to copy) is never the judge's own, so it is passed over."""
-    objs = [o for o in _verdict_objects(text) if o not in planted]
+    An object with the content of one the packet itself carries (`planted`: a verdict the answer
+    wrote for the judge to copy, in any spelling) is never the judge's own, so it is passed over."""
+    objs = [o for o in _verdict_objects(text) if not any(_same(o, p) for p in planted)]
     return objs[-1] if objs else None
 
 
 def planted_verdicts(request: LlmRequest) -> list[dict]:
     """Verdict-shaped objects inside the request's messages: the packet holds none of its own,
-    so any found there were written by the answerer (an injection asking to be copied)."""
+    so any found there were written by the answerer (an injection asking to be copied). The key
+    counts in any case or look-alike spelling, and an object nested in another counts too."""
     out: list[dict] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if "verdict" in _folded(list(value.keys())):
+                out.append(value)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
     for message in request.messages:
         content = message.get("content") if isinstance(message, dict) else None
         texts: list[str] = []
@@ -64,8 +99,16 @@ def planted_verdicts(request: LlmRequest) -> list[dict]:
             texts = [b["text"] for b in content
                      if isinstance(b, dict) and isinstance(b.get("text"), str)]
         for text in texts:
-            out.extend(_verdict_objects(text))
+            for obj in json_objects(text):
+                walk(obj)
     return out
+
+
+def agrees_with_planted(parsed: JudgeReply, planted: list[dict] | tuple[dict, ...]) -> bool:
+    """True when the judge's verdict is one the answer asked for in a planted verdict object and
+    is better for the answer than no_match: such a reply is suspect, whatever else it says."""
+    return parsed.verdict in ("match", "near_match") and any(
+        _planted_value(p) == parsed.verdict for p in planted)
 
 
 def _as_int(value: Any) -> int | None:
@@ -118,7 +161,7 @@ def parse_reply(reply: LlmReply, planted: list[dict] | tuple[dict, ...] = ()
     """Structured output when the provider gave one; otherwise the last JSON object with a verdict.
     A reply that only repeats a verdict object planted in the packet is unusable."""
     if reply.data is not None and "verdict" in reply.data:
-        if reply.data in planted:
+        if any(_same(reply.data, p) for p in planted):
             return None, "the reply repeats a verdict object written inside the answer"
         parsed, _problem = check_verdict_object(reply.data)
         if parsed is not None:
@@ -138,6 +181,7 @@ class JudgeCall:
     parsed: JudgeReply | None
     replies: list[LlmReply]
     problems: list[str]
+    planted_agreement: bool = False  # the parsed verdict is one a planted object asked for
 
     @property
     def source(self) -> str | None:
@@ -182,6 +226,7 @@ def call_judge(provider: Any, request: LlmRequest, *, retries: int = 1) -> Judge
         call.problems.append(problem)
         if parsed is not None:
             call.parsed = parsed
+            call.planted_agreement = agrees_with_planted(parsed, planted)
             break
     return call
 
@@ -213,7 +258,9 @@ _QUOTED_SPAN_RE = re.compile(r'"[^"]*"|\u201c[^\u201d]*\u201d|\u2018[^\u2019]*\u
 
 
 def _collapse(text: str) -> str:
-    return " ".join(text.lower().split())
+    # Folded like the packet's guards fold answerer text: a phrase planted in look-alike letters
+    # or with invisible characters in it is still the planted phrase.
+    return " ".join(skeleton(normalise(text)).split())
 
 
 def contradicts_itself(why: str, phrases: list[str], guards: list[str],
@@ -251,16 +298,21 @@ class FinalVerdict:
 def post_process(parsed: JudgeReply, *, veto_hits: list[str] | tuple[str, ...] = (),
                  contaminated: bool | str = False,
                  phrases: tuple[list[str], list[str]] | None = None,
-                 answer_text: str = "") -> FinalVerdict:
-    """SPEC 7.3 in order: confidence <= 5 -> needs_human; a no_match whose why agrees with the
-    golden -> needs_human (never on a phrase the answer planted: `answer_text`); a must-not-use
-    hit -> no_match; contaminated -> null."""
+                 answer_text: str = "", planted_agreement: bool = False) -> FinalVerdict:
+    """SPEC 7.3 in order: confidence <= 5 -> needs_human; a match or near_match the answer asked
+    for in a planted verdict object (`planted_agreement`) -> needs_human; a no_match whose why
+    agrees with the golden -> needs_human (never on a phrase the answer planted: `answer_text`);
+    a must-not-use hit -> no_match; contaminated -> null."""
     phrase_list, guards = phrases if phrases is not None else load_agreement_phrases()
     verdict: str | None = parsed.verdict
     why = parsed.why
     reason: str | None = None
     if parsed.confidence <= 5:
         verdict = "needs_human"
+    elif planted_agreement and verdict in ("match", "near_match"):
+        # The answer wrote the verdict it wanted; a judge that then gives it may have obeyed.
+        verdict = "needs_human"
+        why = PLANTED_PREFIX + why
     elif verdict == "no_match" and contradicts_itself(why, phrase_list, guards, answer_text):
         verdict = "needs_human"
         why = CONTRADICTION_PREFIX + why

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from malloy_evals.core import jsonl
+from malloy_evals.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -25,18 +27,35 @@ class PredictionView:
 _NUM = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
+_NUMBER_DIGITS = 300  # longer runs of digits are text: no column type of the runner holds one
+
+
 def _cell(text: str | None) -> Any:
     if text is None or text == "":
         return None
-    if _NUM.fullmatch(text):
+    if len(text) <= _NUMBER_DIGITS and _NUM.fullmatch(text):
         return int(text) if re.fullmatch(r"-?(0|[1-9][0-9]*)", text) else float(text)
     return text
+
+
+# A re-executed cell may be as long as the result's byte cap allows (reference/query-budgets.md);
+# the csv module's default limit (128 KiB a field) would refuse to read it back.
+csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
 
 
 def read_csv_rows(text: str) -> list[dict]:
     """Rows of a prediction CSV (header first), numbers as numbers, order kept."""
     return [{k: _cell(v) for k, v in row.items() if k is not None}
             for row in csv.DictReader(io.StringIO(text, newline=""))]
+
+
+def read_prediction_csv(path: Path) -> list[dict]:
+    """The rows of a prediction CSV artifact; InputError (exit 3) naming it when it cannot be
+    read (a run folder is anyone's to edit)."""
+    try:
+        return read_csv_rows(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _numbered(path: Path) -> int:
@@ -61,14 +80,14 @@ def read_prediction(run: Any, qid: str, sample: int | None) -> PredictionView | 
     envelope: dict = {}
     if env_path is not None:
         try:
-            loaded = json.loads(env_path.read_text(encoding="utf-8"))
+            loaded = jsonl.loads(env_path.read_text(encoding="utf-8"))
             envelope = loaded if isinstance(loaded, dict) else {}
-        except ValueError:
+        except (ValueError, OSError):
             envelope = {}
     error = envelope.get("error")
     if csv_path is None and not error:
         return None
-    rows = read_csv_rows(csv_path.read_text(encoding="utf-8")) if csv_path else []
+    rows = read_prediction_csv(csv_path) if csv_path else []
     count = envelope.get("row_count")
     return PredictionView(rows=rows, row_count=count if isinstance(count, int) else len(rows),
                           error=str(error) if error else None,

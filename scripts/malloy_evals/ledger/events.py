@@ -114,12 +114,6 @@ def _check_name(name: str) -> list[str]:
     return segments
 
 
-def _numbered(name: str, n: int) -> str:
-    """`prediction.csv` -> `prediction.2.csv`; `judge` -> `judge.2` (n >= 2)."""
-    base, dot, ext = name.partition(".")
-    return f"{base}.{n}{dot}{ext}" if dot else f"{name}.{n}"
-
-
 @dataclass(frozen=True)
 class LedgerRead:
     """What a tolerant read of events.jsonl found: the whole events, and the lines it could not use."""

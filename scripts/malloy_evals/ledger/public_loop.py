@@ -142,11 +142,19 @@ def normalise_event(obj: Mapping[str, Any], line: int) -> dict[str, Any] | str:
             return (f"{kind} has no {' or '.join('`' + m + '`' for m in missing)}: a case-scoped "
                     "event needs qid, sample and phase to be placed on an attempt")
         out.setdefault("sample", None)  # the public contract requires the key; absent reads as null
+        sample = out["sample"]
+        if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
+            return f"{kind}: `sample` is {type(sample).__name__}, not a whole number or null"
+        wrong = [k for k in ("verdict", "reason") if out.get(k) is not None
+                 and not isinstance(out[k], str)]
+        if wrong:
+            return f"{kind}: `{wrong[0]}` is {type(out[wrong[0]]).__name__}, not text or null"
     if "contaminated" in out:
         out["contaminated"] = contaminated_value(out["contaminated"])
     if "ranked_summary" in out:
         out["ranked_summary"] = _ranked(out["ranked_summary"])
-    if kind == "score" and out.get("verdict") is None and out.get("reason") in NULL_REASONS:
+    if (kind == "score" and out.get("verdict") is None and isinstance(out.get("reason"), str)
+            and out["reason"] in NULL_REASONS):
         out["reason"] = NULL_REASONS[out["reason"]]
     if kind == "issue":
         if isinstance(out.get("primary_code"), str):
@@ -175,7 +183,8 @@ class Normaliser:
         if isinstance(result, str):
             return None, LineProblem(self.file, line, f"{PROBLEM_PREFIX}: {result}")
         if result["kind"] == "tool_call":
-            key = (result.get("qid"), result.get("sample"), result.get("phase"))
+            # repr: a foreign line's sample may be anything, a list included (not hashable)
+            key = tuple(repr(result.get(k)) for k in ("qid", "sample", "phase"))
             index = self._calls.get(key, 0)
             self._calls[key] = index + 1
             result.setdefault("call_index", index)

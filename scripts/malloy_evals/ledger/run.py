@@ -12,15 +12,15 @@ import contextlib
 import fcntl
 import json
 import os
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from malloy_evals import __version__
-from malloy_evals.core import commands, schemas, vocab
+from malloy_evals.core import commands, files, jsonl, schemas, vocab
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.redact import redact_url
 from malloy_evals.core.words import shown
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
@@ -34,7 +34,6 @@ from malloy_evals.ledger.events import (
     LedgerError,
     LedgerRead,
     _check_name,
-    _numbered,
     check_qid,
     new_event_id,
     now,
@@ -95,14 +94,14 @@ class Run:
         }
         for key in ("mcpUrl", "publisherUrl"):
             if isinstance(config.get(key), str):
-                info[key] = config[key]
+                info[key] = redact_url(config[key])  # kept in run.json: never its credentials
         info.update(pins)
         problems = schemas.validate("run", info)
         if problems:
             raise schemas.SchemaViolation("run.json", problems, out / RUN_FILE)
         out.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(out / RUN_FILE, info)
-        (out / EVENTS_FILE).touch()
+        _write_json_atomic(out / RUN_FILE, info, out)
+        os.close(files.open_append(out / EVENTS_FILE, out))
         return cls(out, info)
 
     @classmethod
@@ -149,8 +148,9 @@ class Run:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
-        """An exclusive lock on events.jsonl, held by the fd yielded (opened for appending)."""
-        fd = os.open(self.events_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        """An exclusive lock on events.jsonl, held by the fd yielded (opened for appending, never
+        through a link planted in its place)."""
+        fd = files.open_append(self.events_path, self.dir)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
@@ -177,7 +177,7 @@ class Run:
                       or not p.unknown]
             if errors:
                 raise schemas.SchemaViolation("run.json", errors, self.info_path)
-            _write_json_atomic(self.info_path, info)
+            _write_json_atomic(self.info_path, info, self.dir)
             self._info = info
         return dict(info)
 
@@ -248,8 +248,11 @@ class Run:
         if not batch:
             return []
         try:
+            # backslashreplace: a lone surrogate is written as its \\uXXXX escape, the same
+            # string once read back; no other character is affected.
             lines = [json.dumps(e, ensure_ascii=False, separators=(",", ":"),
-                                allow_nan=False).encode("utf-8") + b"\n" for e in batch]
+                                allow_nan=False).encode("utf-8", "backslashreplace") + b"\n"
+                     for e in batch]
         except (ValueError, TypeError) as exc:  # NaN, infinity, or a value JSON has no type for
             raise LedgerError(self.events_path, None, f"event is not valid JSON: {exc}") from None
         data = b"".join(lines)
@@ -366,44 +369,30 @@ class Run:
 
     def write_artifact(self, qid: str, sample: int | None, name: str, data: bytes | str | dict | list
                        ) -> Path:
-        """Write a new artifact file, never overwriting: a second `x.csv` becomes `x.2.csv`, then `x.3.csv`."""
+        """Write a new artifact file, never overwriting and never through a link: a second `x.csv`
+        becomes `x.2.csv`, then `x.3.csv`."""
         segments = _check_name(name)
         parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
-        parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, (dict, list)):
             data = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        n = 1
-        while True:
-            target = parent / (segments[-1] if n == 1 else _numbered(segments[-1], n))
-            try:
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                n += 1
-                continue
-            try:
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            return target
+        written = files.create_new(parent / segments[-1], data, self.dir, number=True)
+        assert written is not None  # numbered: a free name is always found
+        return written
+
+    def write_once(self, folder: Path, name: str, data: Any) -> Path | None:
+        """Write `name` in an artifact folder of this run unless it exists (write-once evidence);
+        None when it did. Never through a link: a link in its place is an InputError."""
+        if not isinstance(data, (bytes, str)):
+            data = json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+        # Not flushed to disk: the score event that points at it is, and a judge folder is
+        # evidence to read, never state the kit resumes from.
+        return files.create_new(Path(folder) / name, data, self.dir, sync=False)
 
     def new_artifact_dir(self, qid: str, sample: int | None, name: str) -> Path:
         """Create a fresh artifact folder: `judge/`, or `judge.2/` when that exists, and so on."""
         segments = _check_name(name)
         parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
-        parent.mkdir(parents=True, exist_ok=True)
-        n = 1
-        while True:
-            target = parent / (segments[-1] if n == 1 else _numbered(segments[-1], n))
-            try:
-                target.mkdir()
-            except FileExistsError:
-                n += 1
-                continue
-            return target
+        return files.make_new_dir(parent / segments[-1], self.dir)
 
     def relpath(self, path: str | Path) -> str:
         """`path` relative to the run folder, as recorded in events (posix separators)."""
@@ -428,7 +417,7 @@ def _load_run_json(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, None, f"cannot be read: {exc}") from None
     try:
-        info = json.loads(text)
+        info = jsonl.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, exc.lineno, f"not valid JSON: {exc.msg}") from None
     if not isinstance(info, dict):
@@ -436,12 +425,7 @@ def _load_run_json(path: Path) -> dict[str, Any]:
     return info
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temp file beside `path`, fsync, then rename over it: readers never see half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(obj, fh, ensure_ascii=False, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def _write_json_atomic(path: Path, obj: Any, root: Path) -> None:
+    """Write JSON to a temp file beside `path`, fsync, then rename over it: readers never see half,
+    and a link planted at `path` is replaced, never written through."""
+    files.replace(path, json.dumps(obj, ensure_ascii=False, indent=2) + "\n", root)

@@ -20,7 +20,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import cli, commands, schemas
+from malloy_evals.core import cli, commands, files, schemas
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, UsageError
 from malloy_evals.report.arms import (
@@ -342,10 +342,11 @@ def write_outputs(out_dir: Path, result: Comparison) -> tuple[Path, Path]:
     """COMPARE.md and compare.json (validated against its schema) in `out_dir`."""
     doc = result.to_json()
     schemas.check("compare", doc)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)  # the folder the user named, taken as given
     md, js = out_dir / COMPARE_MD, out_dir / COMPARE_JSON
-    md.write_text(render_markdown(result), encoding="utf-8")
-    js.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    # Rewritten whole, never through a link planted in their place (core/files.py).
+    files.replace(md, render_markdown(result), out_dir)
+    files.replace(js, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", out_dir)
     return md, js
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.transcripts import redact_json, redact_secrets
 from malloy_evals.core.errors import InputError, KitError
+from malloy_evals.core.redact import Redactor, redact
 from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
 from malloy_evals.ledger.events import AttemptKey, latest_issue_status
 from malloy_evals.ledger.live import LiveView
@@ -32,23 +32,23 @@ ENTITIES_SHOWN = 12        # entity ids listed per get_context call
 
 
 def redacted(value: Any) -> Any:
-    """A JSON value (an event, a golden, rows) with secrets blanked as the ledger blanks them
-    (`[REDACTED]`). Escaping is not done here: the page's builder escapes every string."""
+    """A JSON value (an event, a golden, rows) with secrets blanked by the kit's one redaction
+    (core/redact.py, `[REDACTED]`). Escaping is not done here: the page's builder escapes every
+    string."""
     if isinstance(value, str):
-        return redact_secrets(value)
-    # One pass over the value's JSON text instead of one per string: the redaction reads the
-    # environment's secret values on every call, and a page holds tens of thousands of strings.
-    # A clean text means clean strings (JSON escapes only quotes, backslashes and control
-    # characters, none of which an API key holds); a redacted one is re-read, or, if the
-    # redaction broke the JSON, redacted string by string.
+        return redact(value)
+    # One pass over the value's JSON text instead of one per string: a page holds tens of
+    # thousands of strings. A clean text means clean strings; a redacted one is re-read, or, if
+    # the redaction broke the JSON, redacted string by string with what the text taught.
     text = json.dumps(value, ensure_ascii=False)
-    clean = redact_secrets(text)
+    secrets = Redactor().learn(text)
+    clean = secrets.text(text)
     if clean == text:
         return value
     try:
         return json.loads(clean)
     except ValueError:
-        return redact_json(value)
+        return secrets.json(value)
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ def _prediction(run: Any, qid: str, sample: Any, score: Mapping[str, Any] | None
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             return None, Text(f"{recorded}: cannot be read ({exc})")
-        text = redact_secrets(text)
+        text = redact(text)
         if path.suffix == ".csv":
             rows = read_csv_rows(text)
             total = _envelope_count(path.parent) or len(rows)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import retrieval
-from malloy_evals.core import commands
+from malloy_evals.core import commands, jsonl
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import InputError, KitError
@@ -30,6 +30,7 @@ Z95 = 1.959963984540054
 
 # The verdict counts in the order a summary shows them: the two decisions first, then the rest.
 VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
+ENVIRONMENT_FAILURE = "environment_failure"  # the null reason that makes a run INCOMPLETE too
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,6 +123,9 @@ class Incomplete:
     contaminated: list[str]
     qids: list[str]               # sorted, unique: what --only takes
     commands: list[str]
+    # Scored null for environment_failure: nothing was measured about the answer, so the run
+    # cannot say how often answers were right (resuming score_run retries them).
+    environment_failures: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -177,11 +181,11 @@ def _sort_key(key: AttemptKey) -> tuple[str, int, str]:
     return (key.qid, -1 if key.sample is None else key.sample, key.phase)
 
 
-def _null_reason_head(reason: str | None) -> str:
+def _null_reason_head(reason: Any) -> str:
     """`judge_error: timeout` counts under `judge_error`; the row keeps the full text."""
     if not reason:
         return "(no reason)"
-    return reason.split(":", 1)[0].strip()
+    return str(reason).split(":", 1)[0].strip()  # a ledger someone else wrote may hold anything
 
 
 def _set_status(eval_set: Any, qid: str) -> str | None:
@@ -207,11 +211,12 @@ def _case_golden(eval_set: Any, qid: str) -> dict[str, Any] | None:
     return golden if isinstance(golden, Mapping) else None
 
 
-def _sum_known(values: Iterable[float | int | None]) -> tuple[float | None, int]:
-    """Sum of the known values and how many were unknown; None when every value is unknown."""
+def _sum_known(values: Iterable[Any]) -> tuple[float | None, int]:
+    """Sum of the known values and how many were unknown; None when every value is unknown (a
+    value that is not a number, in a ledger another program wrote, is unknown too)."""
     total, known, unknown = 0.0, 0, 0
     for v in values:
-        if v is None:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             unknown += 1
         else:
             total += float(v)
@@ -260,15 +265,20 @@ def _call_counts(g: _Attempt) -> tuple[int, int, int]:
     n_ctx = sum(1 for c in g.calls if c.get("tool") == "get_context")
     n_exec = sum(1 for c in g.calls if c.get("tool") == "execute_query")
     if not g.calls and g.attempt is not None:
-        n_ctx = int(g.attempt.get("n_get_context") or 0)
-        n_exec = int(g.attempt.get("n_execute") or 0)
+        n_ctx, n_exec = (_count(g.attempt.get(k)) for k in ("n_get_context", "n_execute"))
     entities: set[str] = set()
     for c in g.calls:
         if c.get("tool") != "get_context":
             continue
-        summary = c.get("ranked_summary") or {}
-        entities.update(str(i) for i in (summary.get("entity_ids") or []))
+        summary = c.get("ranked_summary")
+        ids = summary.get("entity_ids") if isinstance(summary, Mapping) else None
+        entities.update(str(i) for i in (ids if isinstance(ids, list) else []))
     return n_ctx, n_exec, len(entities)
+
+
+def _count(value: Any) -> int:
+    """A counter as a ledger another program wrote it: a whole number, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def judge_counts(scores: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -347,6 +357,7 @@ def summarize_events(
     vetoes: list[dict[str, Any]] = []
     truncated: list[AttemptKey] = []
     contaminated: list[AttemptKey] = []
+    environment_failed: list[AttemptKey] = []
     unscored: list[str] = []
     rows: list[CaseRow] = []
     retrieval_rows: list[dict[str, Any]] = []
@@ -379,6 +390,8 @@ def summarize_events(
             truncated.append(key)
         if voided_by_contamination:
             contaminated.append(key)
+        if verdict is None and _null_reason_head(reason) == ENVIRONMENT_FAILURE:
+            environment_failed.append(key)
 
         # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
         # the attempt did not fail, the key did (SPEC 9).
@@ -437,23 +450,32 @@ def summarize_events(
     verdict_counts = {**{v: verdicts[v] for v in VERDICT_ORDER}, "null": verdicts["null"]}
 
     incomplete = None
-    if truncated or contaminated:
+    if truncated or contaminated or environment_failed:
         bad = sorted(set(truncated) | set(contaminated), key=_sort_key)
+        rescore = sorted(set(bad) | set(environment_failed), key=_sort_key)
+        repairs = repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
+                                  host_logged=frozenset(host_logged))
+        if not bad:  # only environment failures: re-scoring them is the whole repair
+            repairs = repair_commands(run_dir, set_dir, rescore, judge_spec, endpoint_flag)[-1:]
+        elif environment_failed:
+            repairs[-1] = repair_commands(run_dir, set_dir, rescore, judge_spec, endpoint_flag)[-1]
         incomplete = Incomplete(
             truncated=[attempt_label(k.qid, k.sample) for k in truncated],
             contaminated=[attempt_label(k.qid, k.sample) for k in contaminated],
-            qids=sorted({key.qid for key in bad}),
-            commands=repair_commands(run_dir, set_dir, bad, judge_spec, endpoint_flag,
-                                     host_logged=frozenset(host_logged)),
+            qids=sorted({key.qid for key in rescore}),
+            commands=repairs,
+            environment_failures=[attempt_label(k.qid, k.sample) for k in environment_failed],
         )
 
     rate = pass_rate(verdict_counts["match"], verdict_counts["match"] + verdict_counts["no_match"])
     if incomplete is not None:
         # Each count carries its own qids: one shared list after "3 contaminated" read as if
         # all of them were contaminated.
+        env_part = (", " + _counted(len(environment_failed), "environment failure",
+                                    incomplete.environment_failures) if environment_failed else "")
         headline = (f"INCOMPLETE: {_counted(len(truncated), 'truncated', incomplete.truncated)}, "
-                    f"{_counted(len(contaminated), 'contaminated', incomplete.contaminated)}; "
-                    "no pass rate")
+                    f"{_counted(len(contaminated), 'contaminated', incomplete.contaminated)}"
+                    f"{env_part}; no pass rate")
         shown_rate = None
     else:
         headline = rate.text
@@ -591,9 +613,10 @@ def load_coverage_report(report: Mapping[str, Any] | str | Path | None) -> dict[
 
     path = Path(report)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read the coverage report: {exc.strerror}") from exc
+        data = jsonl.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read the coverage report: "
+                                     f"{getattr(exc, 'strerror', None) or exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, exc.lineno, f"not JSON: {exc.msg}") from exc
     if not isinstance(data, dict):

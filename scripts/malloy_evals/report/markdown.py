@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import commands
+from malloy_evals.core import commands, files
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
 from malloy_evals.core.words import number_or_na
@@ -87,6 +87,9 @@ def render_markdown(s: RunSummary) -> str:
                    (f" ({', '.join(inc.truncated)})" if inc.truncated else ""))
         out.append(f"- contaminated (unknown included): {len(inc.contaminated)}" +
                    (f" ({', '.join(inc.contaminated)})" if inc.contaminated else ""))
+        if inc.environment_failures:
+            out.append(f"- environment failures (nothing measured; the re-score retries them): "
+                       f"{len(inc.environment_failures)} ({', '.join(inc.environment_failures)})")
         out += ["", ("Re-record each attempt (a fresh answer, with more turns for a truncated one; "
                 "an attempt recorded from a host log takes `--host-log LOG --answer-file ANSWER` "
                 "instead of `--transcript`), then re-score them:"), "",
@@ -217,7 +220,8 @@ def write_results(run_dir: str | Path, s: RunSummary) -> tuple[Path, Path]:
     run_dir = Path(run_dir)
     md = run_dir / "RESULTS.md"
     js = run_dir / "summary.json"
-    md.write_text(render_markdown(s), encoding="utf-8")
-    js.write_text(json.dumps(summary_json(s), indent=2, ensure_ascii=False) + "\n",
-                  encoding="utf-8")
+    # Rewritten whole each time, through a temporary file renamed over the old one: a link planted
+    # in the run folder at either name is replaced, never written through.
+    files.replace(md, render_markdown(s), run_dir)
+    files.replace(js, json.dumps(summary_json(s), indent=2, ensure_ascii=False) + "\n", run_dir)
     return md, js

@@ -16,7 +16,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import commands, schemas
+from malloy_evals.core import commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
 from malloy_evals.ledger.events import now
 from malloy_evals.report.arms import (
@@ -187,15 +187,15 @@ def write_band(path: Path, band: NoiseBand) -> None:
     """Write the band file (validated against its schema first)."""
     doc = band.to_json()
     schemas.check(BAND_KIND, doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)  # the folder the user named, taken as given
+    files.replace(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", path.parent)
 
 
 def read_band(path: str | Path) -> NoiseBand:
     """A band file written by measure_noise.py; InputError (exit 3) when it is not one."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = jsonl.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(p, None, f"cannot be read: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

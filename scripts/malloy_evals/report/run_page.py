@@ -9,14 +9,12 @@ A run that is not (fully) scored still gets its page; the headline then says wha
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import commands
+from malloy_evals.core import commands, files
 from malloy_evals.core.errors import InputError
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
@@ -146,13 +144,13 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
     nav = [("#verdicts", "Verdicts"), ("#cascade", "Cascade"),
            ("#retrieval", "Retrieval and coverage"), ("#cost", "Cost"),
            ("#diagnosis", "Diagnosis"), ("#cases", "Cases"), ("#attempts", "Attempts")]
-    files = [f for f in SIDE_FILES if f in ctx.files]
+    beside = [f for f in SIDE_FILES if f in ctx.files]
     parts.append(el("nav", el("p", "On this page: ",
                               join(*[join(link(t, h), " · ") for h, t in nav[:-1]]),
                               link(nav[-1][1], nav[-1][0]), ".",
                               join(" Files beside it: ", join(*[join(link(f, href_to(f)), " ")
-                                                                 for f in files]))
-                              if files else None),
+                                                                 for f in beside]))
+                              if beside else None),
                     aria_label="contents", class_="meta"))
     return el("header", parts)
 
@@ -417,9 +415,9 @@ def write_run_page(run_dir: str | Path, set_dir: str | Path | None = None, *,
     set_label = str(set_dir) if set_dir is not None else (
         str(eval_set.dir) if eval_set is not None else None)
     target = Path(run.dir) / PAGE_FILE
-    files = tuple(f for f in SIDE_FILES if (target.parent / f).is_file())
+    side_files = tuple(f for f in SIDE_FILES if (target.parent / f).is_file())
     html = render_run_page(summary, attempts, issues,
-                           PageContext(str(run_dir), set_label, info, files))
+                           PageContext(str(run_dir), set_label, info, side_files))
     write_atomic(target, html)
     return RunPage(path=str(target), bytes=len(html.encode("utf-8")), attempts=summary.attempts,
                    headline=summary.headline, status=summary.status, set_dir=set_label,
@@ -428,12 +426,6 @@ def write_run_page(run_dir: str | Path, set_dir: str | Path | None = None, *,
 
 
 def write_atomic(target: Path, text: str) -> None:
-    """Replace `target` whole: a reader never opens half a page."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".report-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace `target` whole, never through a link: a reader never opens half a page, and a
+    link planted in its place is replaced (core/files.py)."""
+    files.replace(target, text, target.parent)

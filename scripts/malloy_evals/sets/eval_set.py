@@ -12,15 +12,13 @@ import csv
 import hashlib
 import io
 import json
-import os
 import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import schemas, vocab
+from malloy_evals.core import files, jsonl, schemas, vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import FolderReport, LineProblem
 
@@ -296,7 +294,7 @@ def _jsonl(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
         if not text.strip():
             continue  # blank lines are harmless in an authored file
         try:
-            yield number, json.loads(text), None
+            yield number, jsonl.loads(text), None
         except (ValueError, RecursionError) as exc:
             yield number, None, f"not valid JSON: {getattr(exc, 'msg', exc)}"
 
@@ -326,7 +324,7 @@ def _scan(set_dir: Path) -> _Scan:
         scan.problem(SET_FILE, None, "missing")
     else:
         try:
-            config = json.loads(set_bytes.decode("utf-8-sig"))
+            config = jsonl.loads(set_bytes.decode("utf-8-sig"))
         except UnicodeDecodeError:
             scan.problem(SET_FILE, None, "not UTF-8")
         except (ValueError, RecursionError) as exc:
@@ -454,7 +452,7 @@ def _read_golden_file(set_dir: Path, relative: str) -> list[dict[str, Any]]:
                                         f"{getattr(exc, 'strerror', None) or exc}") from None
     if suffix == ".json":
         try:
-            rows = json.loads(text)
+            rows = jsonl.loads(text)
         except (ValueError, RecursionError) as exc:
             raise InputError(relative, getattr(exc, "lineno", None),
                              f"{_clip(relative)} is not valid JSON") from None
@@ -574,6 +572,6 @@ def rewrite_jsonl(path: str | Path, replace: dict[int, Any] | None = None,
         if out and not out.endswith(b"\n"):
             out += b"\n"
         out += dump_like(obj, style) + b"\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(out)
-    os.replace(tmp, path)
+    # A temporary file beside it, renamed over it: a link planted in its place is replaced,
+    # never written through.
+    files.replace(path, out)

@@ -14,14 +14,13 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import shutil
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import cli, commands, schemas
+from malloy_evals.core import cli, commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
 from malloy_evals.sets.eval_set import (
     CASES_FILE,
@@ -71,7 +70,7 @@ class ImportReport:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
+        return jsonl.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise InputError(path, None, "missing: a public set folder holds set.json and cases.jsonl") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -91,18 +90,12 @@ def _eval_toml(src: Path) -> dict[str, Any]:
         raise InputError(path, None, f"cannot be read: {exc}") from None
 
 
-def _copy_tree(src: Path, out: Path) -> tuple[list[str], list[str]]:
-    """Copy the source folder into `out` without following links; (copied entries, links)."""
-    links: list[str] = []
-
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        skip = [n for n in names if Path(folder, n).is_symlink()]
-        links.extend(str(Path(folder, n).relative_to(src)) for n in skip)
-        return skip
-
-    shutil.copytree(src, out, ignore=ignore, dirs_exist_ok=True)
+def _copy_tree(src: Path, out: Path) -> tuple[list[str], files.CopySkipped]:
+    """Copy the source folder into `out` without following links on either side; (copied
+    entries, what was skipped: links and special files)."""
+    skipped = files.copy_tree(src, out)
     copied = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
-    return copied, sorted(links)
+    return copied, skipped
 
 
 def map_set_json(config: dict[str, Any], toml: dict[str, Any]) -> tuple[dict[str, Any], list[str],
@@ -217,12 +210,15 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
     if dst.resolve().is_relative_to(src.resolve()):
         raise InputError(dst, None, "is inside the source set; choose a folder outside it")
     toml = _eval_toml(src)
-    copied, links = _copy_tree(src, dst)
+    copied, skipped = _copy_tree(src, dst)
+    links = skipped.links
 
     kit_config, mapped, calls = map_set_json(config, toml)
+    calls += [f"{name}: not a plain file or folder (a pipe, socket or device); not copied"
+              for name in skipped.special]
     if kit_config != config:
-        (dst / SET_FILE).write_text(json.dumps(kit_config, indent=2, ensure_ascii=False) + "\n",
-                                    encoding="utf-8")
+        files.replace(dst / SET_FILE, json.dumps(kit_config, indent=2, ensure_ascii=False)
+                      + "\n", dst)
     kept: dict[str, Counter[str]] = {SET_FILE: Counter(_unknown_fields("set", kit_config)),
                                      CASES_FILE: Counter()}
     replace: dict[int, Any] = {}
@@ -234,8 +230,8 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
         if not raw.strip():
             continue
         try:
-            case = json.loads(raw)
-        except (ValueError, RecursionError):
+            case = jsonl.loads(raw.decode("utf-8", "replace"))
+        except ValueError:
             continue  # left as it is; validate_set below names the line
         if not isinstance(case, dict):
             continue
@@ -273,8 +269,8 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
         kept_verbatim={f: dict(sorted(c.items())) for f, c in kept.items() if c},
         judgement_calls=calls, errors=checked.errors, warnings=len(checked.warnings),
         missing=missing, next_steps=_next_steps(dst, statuses))
-    (dst / REPORT_FILE).write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False)
-                                   + "\n", encoding="utf-8")
+    files.replace(dst / REPORT_FILE, json.dumps(report.to_json(), indent=2, ensure_ascii=False)
+                  + "\n", dst)
     return report
 
 

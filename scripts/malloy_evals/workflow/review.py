@@ -22,17 +22,18 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
-from malloy_evals.core import commands, schemas
+from malloy_evals.core import commands, jsonl, schemas
 from malloy_evals.core.errors import InputError
+from malloy_evals.core.redact import Redactor
 from malloy_evals.core.vocab import JUDGE_VERDICTS
 from malloy_evals.ledger import public_loop
-from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
+from malloy_evals.ledger.artifacts import read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import MECHANICAL_NULL_REASONS, attempt_key, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
@@ -183,8 +184,8 @@ def _fixtures(eval_set: EvalSet) -> list[tuple[int, dict[str, Any]]]:
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
-        except (ValueError, RecursionError):
+            obj = jsonl.loads(raw.decode("utf-8", "replace"))
+        except ValueError:
             raise InputError(path, number, "not valid JSON") from None
         if isinstance(obj, dict):
             out.append((number, obj))
@@ -197,10 +198,10 @@ def _prediction_rows(run: Run, qid: str, sample: int | None,
     path = score.get("prediction_path")
     if isinstance(path, str) and path.endswith(".csv"):
         try:
-            rows = read_csv_rows(run.resolve(path).read_text(encoding="utf-8"))
+            rows = read_prediction_csv(run.resolve(path))
             return rows, len(rows), None
-        except OSError:
-            pass
+        except InputError:
+            pass  # unreadable or outside the run: the latest re-execution stands in
     pred = read_prediction(run, qid, sample)
     if pred is None:
         return None, None, None
@@ -269,7 +270,7 @@ def review_queue(run_dir: str | Path, set_dir: str | Path, *,
         if not reasons:
             continue
         rows, count, error = _prediction_rows(run, qid, sample, score)
-        items.append(ReviewItem(
+        items.append(_redacted(ReviewItem(
             qid=qid, sample=sample, label=attempt_label(qid, sample), reasons=reasons,
             question=case.question, golden=_golden_card(case, golden_value(case, eval_set.dir)),
             rubric=case.rubric, must_state=case.must_state, answer_text=sub.answer_text,
@@ -279,9 +280,22 @@ def review_queue(run_dir: str | Path, set_dir: str | Path, *,
             gold_status=eff.gold_status, gold_note=score.get("gold_note"),
             protects=("refusal_correct or refusal_wrong, by the verdict" if is_refusal_case(case)
                       else default_protects(case, eff.verdict, eff.gold_status, eff.verdict)),
-            settled_elsewhere=elsewhere))
+            settled_elsewhere=elsewhere)))
     return ReviewQueue(str(run_dir), str(set_dir), run.run_id, items, settled,
                        include_disagreements)
+
+
+# What a card shows from outside the kit: the set's text, the answerer's, the rows, the judge's.
+_OUTSIDE_FIELDS = ("question", "golden", "rubric", "must_state", "answer_text", "final_query",
+                   "rows", "prediction_error", "why", "gold_note")
+
+
+def _redacted(item: ReviewItem) -> ReviewItem:
+    """The card with every secret blanked by the kit's one redaction (core/redact.py), as the
+    ledger and the pages blank them: a secret seen in any field is blanked in all of them."""
+    fields = {name: getattr(item, name) for name in _OUTSIDE_FIELDS}
+    secrets = Redactor().learn_json(fields)
+    return replace(item, **secrets.json(fields))
 
 
 def _field(label: str, text: str) -> str:
@@ -382,8 +396,8 @@ def _previous_coverage(run: Run) -> dict[str, Any] | None:
     """The coverage figures the last summary showed (score_run's --coverage report), kept as they
     were: settling a verdict changes no coverage measurement."""
     try:
-        doc = json.loads((run.dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = jsonl.loads((run.dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # a decode error included
         return None
     coverage = doc.get("coverage") if isinstance(doc, dict) else None
     return coverage if isinstance(coverage, dict) else None

@@ -14,6 +14,7 @@ ledger is read once for the whole pass: one live view, refreshed with what the p
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.retrieval import score_view
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
+from malloy_evals.core.redact import redact_url
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
@@ -377,14 +379,28 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
         load_coverage_report(coverage)  # fail on an unreadable report before any work
     view = run.view()  # the one read of the ledger for this pass
     qids = [str(a.get("qid")) for a in select_attempts(view.attempts(), only, Path(run.dir))]
-    drifted = check_drift(eval_set, qids, progress)
-    if drifted and not allow_drift:
-        return DriftRefusal(str(run_dir), drifted, str(set_dir))
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
     endpoint_flag = commands.endpoint_flag(mcp_url, local)
 
-    with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
+    with contextlib.ExitStack() as stack:
+        # The drift check (a runtime of its own over the truth package) and the endpoint's
+        # start-up are fixed costs of every pass: they run side by side. Drift still decides
+        # first: a refusal, or an endpoint that cannot start, is reported as before.
+        drift_job = stack.enter_context(ThreadPoolExecutor(max_workers=1)).submit(
+            check_drift, eval_set, qids, progress)
+        try:
+            endpoint = stack.enter_context(open_endpoint(eval_set, mcp_url=mcp_url, local=local))
+            if not drift_job.done():
+                endpoint.warm()
+        except KitError:
+            if drift_job.result() and not allow_drift:
+                return DriftRefusal(str(run_dir), drift_job.result(), str(set_dir))
+            raise
+        drifted = drift_job.result()
+        if drifted and not allow_drift:
+            return DriftRefusal(str(run_dir), drifted, str(set_dir))
+
         def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
                                            endpoint=endpoint, doctrine=doctrine, append=False,
@@ -397,7 +413,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                                   rescore=rescore, parallel=parallel, progress=progress,
                                   dry_run=dry_run, view=view)
         model_sha = _model_sha(eval_set, endpoint, local)
-        served = {"mcpUrl": mcp_url, "servedRevision": endpoint.served_revision,
+        served = {"mcpUrl": redact_url(mcp_url) if mcp_url else None, "servedRevision": endpoint.served_revision,
                   "environment": endpoint.environment, "package": endpoint.package,
                   "modelPath": endpoint.model_path}
 

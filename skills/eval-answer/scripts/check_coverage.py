@@ -25,7 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.answer.coverage.reader import check_coverage, host_folder, render_text
+from malloy_evals.answer.coverage.reader import (
+    check_coverage,
+    host_folder,
+    host_root,
+    render_text,
+)
 from malloy_evals.core import cli
 from malloy_evals.judge.providers import select as providers
 
@@ -58,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def provider_factory():
         return providers.provider_from_args(args, "reader", role="coverage",
-                                            set_dir=args.set_dir, host_dir=host_dir)
+                                            set_dir=args.set_dir, host_dir=host_dir,
+                                            host_root=host_root(args.out))
 
     report = check_coverage(
         args.set_dir, provider_factory, model_dir=args.model, publisher_url=args.publisher_url,

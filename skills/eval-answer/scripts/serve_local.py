@@ -28,7 +28,7 @@ from malloy_evals.endpoint.mcp_server import (
     parse_package_arg,
     serve,
 )
-from malloy_evals.endpoint.runner import runtime_missing_reason
+from malloy_evals.endpoint.runner import QUERY_TIMEOUT_S, runtime_missing_reason
 from malloy_evals.sets.eval_set import load_set
 
 
@@ -45,8 +45,9 @@ def build_parser() -> cli.ScriptParser:
                    help="another folder DuckDB may read (repeatable)")
     p.add_argument("--http", type=cli.port, metavar="PORT",
                    help="serve stateless streamable HTTP at 127.0.0.1:PORT/mcp instead of stdio")
-    p.add_argument("--timeout", type=cli.seconds, default=60.0,
-                   help="seconds per query (default 60)")
+    p.add_argument("--timeout", type=cli.seconds, default=QUERY_TIMEOUT_S, metavar="SECONDS",
+                   help=f"seconds one query may take (default {QUERY_TIMEOUT_S:g}); a query over it "
+                        "is answered as a query error and its runner is replaced if stuck")
     cli.add_json_flag(p)
     cli.add_check(p, lambda a: "--json needs --http: over stdio, stdout carries the MCP protocol"
                   if a.json and a.http is None else None)

@@ -22,7 +22,7 @@ from typing import Any
 from malloy_evals.answer.coverage.narrow import CaseInventory, how_narrowed, narrow
 from malloy_evals.answer.coverage.surface import ModelView, read_local_model, read_served_model
 from malloy_evals.answer.retrieval import expected_groups
-from malloy_evals.core import cli, codes
+from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.core.words import shown
 from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
@@ -542,6 +542,13 @@ def host_folder(out: Path | None, set_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / "malloy-evals-coverage" / f"{resolved.name}-{tag}"
 
 
+def host_root(out: Path | None) -> Path:
+    """The folder `host_folder` is walked from without following links: --out's folder (the
+    user's choice, taken as given), else the system's temporary folder, where anyone may have
+    planted a link in the host folder's place."""
+    return Path(out).resolve().parent if out is not None else Path(tempfile.gettempdir())
+
+
 # A convention says what it applies to either in words ("applies to ...") or as a leading
 # "<term>: <definition>" label, the way the sample set writes them.
 _CONVENTION_SCOPE = re.compile(r"\bappl(y|ies)\b|^[^:]{1,80}:\s", re.IGNORECASE)
@@ -601,8 +608,7 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-
-        out.write_text(cli.dumps(report) + "\n", encoding="utf-8")
+        files.replace(out, cli.dumps(report) + "\n")
     return report
 
 

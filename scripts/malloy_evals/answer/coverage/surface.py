@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core.errors import KitError, UnmeasuredError
+from malloy_evals.core.redact import redact_url
 from malloy_evals.endpoint.mcp_client import PublisherRest
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow, runtime_missing_reason
@@ -263,7 +264,7 @@ def read_served_model(publisher_url: str, environment: str, package: str) -> Mod
     if isinstance(listing, dict):
         listing = listing.get("models") or []
     paths_ = sorted(m.get("path") for m in listing or [] if isinstance(m, dict) and m.get("path"))
-    where = f"{publisher_url} {environment}/{package}"
+    where = f"{redact_url(publisher_url)} {environment}/{package}"  # reported: no credentials
     if not paths_:
         raise UnmeasuredError(f"{where}: the server lists no models")
     texts, models, problems = [], [], []

@@ -215,7 +215,7 @@ def run_api_session(answerer: ApiAnswerer, *, mcp_url: str, question: str, syste
     except KitError as exc:
         raise SessionFailed(f"the endpoint did not answer: {exc}", 0.0) from None
     try:
-        with transcript.open("w", encoding="utf-8") as fh:
+        with transcript.open("x", encoding="utf-8") as fh:  # created fresh, never through a link
             try:
                 listed = mcp.tool_specs()
             except KitError as exc:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from malloy_evals.answer.transcripts import CUT_OFF_SUBTYPES
+from malloy_evals.core import jsonl
 from malloy_evals.core.errors import UsageError
 
 # What `{name}` in an --answerer-cmd template stands for (each replaced by a shell-quoted value).
@@ -155,13 +156,23 @@ def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
               stdout_path: Path, stderr_path: Path, max_stdout_bytes: int) -> ChildRun:
     """Run one answerer process to its end, its timeout or its output cap (see the module doc)."""
     started = time.monotonic()
-    try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-    except OSError as exc:
-        stderr_path.write_text(f"{exc}\n", encoding="utf-8")
-        return ChildRun(None, 0.0, False, False, 0, start_error=exc.strerror or str(exc))
+    # Both capture files are created, exclusively, before the child exists: nothing it plants in
+    # their place (a link to a file elsewhere) can turn the harness's writes into writes there.
+    with stdout_path.open("xb") as out, stderr_path.open("xb") as err:
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+        except OSError as exc:
+            err.write(f"{exc}\n".encode())
+            return ChildRun(None, 0.0, False, False, 0, start_error=exc.strerror or str(exc))
+        return _watch(proc, out, err, started, timeout=timeout,
+                      max_stdout_bytes=max_stdout_bytes)
+
+
+def _watch(proc: subprocess.Popen[bytes], out: IO[bytes], err: IO[bytes], started: float, *,
+           timeout: float, max_stdout_bytes: int) -> ChildRun:
+    """Pump a started child's output into the capture files until it ends, times out or floods."""
     pgid = proc.pid  # a new session: the child leads its own process group
     with _RUNNING_LOCK:
         _RUNNING.add(pgid)
@@ -172,39 +183,39 @@ def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
         _kill_group(pgid, signal.SIGKILL)
 
     assert proc.stdout is not None and proc.stderr is not None
-    with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-        pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, max_stdout_bytes, flood),
-                                  daemon=True, name="answerer-stdout"),
-                 threading.Thread(target=_pump, args=(proc.stderr, err, STDERR_CAP_BYTES, None),
-                                  daemon=True, name="answerer-stderr")]
-        for t in pumps:
-            t.start()
-        timed_out = False
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, max_stdout_bytes, flood),
+                              daemon=True, name="answerer-stdout"),
+             threading.Thread(target=_pump, args=(proc.stderr, err, STDERR_CAP_BYTES, None),
+                              daemon=True, name="answerer-stderr")]
+    for t in pumps:
+        t.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(pgid, signal.SIGTERM)
         try:
-            proc.wait(timeout=timeout)
+            proc.wait(timeout=KILL_GRACE_S)
         except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=KILL_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-        except BaseException:
-            _kill_group(pgid, signal.SIGKILL)
-            proc.wait()
-            raise
-        finally:
-            # Whatever the child left running in its group (a server it started, a stuck helper)
-            # ends with it; a grandchild that made its own session is beyond reach.
-            _kill_group(pgid, signal.SIGKILL)
-            with _RUNNING_LOCK:
-                _RUNNING.discard(pgid)
+            pass
+    except BaseException:
+        _kill_group(pgid, signal.SIGKILL)
         proc.wait()
-        for t in pumps:
-            t.join(timeout=5)
+        raise
+    finally:
+        # Whatever the child left running in its group (a server it started, a stuck helper)
+        # ends with it; a grandchild that made its own session is beyond reach.
+        _kill_group(pgid, signal.SIGKILL)
+        with _RUNNING_LOCK:
+            _RUNNING.discard(pgid)
+    proc.wait()
+    for t in pumps:
+        t.join(timeout=5)
+    out.flush()
     return ChildRun(exit_status=proc.returncode, seconds=time.monotonic() - started,
                     timed_out=timed_out and not flooded.is_set(), flooded=flooded.is_set(),
-                    stdout_bytes=stdout_path.stat().st_size)
+                    stdout_bytes=os.fstat(out.fileno()).st_size)
 
 
 # ---------------------------------------------------------------- what the child did
@@ -229,7 +240,7 @@ def scan_stream(path: Path) -> StreamScan:
             if not raw.endswith(b"\n"):
                 torn = True
             try:
-                obj = json.loads(raw.decode("utf-8", "replace"))
+                obj = jsonl.loads(raw.decode("utf-8", "replace"))
             except ValueError:
                 continue
             if isinstance(obj, dict) and isinstance(obj.get("type"), str):
@@ -283,11 +294,16 @@ def close_cut_off_stream(path: Path, *, timeout: float, seconds: float, torn_tai
     """End a transcript the harness cut off: drop a half-written last line, then append a
     `result` line with subtype `error_timeout`, marked as the harness's, so the attempt is
     recorded truncated. Cost and turns stay unknown: the answerer never reported them."""
-    if torn_tail:
-        data = path.read_bytes()
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
     line = {"type": "result", "subtype": "error_timeout", "is_error": True,
             "duration_ms": int(seconds * 1000), "result": "",
             "written_by": f"run_answers.py: the answerer was stopped after {timeout:g} s"}
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(line) + "\n")
+    # Opened without following a link (whatever the answerer left behind may still run).
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if torn_tail:
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            os.ftruncate(fd, data.rfind(b"\n") + 1)
+        os.lseek(fd, 0, os.SEEK_END)
+        os.write(fd, (json.dumps(line) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)

@@ -39,8 +39,8 @@ from malloy_evals.answer.harness.plan import (
     render_prompt,
     run_spend,
 )
-from malloy_evals.answer.transcripts import record_attempt, redact_secrets
-from malloy_evals.core import cli, commands, paths
+from malloy_evals.answer.transcripts import record_attempt
+from malloy_evals.core import cli, commands, files, paths
 from malloy_evals.core.errors import (
     EXIT_OK,
     EXIT_UNMEASURED,
@@ -49,6 +49,7 @@ from malloy_evals.core.errors import (
     UnmeasuredError,
     UsageError,
 )
+from malloy_evals.core.redact import Redactor, redact
 from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
 from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
@@ -250,7 +251,7 @@ def _sigterm_as_exit() -> Iterator[None]:
 @contextmanager
 def _run_lock(run: Run) -> Iterator[None]:
     """One harness per run at a time: two would answer the same attempts and void each other."""
-    fd = os.open(run.dir / HARNESS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = files.open_append(run.dir / HARNESS_LOCK, run.dir)  # never through a planted link
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -371,7 +372,7 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
                            prompt=render_prompt(template, eval_set), mcp_url=url,
                            protected=protected, log=log, shared=shared, progress=progress,
                            claude=claude, allowed=allowed, api=api, view=view)
-            log.write("start", answerer=spec.label, command=redact_secrets(spec.template or ""),
+            log.write("start", answerer=spec.label, command=redact(spec.template or ""),
                       mcp_url=url, local=options.local, prompt=str(prompt_path),
                       prompt_sha=prompt_sha, samples=options.samples, planned=len(plan.todo),
                       skipped=len(plan.skipped), max_turns=options.max_turns,
@@ -521,12 +522,13 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
     if not verdict.is_attempt:
         said = [line.strip() for line in stderr.splitlines() if line.strip()]
         failure = verdict.failure or "not an attempt"
+        secrets = Redactor().learn(stderr)  # a secret the stderr shows anywhere, blanked everywhere
         if said:
-            failure += f"; its stderr ends: {redact_secrets(said[-1])[:200]}"
+            failure += f"; its stderr ends: {secrets.text(said[-1])[:200]}"
         if cost is not None:
             ctx.shared.budget.add(cost)
         ctx.log.write("try", outcome="failed", failure=failure, cost_usd=cost,
-                      stderr_tail=redact_secrets(stderr[-STDERR_TAIL_CHARS:]), **common)
+                      stderr_tail=secrets.text(stderr[-STDERR_TAIL_CHARS:]), **common)
         return AttemptOutcome(planned.qid, planned.sample, "failed", try_no,
                               failure=failure, seconds=child.seconds)
     if verdict.cut_off:
@@ -576,12 +578,13 @@ def _record(ctx: _Context, planned: PlannedAttempt, try_no: int, space: isolatio
         where = f"stdout line {exc.line}" if exc.line else "stdout"
         failure = f"the transcript could not be read: {where}: {exc.message}"
         ctx.log.write("try", outcome="failed", failure=failure,
-                      stderr_tail=redact_secrets(stderr[-STDERR_TAIL_CHARS:]), **common)
+                      stderr_tail=Redactor().learn(stderr).text(stderr[-STDERR_TAIL_CHARS:]),
+                      **common)
         return AttemptOutcome(planned.qid, planned.sample, "failed", try_no, failure=failure)
     stderr_path = None
     if stderr.strip():
         written = ctx.run.write_artifact(planned.qid, planned.sample, "stderr.txt",
-                                         redact_secrets(stderr))
+                                         Redactor().learn(stderr).copy_text(stderr))
         stderr_path = ctx.run.relpath(written)
     attempt = _recorded_attempt(ctx, planned) or {}
     seconds = time.monotonic() - started

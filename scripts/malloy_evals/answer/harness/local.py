@@ -77,7 +77,7 @@ def serve_model_http(eval_set: EvalSet) -> Iterator[str]:
         raise InputError(eval_set.model_dir, None, "the set has no model/ package to serve locally")
     script = paths.skill_script("serve_local")
     assert script is not None, "skills/eval-answer/scripts/serve_local.py is part of the kit"
-    package = f"{eval_set.environment}/{eval_set.target_package}={eval_set.model_dir.resolve()}"
+    package = eval_set.package_spec  # its queries within the endpoint's budgets (query-budgets.md)
     why = ""
     for _ in range(_PORT_TRIES):
         port = _free_port()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from malloy_evals.core import paths
+from malloy_evals.core import files, jsonl, paths
 from malloy_evals.core.errors import UsageError
 from malloy_evals.ledger.events import now
 from malloy_evals.sets.eval_set import EvalSet
@@ -214,7 +214,7 @@ class HarnessLog:
         out: list[dict[str, Any]] = []
         for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                obj = json.loads(line)
+                obj = jsonl.loads(line)
             except ValueError:
                 continue
             if isinstance(obj, dict):
@@ -224,7 +224,7 @@ class HarnessLog:
     def write(self, event: str, **fields: Any) -> None:
         line = json.dumps({"at": now(), "event": event, **fields}, ensure_ascii=False) + "\n"
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = files.open_append(self.path, self.path.parent)  # never through a link
             try:
                 os.write(fd, line.encode("utf-8"))
             finally:

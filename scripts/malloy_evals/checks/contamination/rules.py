@@ -101,7 +101,6 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -123,6 +122,7 @@ from malloy_evals.checks.contamination.tools import tool_kind
 from malloy_evals.checks.contamination.touches import Sweep, Touch, _Seen, _State
 from malloy_evals.checks.contamination.uses import _see
 from malloy_evals.checks.toollog import ToolLog, ToolUse, read_tool_uses
+from malloy_evals.core import jsonl
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
 from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.core.words import shown
@@ -306,7 +306,7 @@ def read_set_pins(set_dir: str | Path) -> tuple[str | None, str | None]:
     if not path.is_file():
         return None, None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonl.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(path, getattr(exc, "lineno", None), f"cannot read set.json: {exc}") from None
     if not isinstance(data, dict):

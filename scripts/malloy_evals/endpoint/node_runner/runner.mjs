@@ -5,19 +5,28 @@
 // request changes the process's working directory into the package (DuckDB's sandbox checks
 // relative table paths against the cwd). Nothing else is ever written to stdout.
 //
-// Ops: load {package_dir, allow}, reload, describe, definitions, search {text, limit, kinds,
-// sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
-// query_name | query_name, givens, trusted, row_limit}, ping.
+// Ops: load {package_dir, allow, options: {csv_types, memory_limit}}, reload, describe, definitions, search
+// {text, limit, kinds, sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
+// query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, csv_tables, ping.
+//
+// Budgets (reference/query-budgets.md): a submitted query's rows are capped hard (its own `limit:`
+// cannot raise the cap; trusted queries keep their own limit), the rows it materialises are capped
+// in bytes and DuckDB's memory is capped, and a query still running at `timeout_ms` is interrupted.
+// A query stuck in the compiler cannot be interrupted from here: the Python driver kills the
+// process a little after the same deadline.
 
+import { statSync } from 'node:fs';
 import { readFile, readdir } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import lunr from 'lunr';
-import { API, SingleConnectionRuntime, modelDefToModelInfo } from '@malloydata/malloy';
+import { API, Result, SingleConnectionRuntime, modelDefToModelInfo } from '@malloydata/malloy';
 import { DuckDBConnection } from '@malloydata/db-duckdb';
 
 const DEFAULT_ROW_LIMIT = 1000; // the Publisher's PUBLISHER_DEFAULT_QUERY_ROW_LIMIT
+const DEFAULT_BYTE_CAP = 16 * 1024 * 1024; // JSON characters of rows one query may materialise
+const DEFAULT_MEMORY_LIMIT = '1GB'; // DuckDB's own working memory, per runner
 const SEARCH_DEFAULT_LIMIT = 10;
 // Kinds the Publisher indexes for lexical retrieval; joins are kept for the typed form only.
 const INDEXED_KINDS = new Set(['source', 'view', 'query', 'dimension', 'measure']);
@@ -88,6 +97,22 @@ function problemList(err) {
 
 class RequestError extends Error {}
 
+/** A query over its time or size budget: the query's failure, reported like a compile error. */
+class BudgetError extends Error {
+  constructor(message, code) {
+    super(message);
+    this.problems = [{ message, severity: 'error', code }];
+  }
+}
+
+function sqlString(text) {
+  return "'" + String(text).replace(/'/g, "''") + "'";
+}
+
+function sqlIdent(text) {
+  return '"' + String(text).replace(/"/g, '""') + '"';
+}
+
 function modelEntry(modelPath) {
   if (!state) throw new RequestError('no package loaded');
   let p = modelPath;
@@ -107,7 +132,7 @@ function modelEntry(modelPath) {
 
 // ---------- load ----------
 
-async function load(pkgDir, allow) {
+async function load(pkgDir, allow, options = {}) {
   if (state) await closeState();
   pkgDir = path.resolve(pkgDir);
   const allowed = [pkgDir, ...(allow || []).map((d) => path.resolve(d))];
@@ -119,12 +144,16 @@ async function load(pkgDir, allow) {
     securityPolicy: 'sandboxed', // no extension downloads, file access only inside allowed dirs
     allowedDirectories: allowed,
     threads: 1, // one thread: deterministic row order and float sums
+    memoryLimit: options.memory_limit || DEFAULT_MEMORY_LIMIT,
   });
   const runtime = new SingleConnectionRuntime({
     urlReader: { readURL: async (u) => readFile(new URL(u), 'utf8') },
     connection: conn,
   });
-  state = { pkgDir, allow: allow || [], conn, runtime, models: new Map(), entities: [], index: null };
+  state = {
+    pkgDir, allow: allow || [], options, conn, runtime, models: new Map(), entities: [], index: null,
+    csvTables: new Map(), // table name as the SQL writes it -> {filePath, uses, detected, stamp, read, ...}
+  };
   for (const rel of await findModels(pkgDir)) {
     const entry = { mm: null, model: null, info: null, error: null, problems: [] };
     try {
@@ -138,6 +167,7 @@ async function load(pkgDir, allow) {
     state.models.set(rel, entry);
   }
   buildEntities();
+  if (options.csv_types !== false) registerCsvTables();
   return loadSummary();
 }
 
@@ -145,6 +175,117 @@ function loadSummary() {
   const errors = [];
   for (const [p, e] of state.models) if (e.error) errors.push({ path: p, message: e.error, problems: e.problems });
   return { package_dir: state.pkgDir, models: [...state.models.keys()], errors, entities: state.entities.length };
+}
+
+// ---------- CSV column types, detected once per table per load ----------
+//
+// DuckDB reads `duckdb.table('x.csv')` (SQL `FROM 'x.csv'`) by sniffing the file's dialect and
+// column types on every query; on small tables the sniffing costs more than the query. The runner
+// sniffs each CSV table of the package once (when a second query reads it: a runner that answers
+// one query never pays for it), and writes the read it detected into the SQL of each later query
+// in place of the bare file name: `FROM read_csv('x.csv', <every option the
+// sniffer found>)`. auto_detect stays on with every option given, so the sniffer only confirms
+// them (cheap) and the scan keeps the row estimate a sniffing read has: with it off DuckDB guesses
+// 42 rows a file, plans joins in another order, and float sums change in the last digits. (A view
+// of the same name would not do: a filter over a view is estimated differently, with the same
+// effect.)
+//
+// A table's declared read is used only when it gives the same column types, the same row
+// estimate and the same rows as the sniffing read (checked when detected); otherwise, and for
+// anything but a plain CSV file path, the SQL is left as Malloy wrote it. A file that changes
+// (size, mtime or inode) is detected again before the next query.
+
+/** Every table the compiled models read, as the SQL names it (a file path is a quoted string). */
+function tablePaths() {
+  const found = new Set();
+  const seen = new Set();
+  const walk = (node) => {
+    if (!node || typeof node !== 'object' || seen.has(node)) return;
+    seen.add(node);
+    if (node.type === 'table' && typeof node.tablePath === 'string') found.add(node.tablePath);
+    for (const v of Array.isArray(node) ? node : Object.values(node)) walk(v);
+  };
+  for (const entry of state.models.values()) if (entry.model) walk(entry.model._modelDef);
+  return [...found];
+}
+
+function fileStamp(filePath) {
+  try {
+    const st = statSync(path.resolve(state.pkgDir, filePath));
+    return st.isFile() ? `${st.ino}:${st.size}:${st.mtimeMs}` : null;
+  } catch {
+    return null;
+  }
+}
+
+async function duckRows(sql) {
+  return (await state.conn.runRawSQL(sql)).rows;
+}
+
+/** The declared read of one CSV file (`read_csv(...)`), or null when today's read must stand. */
+async function declaredRead(filePath, stamp) {
+  if (!stamp) return null;
+  try {
+    const [sniff] = await duckRows(`SELECT Prompt AS prompt FROM sniff_csv(${sqlString(filePath)})`);
+    const prompt = String(sniff.prompt).trim().replace(/;$/, '');
+    if (!/^FROM read_csv\(/.test(prompt) || !/\bauto_detect=false\b/.test(prompt)) return null;
+    const read = prompt.replace(/^FROM /, '').replace(/\bauto_detect=false\b/, 'auto_detect=true');
+    const declared = `SELECT * FROM ${read}`;
+    const today = `SELECT * FROM ${sqlString(filePath)}`;
+    const same = async (fn) => (await fn(declared)) === (await fn(today));
+    const types = async (sql) => JSON.stringify((await duckRows(`DESCRIBE ${sql}`)).map((c) => [c.column_name, c.column_type]));
+    const estimates = async (sql) => JSON.stringify((await duckRows(`EXPLAIN ${sql}`))
+      .map((r) => String(r.explain_value || '')).join('\n').match(/~[\d,]+ rows/g));
+    if (!(await same(types)) || !(await same(estimates))) return null;
+    // As many rows, none of them missing from today's read: the same rows (as multisets).
+    const [diff] = await duckRows(
+      `SELECT (SELECT count(*) FROM (${declared} EXCEPT ALL ${today})) AS n, ` +
+      `(SELECT count(*) FROM (${declared})) - (SELECT count(*) FROM (${today})) AS d`);
+    return Number(diff.n) === 0 && Number(diff.d) === 0 ? read : null;
+  } catch {
+    return null; // a file the sniffer cannot read is left to DuckDB's own read and its error
+  }
+}
+
+/** The package's CSV tables, registered at load; each is detected when a second query reads it
+ * (a runner that answers one query, as `reexecute.py --local` does, never pays for detection). */
+function registerCsvTables() {
+  for (const sqlName of tablePaths()) {
+    // Only a plain CSV file path, written as one SQL string: no glob, no URL, no other read.
+    const m = sqlName.match(/^'((?:[^']|'')*)'$/);
+    const filePath = m ? m[1].replace(/''/g, "'") : null;
+    if (!filePath || !/\.csv$/i.test(filePath) || /[*?[{]|:\/\//.test(filePath)) continue;
+    const quoted = sqlName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const pattern = `(\\b(?:FROM|JOIN)\\s+)${quoted}(?=\\s+AS\\s)`;
+    state.csvTables.set(sqlName, {
+      filePath, uses: 0, detected: false, stamp: null, read: null,
+      finds: new RegExp(pattern, 'i'), replaces: new RegExp(pattern, 'gi'),
+    });
+  }
+}
+
+/** `sql` with each detected table's bare name (a table reference with an alias) read as declared;
+ * a table read for the second time is detected now, and one whose file changed, again. */
+async function withDeclaredReads(sql) {
+  for (const t of state.csvTables.values()) {
+    if (!t.finds.test(sql)) continue;
+    t.uses += 1;
+    if (t.uses < 2) continue;
+    const stamp = fileStamp(t.filePath);
+    if (!t.detected || stamp !== t.stamp) {
+      Object.assign(t, { stamp, detected: true, read: await declaredRead(t.filePath, stamp) });
+    }
+    if (t.read) sql = sql.replace(t.replaces, (_m, head) => head + t.read);
+  }
+  return sql;
+}
+
+/** What became of each CSV table: how many queries read it, and whether it is read as declared
+ * (null: not detected yet). */
+function csvTables() {
+  return [...state.csvTables.values()]
+    .map((t) => ({ path: t.filePath, uses: t.uses, declared: t.detected ? Boolean(t.read) : null }))
+    .sort((a, b) => (a.path < b.path ? -1 : 1));
 }
 
 async function closeState() {
@@ -362,18 +503,57 @@ async function execute(req) {
   }
   const givens = req.givens && typeof req.givens === 'object' ? req.givens : undefined;
   const opts = givens ? { givens } : undefined;
+  const timeoutMs = Number.isFinite(req.timeout_ms) && req.timeout_ms > 0 ? req.timeout_ms : null;
+  const byteCap = Number.isInteger(req.byte_cap) && req.byte_cap > 0 ? req.byte_cap : DEFAULT_BYTE_CAP;
+  const started = Date.now();
+  const timeUp = () => new BudgetError(`the query did not finish within ${timeoutMs / 1000} s (the kit's time limit for one query)`, 'query-timeout');
   const qm = req.trusted ? entry.mm.loadQuery(text) : entry.mm.loadRestrictedQuery(text);
   const prepared = await qm.getPreparedResult(opts);
+  if (timeoutMs && Date.now() - started > timeoutMs) throw timeUp();
   const ownLimit = prepared.resultExplore.limit;
   const serverCap = Number.isInteger(req.row_limit) && req.row_limit > 0 ? req.row_limit : DEFAULT_ROW_LIMIT;
-  const cap = ownLimit ? ownLimit : serverCap;
-  const limitSource = ownLimit ? 'query' : 'server_default';
-  const result = await qm.run({ rowLimit: cap, ...(opts || {}) });
-  const rows = result.data.value;
+  // A submitted query's own `limit:` may lower the cap, never raise it; trusted queries (the
+  // kit's canonical queries over the truth package) keep their own limit.
+  const cap = ownLimit ? (req.trusted ? ownLimit : Math.min(ownLimit, serverCap)) : serverCap;
+  const limitSource = ownLimit && cap === ownLimit ? 'query' : 'server_default';
+  const sql = state.csvTables.size ? await withDeclaredReads(prepared.sql) : prepared.sql;
+  // Rows are streamed and the stream stops at the cap, so DuckDB never hands over more rows
+  // than are kept; their JSON size is counted against the byte cap as they arrive.
+  const rows = [];
+  let bytes = 0;
+  let budgetError = null;
+  const abort = new AbortController();
+  const interrupt = (err) => {
+    if (budgetError) return;
+    budgetError = err;
+    abort.abort();
+    try {
+      state.conn.connection?.interrupt();
+    } catch {
+      // nothing running to interrupt
+    }
+  };
+  const timer = timeoutMs ? setTimeout(() => interrupt(timeUp()), Math.max(0, timeoutMs - (Date.now() - started))) : null;
+  try {
+    for await (const row of state.conn.runSQLStream(sql, { rowLimit: cap, abortSignal: abort.signal })) {
+      bytes += JSON.stringify(row, (_k, v) => (typeof v === 'bigint' ? v.toString() : v)).length;
+      if (bytes > byteCap) {
+        interrupt(new BudgetError(`the query's result exceeded ${byteCap} bytes (the kit's size limit for one query); aggregate further or select fewer columns`, 'query-too-large'));
+        break;
+      }
+      rows.push(row);
+    }
+  } catch (err) {
+    if (!budgetError) throw err;
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
+  if (budgetError) throw budgetError;
+  const result = new Result({ ...prepared._rawQuery, result: rows, totalRows: rows.length }, prepared._modelDef);
   const wrapped = API.util.wrapResult(result);
   const limitHit = limitSource === 'server_default' && rows.length >= cap;
   const out = {
-    rows,
+    rows: result.data.value,
     schema: wrapped.schema,
     annotations: wrapped.annotations || [],
     connection_name: wrapped.connection_name,
@@ -384,7 +564,7 @@ async function execute(req) {
     _query_row_limit: cap,
     _limit_source: limitSource,
     _limit_hit: limitHit,
-    sql: result.sql,
+    sql: prepared.sql,
   };
   if (limitHit) {
     out.warning = `Result limited to ${cap} rows (server default); more rows may exist. Aggregate further or add a limit: to the query.`;
@@ -403,12 +583,12 @@ function modelInfo(req) {
 
 async function handle(req) {
   if (req.op === 'ping') return { pid: process.pid };
-  if (req.op === 'load') return load(req.package_dir, req.allow);
+  if (req.op === 'load') return load(req.package_dir, req.allow, req.options || {});
   if (!state) throw new RequestError('no package loaded: send op "load" first');
   process.chdir(state.pkgDir); // relative table paths are checked against the cwd
   switch (req.op) {
     case 'reload':
-      return load(state.pkgDir, state.allow);
+      return load(state.pkgDir, state.allow, state.options);
     case 'describe':
       return describe();
     case 'definitions':
@@ -419,6 +599,8 @@ async function handle(req) {
       return search(req);
     case 'model_info':
       return modelInfo(req);
+    case 'csv_tables':
+      return csvTables();
     case 'execute':
       return execute(req);
     default:

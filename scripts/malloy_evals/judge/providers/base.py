@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from malloy_evals.core import commands
 from malloy_evals.core.errors import KitError
+from malloy_evals.core.redact import redact
 
 ROLES = ("judge", "coverage", "diagnose")
 HAND_AUTHORED = "hand-authored"
@@ -27,7 +28,13 @@ STRUCTURED_TOOL = "submit_result"
 # --------------------------------------------------------------------------- errors
 
 class ProviderError(KitError):
-    """The provider gave up (after bounded retries, or on an error a retry cannot fix)."""
+    """The provider gave up (after bounded retries, or on an error a retry cannot fix).
+
+    Its message is a provider's text (an SDK or HTTP error that may echo the API key), so it is
+    redacted here, once, before anything prints or stores it (score.reason, judge/error.json)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(message))
 
 
 class RecordingMissing(KitError):
@@ -62,7 +69,9 @@ def canonical_json(value: Any) -> str:
 
 
 def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate from hand-edited JSON digests like any other character
+    # instead of failing (the kit's own readers replace them; UTF-8 text digests as it always did).
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)

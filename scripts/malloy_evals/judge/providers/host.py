@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import files, jsonl
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.judge.providers.base import (
     HOST_SOURCE,
@@ -27,19 +28,27 @@ class HostProvider:
     folder) holds `request.json` and `reply.json`; otherwise `<host_dir>/host/<role>/<key>.request.json`
     and `<key>.reply.json`. A reply file is either the result object itself or `{"text": ...}`."""
 
-    def __init__(self, mode: str, host_dir: Path | None, *, role: str):
+    def __init__(self, mode: str, host_dir: Path | None, *, role: str,
+                 host_root: Path | None = None):
         if mode not in ("emit", "ingest"):
             raise UsageError("--judge host needs --emit or --ingest")
         self.spec = "host"
         self.model = HOST_SOURCE
         self.mode = mode
         self.host_dir = Path(host_dir) if host_dir else None
+        # Outside a run, the folder taken as given: host_dir's folders below it are walked
+        # without following links (a shared temporary folder is anyone's to plant a link in).
+        self.host_root = Path(host_root) if host_root else self.host_dir
         self.role = role
         self._placed: dict[str, Path] = {}
+        self._roots: dict[str, Path] = {}
 
-    def place(self, key: str, folder: Path) -> None:
-        """Put this key's request/reply in an attempt's artifact folder."""
+    def place(self, key: str, folder: Path, root: Path | None = None) -> None:
+        """Put this key's request/reply in an attempt's artifact folder (inside the run `root`,
+        which writes never leave through a link)."""
         self._placed[key] = Path(folder)
+        if root is not None:
+            self._roots[key] = Path(root)
 
     def files_for(self, key: str) -> tuple[Path, Path]:
         if key in self._placed:
@@ -55,30 +64,39 @@ class HostProvider:
         # digest with model null, so they agree.
         digest = request.digest(model=None)
         if self.mode == "emit":
-            req_path.parent.mkdir(parents=True, exist_ok=True)
             doc = request.to_json()
             doc["reply_path"] = str(reply_path)
             doc["reply_format"] = ("write the result object as JSON to reply_path (or "
                                    "{\"text\": \"<your whole reply>\"}); the system text is your brief")
-            req_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n",
-                                encoding="utf-8")
+            root = self._roots.get(request.key)
+            if root is None:  # outside a run: the host folder given on the command line
+                root = self.host_root or req_path.parent
+                root.mkdir(parents=True, exist_ok=True)
+            files.replace(req_path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", root)
             raise HostReplyPending(f"emitted {req_path}; a host subagent writes {reply_path}, "
                                    f"then re-run with --ingest")
+        for path in (req_path, reply_path):
+            if path.is_symlink():  # a reply is read from the attempt's own folder, never via a link
+                raise InputError(path, None, files.LINK_MESSAGE)
         if not req_path.is_file():
             raise HostReplyPending(f"no emitted request in {req_path.parent} (looked for "
                                    f"{req_path.name}): run with --emit first")
         if not reply_path.is_file():
             raise HostReplyPending(self._missing_reply(reply_path))
         try:
-            emitted = json.loads(req_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise InputError(req_path, None, f"unreadable request: {exc}") from None
-        if emitted.get("request_digest") != digest:
+            emitted = jsonl.loads(req_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise InputError(req_path, getattr(exc, "lineno", None),
+                             f"unreadable request: {exc}") from None
+        if not isinstance(emitted, dict) or emitted.get("request_digest") != digest:
             raise RecordingStale(f"{req_path}: the request changed since it was emitted; "
                                  f"emit again with --emit")
-        raw = reply_path.read_text(encoding="utf-8")
         try:
-            sample: Any = json.loads(raw)
+            raw = reply_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(reply_path, None, f"unreadable reply: {exc}") from None
+        try:
+            sample: Any = jsonl.loads(raw)
         except ValueError:
             sample = raw  # a reply that is not JSON is raw text, parsed like any other reply
         return reply_from_sample(sample, source=HOST_SOURCE, digest=digest)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core import files, jsonl
 from malloy_evals.core.errors import InputError
 from malloy_evals.judge.providers.base import (
     LlmReply,
@@ -27,7 +28,7 @@ from malloy_evals.judge.providers.base import (
 
 def _load_recording(path: Path) -> dict:
     try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
+        rec = jsonl.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(path, None, f"unreadable recording: {exc}") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("samples"), list):
@@ -149,7 +150,5 @@ class RecordingProvider:
                 self._fresh.add(request.key)
             rec["samples"].append(reply.to_sample())
             self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(rec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            tmp.replace(path)
+            files.replace(path, json.dumps(rec, indent=2, ensure_ascii=False) + "\n")
         return reply

@@ -22,7 +22,7 @@ RECORD_WITH_REPLAY = "--record records a live provider; it cannot wrap replay"
 
 def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Path | None = None,
                   host_mode: str | None = None, host_dir: Path | None = None,
-                  max_cost_usd: float | None = None, dry_run: bool = False,
+                  host_root: Path | None = None, max_cost_usd: float | None = None, dry_run: bool = False,
                   concurrency: int = 4, batch: bool = False, **anthropic_options: Any) -> Any:
     """The provider a spec names; with record_dir, wrapped so every reply is recorded there."""
     if role not in ROLES:
@@ -40,7 +40,7 @@ def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Pat
         if record_dir is not None:
             raise UsageError(RECORD_WITH_REPLAY)
     elif kind == "host":
-        provider = HostProvider(host_mode or "", host_dir, role=role)
+        provider = HostProvider(host_mode or "", host_dir, role=role, host_root=host_root)
     else:
         provider = HandProvider(Path(arg))
     if record_dir is not None:
@@ -124,7 +124,7 @@ def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
 
 
 def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | None,
-                       host_dir: Path | None = None) -> Any:
+                       host_dir: Path | None = None, host_root: Path | None = None) -> Any:
     """make_provider from the flags of add_provider_arguments."""
     record = getattr(args, "record", None)
     record_dir = None if record is None else (Path(record) if record else
@@ -133,6 +133,7 @@ def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | 
         "ingest" if getattr(args, "ingest", False) else None)
     return make_provider(getattr(args, flag_attr), role=role, set_dir=set_dir,
                          record_dir=record_dir, host_mode=host_mode, host_dir=host_dir,
+                         host_root=host_root,
                          max_cost_usd=getattr(args, "max_cost_usd", None),
                          dry_run=getattr(args, "dry_run", False),
                          concurrency=getattr(args, "concurrency", 4),
