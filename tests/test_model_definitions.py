@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from judge_support import FakeProvider, make_run, verdict, write_prediction
 from malloy_evals.answer.scoring import score_attempt
+from malloy_evals.checks import model_definitions
 from malloy_evals.checks.model_definitions import check_set_with_model, read_definitions
 from malloy_evals.checks.must_not_use import Definitions
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow
@@ -70,6 +71,27 @@ def test_the_same_model_in_two_folders_is_compiled_once(tmp_path, needs_node):
     first = read_definitions(write_shop(tmp_path / "a"), "shop.malloy")
     second = read_definitions(write_shop(tmp_path / "b"), "shop.malloy")
     assert isinstance(first, Definitions) and first is second
+
+
+def test_a_pass_reads_the_definitions_up_front_only_when_a_selected_case_has_a_veto(
+        tmp_path, monkeypatch, needs_node):
+    set_dir = _shop_set(tmp_path / "set")
+    with (set_dir / "model" / "shop.malloy").open("a") as model:
+        model.write(f"\n// {tmp_path.name}\n")  # a model of its own: not in the process cache
+    with (set_dir / "cases.jsonl").open("a") as cases:
+        cases.write(json.dumps({"qid": "q_free", "question": "How many?", "goldenRevision": 1,
+                                "golden": {"status": "verified", "kind": "scalar",
+                                           "value": {"n": 1}, "rubric": "PREFERRED: 1."}}) + "\n")
+    eval_set = load_set(set_dir)
+    compiled: list[Path] = []
+    monkeypatch.setattr(model_definitions, "_compile",
+                        lambda folder, path: compiled.append(folder) or "read")
+    model_definitions.read_definitions_for(eval_set, ["q_free", "absent"])
+    assert compiled == []
+    model_definitions.read_definitions_for(eval_set, ["q_free", "q_late"])
+    model_definitions.read_definitions_for(eval_set, ["q_late"])
+    assert compiled == [eval_set.model_dir]
+    assert model_definitions.case_definitions(eval_set, eval_set.cases["q_late"]) == "read"
 
 
 @pytest.mark.parametrize("make, why", [

@@ -6,6 +6,7 @@ stays a decider over values; this module is the caller that reads the model."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,17 @@ def case_definitions(eval_set: Any, case: Any) -> Definitions | str | None:
     if not case.must_not_use or model_dir is None:
         return None
     return read_definitions(model_dir, getattr(eval_set, "target_model_path", None))
+
+
+def read_definitions_for(eval_set: Any, qids: Iterable[str]) -> None:
+    """Read (once, into the cache) the definitions the veto will need for `qids`, when any of
+    their cases has mustNotUse entries: a scoring pass calls this beside the endpoint's start-up,
+    so the model's compile is not paid by the first attempt while the others wait for it."""
+    for qid in qids:
+        case = eval_set.cases.get(qid)
+        if case is not None and case.must_not_use:
+            case_definitions(eval_set, case)
+            return
 
 
 def _data_files(folder: Path) -> tuple[tuple[str, int], ...]:

@@ -26,6 +26,7 @@ from typing import Any
 from malloy_evals.answer import scoring
 from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.retrieval import score_view
+from malloy_evals.checks.model_definitions import read_definitions_for
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.core.redact import redact_url
@@ -384,11 +385,13 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
     endpoint_flag = commands.endpoint_flag(mcp_url, local)
 
     with contextlib.ExitStack() as stack:
-        # The drift check (a runtime of its own over the truth package) and the endpoint's
-        # start-up are fixed costs of every pass: they run side by side. Drift still decides
-        # first: a refusal, or an endpoint that cannot start, is reported as before.
-        drift_job = stack.enter_context(ThreadPoolExecutor(max_workers=1)).submit(
-            check_drift, eval_set, qids, progress)
+        # The drift check (a runtime of its own over the truth package), the veto's read of the
+        # model's definitions (another) and the endpoint's start-up are fixed costs of every
+        # pass: they run side by side. Drift still decides first: a refusal, or an endpoint that
+        # cannot start, is reported as before.
+        start_up = stack.enter_context(ThreadPoolExecutor(max_workers=2))
+        drift_job = start_up.submit(check_drift, eval_set, qids, progress)
+        start_up.submit(read_definitions_for, eval_set, qids)
         try:
             endpoint = stack.enter_context(open_endpoint(eval_set, mcp_url=mcp_url, local=local))
             if not drift_job.done():
