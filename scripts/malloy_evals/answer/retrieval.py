@@ -240,7 +240,7 @@ def reattribute(row: Mapping[str, Any], verdict: str | None,
         coverage_source=row.get("coverage_source") or "none", groups=int(row.get("groups") or 0),
         recall=row.get("recall"), missing=missing, missing_kinds=missing_kinds,
         asked=set(row.get("asked_kinds") or []), in_model=in_model)
-    values = {f: row.get(f) for f in _ROW_FIELDS}
+    values: dict[str, Any] = {f: row.get(f) for f in _ROW_FIELDS}
     values.update(verdict=verdict, failed=failed, where_to_fix=where, component=component,
                   owner=owner, why=why)
     return RetrievalRow(**values)
@@ -384,8 +384,8 @@ class AttemptState:
     """What retrieval keeps per attempt key: memory per attempt, never per event."""
     has_attempt: bool = False
     delivered: Delivered = field(default_factory=Delivered)
-    score: dict[str, Any] | None = None   # the latest live score
-    human: dict[str, Any] | None = None   # the latest live human_verdict (a person settled it)
+    score: Mapping[str, Any] | None = None   # the latest live score
+    human: Mapping[str, Any] | None = None   # the latest live human_verdict (a person settled it)
     attempt_id: str | None = None         # the live attempt's event id
     live_retrieval_ids: list[str] = field(default_factory=list)
 
@@ -433,6 +433,7 @@ def collect_states(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, Atte
 _NEEDLES = (b'"get_context"', b'"attempt"', b'"score"', b'"retrieval_score"', b'"human_verdict"')
 # The decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
 _scan_once: Callable[[str, int], tuple[Any, int]] = (
+    # scan_once is set on every JSONDecoder at run time; the stubs do not declare it.
     json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
 
 

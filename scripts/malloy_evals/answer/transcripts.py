@@ -180,7 +180,7 @@ def parse_transcript(path: str | Path) -> Transcript:
             out.format = "stream-json"
             result = line
         elif kind in ("assistant", "user"):
-            message = line.get("message") if isinstance(line.get("message"), dict) else {}
+            message = got if isinstance(got := line.get("message"), dict) else {}
             content = message.get("content")
             blocks = content if isinstance(content, list) else []
             # A subagent's messages (sidechain) hold the answerer's tool uses too, never its answer.
@@ -533,6 +533,7 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
         raise UsageError("give either --transcript, or --host-log with --answer-file")
     if host_log is not None and answer_file is None:
         raise UsageError(HOST_LOG_NEEDS_ANSWER)
+    # Exactly one of the two is given (checked above).
     source = Path(transcript if transcript is not None else host_log)  # type: ignore[arg-type]
     parsed = parse_transcript(source) if transcript is not None else read_host_log(source)
     if parsed.format == "host-log" and answer_file is None:

@@ -126,10 +126,10 @@ def noise_spans(text: str) -> list[tuple[int, int]]:
             i += 1
             c = text[i]
         if c in "'\"":
-            end = _string_end(text, i)
-            if end is not None:
-                spans.append((start, end))
-                i = end
+            close = _string_end(text, i)
+            if close is not None:
+                spans.append((start, close))
+                i = close
                 continue
         i = start + 1
     return spans
@@ -372,7 +372,7 @@ def _reach(text: str, defs: Definitions) -> _Reach:
             root = aliases[root]
         if root in defs.queries:
             source = defs.queries[root][0]
-            if source in defs.sources:
+            if source is not None and source in defs.sources:
                 sources.append(source)
                 seeds.append((_Node(source, "", root, query=True), ()))
                 continue

@@ -94,9 +94,8 @@ def _inline(node: Any, home: str) -> Any:
     if not isinstance(node, dict):
         return node
     ref = node.get("$ref")
-    to_defs = isinstance(ref, str) and (ref.startswith("defs.schema.json#/$defs/")
-                                         or (ref.startswith("#/$defs/") and home == "defs"))
-    if not to_defs:
+    if not (isinstance(ref, str) and (ref.startswith("defs.schema.json#/$defs/")
+                                      or (ref.startswith("#/$defs/") and home == "defs"))):
         return {k: _inline(v, home) for k, v in node.items()}
     target = _inline(schema("defs")["$defs"][ref.rsplit("/", 1)[1]], "defs")
     rest = {k: _inline(v, home) for k, v in node.items() if k != "$ref"}
@@ -140,6 +139,12 @@ def _leaves(errors: Any) -> list[ValidationError]:
     return out
 
 
+def _keyword_value(error: ValidationError) -> Any:
+    """The schema's value for the keyword that failed: always set on an error the validator
+    raised (the stubs also allow an error built by hand without one)."""
+    return error.validator_value
+
+
 def _message(error: ValidationError) -> str:
     """jsonschema's message, made specific where its default is vague (anyOf over a $ref'd enum)."""
     if error.validator in ("anyOf", "oneOf") and error.context:
@@ -147,7 +152,7 @@ def _message(error: ValidationError) -> str:
         allowed: list[str] = []
         for e in _leaves(error.context):
             if e.validator == "enum":
-                allowed += [shown(v) for v in e.validator_value]
+                allowed += [shown(v) for v in _keyword_value(e)]
             elif e.validator == "const":
                 allowed.append(shown(e.validator_value))
             elif e.validator == "pattern":
@@ -164,7 +169,7 @@ def _message(error: ValidationError) -> str:
         types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         return f"{shown(error.instance)} is not of type {', '.join(map(repr, types))}"
     if error.validator == "enum":
-        return f"{shown(error.instance)} is not one of [{', '.join(map(shown, error.validator_value))}]"
+        return f"{shown(error.instance)} is not one of [{', '.join(map(shown, _keyword_value(error)))}]"
     if error.validator == "const":
         return f"{shown(error.instance)} is not {shown(error.validator_value)}"
     return error.message

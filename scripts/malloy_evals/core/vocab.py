@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from malloy_evals.core import paths
 
@@ -95,7 +95,7 @@ ENTITY_ID_RE = re.compile(ENTITY_ID_PATTERN.removeprefix("^").removesuffix("$"))
 NULL_REASON_RE = re.compile(NULL_REASON_PATTERN.removeprefix("^").removesuffix("$"))
 
 
-def is_qid(value: object) -> bool:
+def is_qid(value: object) -> TypeGuard[str]:
     """Whether `value` is a safe case id (it may name a folder)."""
     return isinstance(value, str) and QID_RE.fullmatch(value) is not None
 

@@ -73,7 +73,7 @@ def validate_clusters(obj: Any, diagnoses: list[Diagnosis],
         seen.update(qids)
         primary = c.get("primary_code")
         row = table.get(primary) if isinstance(primary, str) else None
-        if row is None:
+        if row is None or not isinstance(primary, str):
             return f"cluster {cid}: primary_code {primary!r} is not in the table"
         if c.get("component") != row.component or c.get("owner") != row.owner:
             return f"cluster {cid}: component/owner are not {primary}'s ({row.component}/{row.owner})"

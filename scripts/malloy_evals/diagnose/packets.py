@@ -26,6 +26,7 @@ def _golden_block(case: Any, set_dir: Path) -> dict[str, Any]:
     """This case's golden, rows capped; never any other case's."""
 
     golden = case.golden or {}
+    note: str | None
     try:
         value = golden_value(case, set_dir)
     except InputError as exc:

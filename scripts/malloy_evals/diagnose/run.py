@@ -140,7 +140,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     events = view.events
     warnings: list[str] = []
     retrieval_rows = _retrieval_rows(run, view, eval_set, warnings)
-    misses = {k: (r.get("recall") is not None and r.get("recall") < 1)
+    misses = {k: ((recall := r.get("recall")) is not None and recall < 1)
               for k, r in retrieval_rows.items()}
     selection = select_cases(events, {q: c.split for q, c in eval_set.cases.items()},
                              verdicts=verdicts, split=split, only=only, limit=limit,
@@ -177,7 +177,10 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     # Cases are independent; the provider bounds its own concurrency. Results keep case order.
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         for outcome in pool.map(one, by_qid.items()):
-            (diagnoses if isinstance(outcome, Diagnosis) else undiagnosed).append(outcome)
+            if isinstance(outcome, Diagnosis):
+                diagnoses.append(outcome)
+            else:
+                undiagnosed.append(outcome)
     clusters, clustered_by = _cluster(run, view, selection, diagnoses, provider, table,
                                       artifacts)
     diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them

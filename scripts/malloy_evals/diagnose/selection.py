@@ -47,6 +47,7 @@ class Bucketed:
     @property
     def key(self) -> AttemptKey:
         """The attempt's key in the ledger (and in the live view)."""
+        # phase as the attempt event held it (None when it named none), never made up here.
         return AttemptKey(self.qid, self.sample, self.phase)  # type: ignore[arg-type]
 
 

@@ -54,6 +54,7 @@ def search_targets(arguments: dict[str, Any]) -> tuple[list[str], list[dict[str,
     raw = arguments.get("search_targets", arguments.get("searchTargets"))
     if isinstance(raw, list):
         for item in raw:
+            text: Any  # a typed target's text is whatever the client sent
             if isinstance(item, str):
                 text, kind = item, "any"
             elif isinstance(item, dict):
@@ -226,8 +227,8 @@ def doc_tokens(payload: Any) -> list[str]:
 
 
 def _source_name(card: dict[str, Any]) -> str | None:
-    info = card.get("source_info") if isinstance(card.get("source_info"), dict) else {}
-    rid = info.get("resource_id") if isinstance(info.get("resource_id"), dict) else {}
+    info = got if isinstance(got := card.get("source_info"), dict) else {}
+    rid = got if isinstance(got := info.get("resource_id"), dict) else {}
     for value in (rid.get("source"), info.get("name"), info.get("source"), card.get("name")):
         if isinstance(value, str) and value:
             return value
@@ -251,7 +252,7 @@ def _old_entity_id(item: dict[str, Any]) -> str | None:
     kind = str(item.get("kind") or "").lower()
     name = item.get("name")
     if kind in ENTITY_KINDS and isinstance(name, str) and name:
-        source = item.get("source") if isinstance(item.get("source"), str) else None
+        source = got if isinstance(got := item.get("source"), str) else None
         return entity_id(kind, source, name)
     stated = item.get("entityId")
     return stated if isinstance(stated, str) and _STATED_ID.match(stated) else None

@@ -136,7 +136,7 @@ def submission_for(answer: dict, origin: str) -> Submission:
                                 row_count=len(rows) if isinstance(rows, list) else None,
                                 origin=origin if isinstance(rows, list)
                                 else f"{origin}: no rows were recorded with it")
-    queries = []
+    queries: list[dict[str, Any]] = []
     for q in answer.get("queries") or ([final] if final else []):
         if isinstance(q, str):
             queries.append({"query": q})
@@ -246,7 +246,7 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
             continue
         case = eval_set.cases.get(qid) if isinstance(qid, str) else None
         problems = integrity_problems(entry, case)
-        if problems:
+        if problems or case is None:  # (no case is always a problem)
             entries.append(CalibrationEntry(str(qid), line, problems, []))
             continue
         golden_text = json.dumps(golden_value(case, eval_set.dir), ensure_ascii=False)
@@ -424,7 +424,7 @@ def check_regressions(eval_set: Any, provider: Any, *, repeat: int = 1, judge_re
             rows.append(row("stale", message=f"pinned to goldenRevision {rev}, the case is at "
                                              f"{case.golden_revision}: the key moved; re-settle"))
             continue
-        pred = fx.get("prediction") if isinstance(fx.get("prediction"), dict) else {}
+        pred = raw_pred if isinstance(raw_pred := fx.get("prediction"), dict) else {}
         sub = submission_for(pred, "recorded with the settled prediction, not re-executed")
         got: list[str | None] = []
         reasons: list[str | None] = []

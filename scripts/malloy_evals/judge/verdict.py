@@ -180,7 +180,7 @@ class JudgeCall:
 
     parsed: JudgeReply | None
     replies: list[LlmReply]
-    problems: list[str]
+    problems: list[str | None]  # per reply: why it was unusable, None for a usable one
     planted_agreement: bool = False  # the parsed verdict is one a planted object asked for
 
     @property
@@ -202,7 +202,8 @@ class JudgeCall:
     @property
     def cost_usd(self) -> float | None:
         values = [r.cost_usd for r in self.replies]
-        return None if not values or any(v is None for v in values) else round(sum(values), 8)
+        known = [v for v in values if v is not None]
+        return None if not values or len(known) < len(values) else round(sum(known), 8)
 
     def to_json(self) -> list[dict]:
         return [{"source": r.source, "request_digest": r.request_digest, "text": r.text,

@@ -152,12 +152,12 @@ class LiveView:
             with self.path.open("rb") as fh:
                 st = os.fstat(fh.fileno())
                 if (st.st_dev, st.st_ino) != self._file or st.st_size < self._offset:
-                    self.__init__(self.path)  # type: ignore[misc]
+                    self.__init__(self.path)  # type: ignore[misc]  # start over, in place
                     self._file = (st.st_dev, st.st_ino)
                 end = snapshot_end(fh.fileno())
                 self._take(fh, self._offset, end)
         except FileNotFoundError:
-            self.__init__(self.path)  # type: ignore[misc]
+            self.__init__(self.path)  # type: ignore[misc]  # start over, in place
         except OSError as exc:
             raise InputError(self.path, None, f"cannot be read: {exc.strerror or exc}") from None
 

@@ -196,7 +196,7 @@ def _set_status(eval_set: Any, qid: str) -> str | None:
     return golden.get("status") or "verified"
 
 
-def _case_golden(eval_set: Any, qid: str) -> dict[str, Any] | None:
+def _case_golden(eval_set: Any, qid: str) -> Mapping[str, Any] | None:
     if eval_set is None:
         return None
     try:
@@ -513,7 +513,7 @@ def summarize_events(
 
 def _as_retrieval_row(event: Mapping[str, Any]) -> retrieval.RetrievalRow:
     """A retrieval_score event back into the retrieval module's row (tolerant of missing keys)."""
-    values = {f.name: event.get(f.name) for f in fields(retrieval.RetrievalRow)}
+    values: dict[str, Any] = {f.name: event.get(f.name) for f in fields(retrieval.RetrievalRow)}
     values["failed"] = bool(values["failed"])
     values["groups"] = int(values["groups"] or 0)
     for key in ("delivery",):

@@ -387,7 +387,7 @@ def _check_golden(set_dir: Path, scan: _Scan, golden: dict[str, Any], number: in
             scan.problem(CASES_FILE, number, f"golden.path: {exc.message}{where}")
     allowed_in = golden.get("mustNotUseAllowedIn")
     if isinstance(allowed_in, dict):
-        entries = golden.get("mustNotUse") if isinstance(golden.get("mustNotUse"), list) else []
+        entries = got if isinstance(got := golden.get("mustNotUse"), list) else []
         for entry in allowed_in:
             if entry not in entries:
                 scan.problem(CASES_FILE, number, f"golden.mustNotUseAllowedIn: {_clip(entry)} is not "

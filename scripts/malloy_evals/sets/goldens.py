@@ -14,6 +14,7 @@ any drift, else 3 when anything could not be checked (a finding outranks a skip)
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -292,7 +293,7 @@ def verify_goldens(set_dir: str | Path, qids: Sequence[str] | None = None, *,
         for case in value_cases:
             checks.append(check_golden(
                 case.qid, case.golden, execute,
-                load_rows=lambda case=case: sets.golden_value(case, Path(eval_set.dir))))
+                load_rows=functools.partial(sets.golden_value, case, Path(eval_set.dir))))
     finally:
         runtime.close()
     by_qid = {c.qid: c for c in checks + skipped}

@@ -78,7 +78,7 @@ def is_refusal_case(case: Any) -> bool:
 
 
 def default_protects(case: Any, judge_verdict: str | None, gold_status: str | None,
-                     verdict: str) -> str:
+                     verdict: str | None) -> str:
     """The decision class a settled fixture protects, from the case and what was settled.
 
     A refusal case protects refusal_correct (settled match) or refusal_wrong; a near_match (the
@@ -559,7 +559,7 @@ def unsettle(run_dir: str | Path, set_dir: str | Path, target: str, *, why: str,
     fixture_id = human.get("fixture_id")
     removed = False
     for line, fx in _fixtures(eval_set):
-        prov = fx.get("provenance") if isinstance(fx.get("provenance"), dict) else {}
+        prov = got if isinstance(got := fx.get("provenance"), dict) else {}
         if (fx.get("fixtureId") == fixture_id and prov.get("run") == run.run_id
                 and prov.get("sample") == sample):
             rewrite_jsonl(eval_set.regressions_path, replace={line: None})

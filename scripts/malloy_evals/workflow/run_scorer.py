@@ -216,8 +216,9 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
         if action == ACTION_SKIP:
             elapsed = time.monotonic() - started
             report(qid, sample, f"{verdict_text(old)} (skipped: live score, current pins)", elapsed)
-            return AttemptOutcome(qid, sample, action, old.get("verdict"), old.get("reason"),
-                                  elapsed)
+            # plan_action skips only an attempt that has a live score: `old` is that score.
+            return AttemptOutcome(qid, sample, action, old.get("verdict"),  # type: ignore[union-attr]
+                                  old.get("reason"), elapsed)  # type: ignore[union-attr]  # as above
         try:
             event = score_one(run, eval_set, qid, sample)
             if not isinstance(event, str) and dry_run:
@@ -395,7 +396,9 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                 endpoint.warm()
         except KitError:
             if drift_job.result() and not allow_drift:
-                return DriftRefusal(str(run_dir), drift_job.result(), str(set_dir))
+                # drift_job.result() is the same non-empty list the test above read
+                return DriftRefusal(str(run_dir), drift_job.result(),  # type: ignore[arg-type]
+                                    str(set_dir))
             raise
         drifted = drift_job.result()
         if drifted and not allow_drift:

@@ -481,7 +481,7 @@ def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], 
         narrowed = (narrow(view.surface or {}, view.search, case.concepts, case.question, limit)
                     if narrowing and view.search is not None else None)
         chars = len(narrowed.text) if narrowed is not None else len(view.text)
-        shape = {"inventory_chars": chars, "expected_in_model": expected,
+        shape: dict[str, Any] = {"inventory_chars": chars, "expected_in_model": expected,
                  "narrowing": narrowed.to_json() if narrowed is not None else None}
         if chars > limit:
             return CaseCoverage(case.qid, None, f"model too large to read in one prompt "

@@ -263,7 +263,7 @@ def read_served_model(publisher_url: str, environment: str, package: str) -> Mod
     listing = rest.models(environment, package)
     if isinstance(listing, dict):
         listing = listing.get("models") or []
-    paths_ = sorted(m.get("path") for m in listing or [] if isinstance(m, dict) and m.get("path"))
+    paths_ = sorted(path for m in listing or [] if isinstance(m, dict) and (path := m.get("path")))
     where = f"{redact_url(publisher_url)} {environment}/{package}"  # reported: no credentials
     if not paths_:
         raise UnmeasuredError(f"{where}: the server lists no models")

@@ -311,8 +311,8 @@ def read_set_pins(set_dir: str | Path) -> tuple[str | None, str | None]:
         raise InputError(path, getattr(exc, "lineno", None), f"cannot read set.json: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(path, None, "set.json: expected an object")
-    truth = data.get("truthPackage") if isinstance(data.get("truthPackage"), str) else None
-    model = data.get("targetModelPath") if isinstance(data.get("targetModelPath"), str) else None
+    truth = got if isinstance(got := data.get("truthPackage"), str) else None
+    model = got if isinstance(got := data.get("targetModelPath"), str) else None
     model_file = f"{str(set_dir).rstrip('/')}/model/{model}" if model else None
     return truth, model_file
 

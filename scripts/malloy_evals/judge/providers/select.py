@@ -33,10 +33,10 @@ def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Pat
         provider = AnthropicProvider(arg, max_cost_usd=max_cost_usd, dry_run=dry_run,
                                      concurrency=concurrency, batch=batch, **anthropic_options)
     elif kind == "replay":
-        default = (Path(set_dir) / "recordings" / role) if set_dir else None
-        if not arg and default is None:
+        folder = Path(arg) if arg else (Path(set_dir) / "recordings" / role) if set_dir else None
+        if folder is None:
             raise UsageError("replay needs a folder: replay:DIR, or --set")
-        provider = ReplayProvider(Path(arg) if arg else default, role=role, set_dir=set_dir)
+        provider = ReplayProvider(folder, role=role, set_dir=set_dir)
         if record_dir is not None:
             raise UsageError(RECORD_WITH_REPLAY)
     elif kind == "host":
