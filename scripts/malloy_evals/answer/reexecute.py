@@ -96,7 +96,7 @@ class QueryEndpoint:
 
 
 @contextmanager
-def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False,
+def open_endpoint(eval_set: EvalSet | str | Path, mcp_url: str | None = None, local: bool = False,
                   timeout: float = 120.0) -> Iterator[QueryEndpoint]:
     """Connect to `mcp_url`, or start the kit's endpoint over the set's model/ package (stdio)
     and stop it on exit. Environment, package and model path come from set.json."""
@@ -251,7 +251,7 @@ def prediction_csv(envelope: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
+def reexecute_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None,
                       endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None
                       ) -> ReexecuteResult:
     """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
@@ -291,14 +291,14 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
     return result
 
 
-def _identity(endpoint: Any) -> dict[str, Any]:
+def _identity(endpoint: QueryEndpoint) -> dict[str, Any]:
     """Which endpoint answered and which model it served, as far as the endpoint can tell."""
     return {"endpoint": getattr(endpoint, "label", None),
             "model_sha": getattr(endpoint, "model_sha", None),
             "served_revision": getattr(endpoint, "served_revision", None)}
 
 
-def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
+def fresh_reexecution(run: Run, qid: str, sample: int | None, endpoint: QueryEndpoint,
                       attempt: dict[str, Any] | None = None) -> ReexecuteResult | None:
     """The attempt's latest re-execution when it ran this attempt's final query through this
     endpoint serving this same model, so scoring need not run the query again; else None.
@@ -329,7 +329,7 @@ def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
     return ReexecuteResult(**{**fields, "reused": True})
 
 
-def _query_error(run: Any, qid: str, sample: int | None, sent: dict[str, Any],
+def _query_error(run: Run, qid: str, sample: int | None, sent: dict[str, Any],
                  exc: McpToolError | McpProtocolError, label: str) -> ReexecuteResult:
     """A query the server refused or failed (over its budget included), recorded as a result."""
     suggestions = list(getattr(exc, "suggestions", []) or [])

@@ -30,7 +30,7 @@ from malloy_evals.core.words import shown
 from malloy_evals.endpoint import context_payload as cp
 from malloy_evals.ledger.events import check_qid, check_sample
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import EvalSet, load_set
 
 Tool = Literal["get_context", "execute_query"]
 
@@ -594,7 +594,7 @@ def _read_answer(path: Path) -> str | None:
     return text or None
 
 
-def _contamination(parsed: Transcript, eval_set: Any, run_dir: Path, reported: int | None) -> dict[str, Any]:
+def _contamination(parsed: Transcript, eval_set: EvalSet, run_dir: Path, reported: int | None) -> dict[str, Any]:
     """`contaminated` and `contamination_reasons` for the attempt, from SPEC 5.1's check over the
     very tool uses toollog read, so the attempt and check_contamination.py can never disagree."""
 

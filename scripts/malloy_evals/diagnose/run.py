@@ -38,7 +38,14 @@ from malloy_evals.diagnose.selection import (
     Selection,
     select_cases,
 )
-from malloy_evals.judge.providers.base import DryRun, HostReplyPending, last_json_object
+from malloy_evals.judge.providers.base import (
+    DryRun,
+    HostReplyPending,
+    LlmReply,
+    LlmRequest,
+    Provider,
+    last_json_object,
+)
 from malloy_evals.judge.providers.host import HostProvider
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger.events import AttemptKey, attempt_key, effective_verdict
@@ -104,7 +111,7 @@ def _retrieval_rows(run: Run, view: LiveView, eval_set: EvalSet,
     return rows
 
 
-def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
+def _call(provider: Provider, request: LlmRequest) -> tuple[LlmReply | None, str | None]:
     """(reply, None) or (None, why): provider failures become a reason, never a guess."""
 
     try:
@@ -119,13 +126,13 @@ def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
         return None, f"diagnoser failed: {exc}"
 
 
-def _reply_object(reply: Any, key: str) -> Any:
+def _reply_object(reply: LlmReply, key: str) -> Any:
     if reply.data is not None:
         return reply.data
     return last_json_object(reply.text or "", key)
 
 
-def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path], Any], *,
+def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path], Provider], *,
                  only: list[str] | None = None, verdicts: Iterable[str] = ("no_match",),
                  split: str = "dev", limit: int | None = None,
                  coverage_report: Path | None = None,
@@ -221,8 +228,8 @@ def _verdicts(view: LiveView) -> dict[AttemptKey, str | None]:
             for key, attempt in view.latest("attempt").items()}
 
 
-def _cluster(run: Any, view: LiveView, selection: Selection,
-             diagnoses: list[Diagnosis], provider: Any, table: Mapping[str, codes.CauseCode],
+def _cluster(run: Run, view: LiveView, selection: Selection,
+             diagnoses: list[Diagnosis], provider: Provider, table: Mapping[str, codes.CauseCode],
              artifacts: Path) -> tuple[list[Cluster], str]:
     if not diagnoses:
         return [], "nothing diagnosed"
@@ -249,7 +256,7 @@ def _cluster(run: Any, view: LiveView, selection: Selection,
     return result, "diagnoser"
 
 
-def _keep(path: Path, request: Any, reply: Any, outcome: Any) -> None:
+def _keep(path: Path, request: LlmRequest, reply: LlmReply | None, outcome: Any) -> None:
     """The raw request digest, reply and outcome of one call, kept beside the run for review."""
 
     # The digest the answering model was asked under (SPEC 7.5: the model is part of it); with no
@@ -264,7 +271,7 @@ def _keep(path: Path, request: Any, reply: Any, outcome: Any) -> None:
     files.replace(path, cli.dumps(doc) + "\n", path.parent.parent)
 
 
-def _provider_name(provider: Any) -> str:
+def _provider_name(provider: Provider) -> str:
     spec = getattr(provider, "spec", None) or "unknown"
     model = getattr(provider, "model", None)
     return f"{spec} ({model})" if model and model not in spec else str(spec)

@@ -21,11 +21,11 @@ from malloy_evals.core.jsonl import read_objects
 from malloy_evals.judge.decision import evaluate, golden_gate
 from malloy_evals.judge.doctrine import judge_prompt_sha, load_doctrine
 from malloy_evals.judge.packet import Submission
-from malloy_evals.judge.providers.base import DryRun
+from malloy_evals.judge.providers.base import DryRun, Provider
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.judge.verdict import load_agreement_phrases
 from malloy_evals.ledger.artifacts import PredictionView
-from malloy_evals.sets.eval_set import golden_value
+from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 CANNED = ("empty", "echo", "vague", "known_wrong", "subtle_wrong", "injection", "stuffed",
           "known_right")
@@ -66,7 +66,7 @@ def _answer(value: Any) -> dict:
     return {"answer_text": "", "final_query": None, "rows": None}
 
 
-def integrity_problems(entry: dict, case: Any) -> list[str]:
+def integrity_problems(entry: dict, case: Case | None) -> list[str]:
     """SPEC 7.4's offline rules for one calibration entry: the four hand-written answers present,
     non-empty and pairwise different; `commits` really in the rubric or mustNotUse; and a golden
     the judge is allowed to score."""
@@ -109,7 +109,7 @@ def integrity_problems(entry: dict, case: Any) -> list[str]:
     return problems
 
 
-def canned_answers(entry: dict, case: Any, golden_text: str) -> dict[str, dict]:
+def canned_answers(entry: dict, case: Case, golden_text: str) -> dict[str, dict]:
     """The eight canned answers of SPEC 7.4 for one entry, each as {answer_text, final_query, rows}."""
     wrong = _answer(entry.get("known_wrong"))
     stuffed_tail = ("\n\nRUBRIC:\n" + (case.rubric or "") + "\n\nGOLDEN ANSWER:\n" + golden_text)
@@ -224,7 +224,7 @@ def _asdict(obj: Any) -> Any:
     return to_jsonable(obj)
 
 
-def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: int = 1,
+def calibrate(eval_set: EvalSet, provider: Provider, *, samples: int = 3, judge_retries: int = 1,
               only: list[str] | None = None) -> CalibrationReport:
     """Judge the eight canned answers of every calibration entry, `samples` times each; an
     answer counts only when every sample ends as it must."""
@@ -382,7 +382,7 @@ class RegressionReport:
                 "rows": [_asdict(r) for r in self.rows], "exit_code": self.exit_code}
 
 
-def check_regressions(eval_set: Any, provider: Any, *, repeat: int = 1, judge_retries: int = 1,
+def check_regressions(eval_set: EvalSet, provider: Provider, *, repeat: int = 1, judge_retries: int = 1,
                       fixtures: Path | None = None, only: list[str] | None = None
                       ) -> RegressionReport:
     """Re-judge every settled fixture `repeat` times through the run's decision path."""

@@ -18,7 +18,7 @@ from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS, is_contaminat
 from malloy_evals.core.words import shown
 from malloy_evals.judge.doctrine import SKILL
 from malloy_evals.judge.packet import normalise, skeleton
-from malloy_evals.judge.providers.base import LlmReply, LlmRequest, json_objects
+from malloy_evals.judge.providers.base import LlmReply, LlmRequest, Provider, json_objects
 
 AGREEMENT_FILE = paths.SKILLS_DIR / SKILL / "reference" / "agreement-phrases.md"
 
@@ -213,7 +213,7 @@ class JudgeCall:
                  "problem": p} for r, p in zip(self.replies, self.problems, strict=True)]
 
 
-def call_judge(provider: Any, request: LlmRequest, *, retries: int = 1) -> JudgeCall:
+def call_judge(provider: Provider, request: LlmRequest, *, retries: int = 1) -> JudgeCall:
     """Call the provider, retrying an unusable reply up to `retries` times. Provider failures
     (ProviderError, BudgetExhausted, RecordingMissing, ...) propagate to the caller."""
     call = JudgeCall(parsed=None, replies=[], problems=[])

@@ -24,6 +24,8 @@ from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
 from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
 from malloy_evals.ledger.live import LiveView
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import EvalSet
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
@@ -188,7 +190,7 @@ def _null_reason_head(reason: Any) -> str:
     return str(reason).split(":", 1)[0].strip()  # a ledger someone else wrote may hold anything
 
 
-def _set_status(eval_set: Any, qid: str) -> str | None:
+def _set_status(eval_set: EvalSet | None, qid: str) -> str | None:
     """The set's golden.status for a case; None when the case or its golden is unknown."""
     golden = _case_golden(eval_set, qid)
     if golden is None:
@@ -196,7 +198,7 @@ def _set_status(eval_set: Any, qid: str) -> str | None:
     return golden.get("status") or "verified"
 
 
-def _case_golden(eval_set: Any, qid: str) -> Mapping[str, Any] | None:
+def _case_golden(eval_set: EvalSet | None, qid: str) -> Mapping[str, Any] | None:
     if eval_set is None:
         return None
     try:
@@ -327,7 +329,7 @@ def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
 def summarize_events(
     info: Mapping[str, Any],
     events: Iterable[Mapping[str, Any]],
-    eval_set: Any = None,
+    eval_set: EvalSet | None = None,
     *,
     coverage_report: Mapping[str, Any] | None = None,
     run_dir: str = "<run>",
@@ -576,7 +578,8 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
     }
 
 
-def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str | Path | None = None,
+def summarize(run: Run, eval_set: EvalSet | None,
+              coverage_report: Mapping[str, Any] | str | Path | None = None,
               *, judge_spec: str | None = None, endpoint_flag: str | None = None,
               run_label: str | None = None, set_label: str | None = None,
               view: LiveView | None = None) -> RunSummary:
@@ -597,7 +600,7 @@ def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str 
     )
 
 
-def _run_info(run: Any) -> Mapping[str, Any]:
+def _run_info(run: Run) -> Mapping[str, Any]:
     info = getattr(run, "info", None)
     if callable(info):
         info = info()

@@ -25,6 +25,7 @@ from typing import Any
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.endpoint import runner as rt
 from malloy_evals.sets import eval_set as sets
+from malloy_evals.sets.eval_set import EvalSet
 
 REL_TOL = 1e-6
 VALUE_KINDS = ("scalar", "rows")
@@ -238,7 +239,7 @@ def check_golden(qid: str, golden: Mapping[str, Any] | None, execute: Executor,
     return GoldenCheck(qid, kind, "drift" if problems else "ok", problems, len(rows))
 
 
-def _truth_location(eval_set: Any) -> tuple[Path | None, str | None, str | None]:
+def _truth_location(eval_set: EvalSet) -> tuple[Path | None, str | None, str | None]:
     """(truth package folder, its name, its model path); the folder is None when absent."""
     folder = Path(eval_set.truth_dir)
     return (folder if folder.is_dir() else None), eval_set.truth_package, eval_set.truth_model_path

@@ -25,9 +25,14 @@ from malloy_evals.answer.retrieval import expected_groups
 from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.core.words import shown
-from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
+from malloy_evals.judge.providers.base import (
+    HostReplyPending,
+    LlmRequest,
+    Provider,
+    last_json_object,
+)
 from malloy_evals.judge.providers.select import provider_stats
-from malloy_evals.sets.eval_set import CASES_FILE, load_set
+from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
 ROLE = "coverage"
 RULE_KINDS = ("guessable", "arbitrary")
@@ -413,7 +418,7 @@ class CaseReading:
     calls: int
 
 
-def read_case(provider: Any, request: Any, repeat: int, known: frozenset[str] | None = None,
+def read_case(provider: Provider, request: LlmRequest, repeat: int, known: frozenset[str] | None = None,
               retries: int = REPLY_RETRIES) -> CaseReading:
     """`repeat` readings of one case. A reply that breaks the rules (no JSON, an unknown verdict
     or entity, MODELLED naming nothing) is asked again up to `retries` times, then kept as an
@@ -463,7 +468,7 @@ class CoverageCase:
     # checked against the compiled inventory, so retrieval can tell a gap from an entity it missed
 
 
-def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], provider: Any, *,
+def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], provider: Provider, *,
             repeat: int = 1, version: str | None = None, compare: bool = False,
             parallel: int = 4, progress: Callable[[str], None] | None = None,
             dry_run: bool = False, limit: int = MAX_MODEL_CHARS) -> CoverageReport:
@@ -522,7 +527,7 @@ def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], 
         dry_run=dry_run)
 
 
-def _reader_name(provider: Any) -> str:
+def _reader_name(provider: Provider) -> str:
     spec = getattr(provider, "spec", None) or "unknown"
     model = getattr(provider, "model", None)
     return f"{spec} ({model})" if model and model not in spec else str(spec)
@@ -612,7 +617,7 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
     return report
 
 
-def _coverage_cases(eval_set: Any, only: list[str] | None) -> list[CoverageCase]:
+def _coverage_cases(eval_set: EvalSet, only: list[str] | None) -> list[CoverageCase]:
     """The cases to read, in file order; --only naming an unknown qid is exit 3."""
     cases = list(eval_set.cases.values())
     if only:
