@@ -1,4 +1,4 @@
-"""Re-running an attempt's final query through `execute_query` (SPEC 5.5).
+"""Re-running an attempt's final query through `execute_query` (reference/scoring.md).
 
 The kit never trusts the rows an answerer reports: it takes the attempt's final query from the
 ledger, runs it itself against the served model (a real Publisher by `--mcp-url`, or the kit's
@@ -60,7 +60,8 @@ ERROR_FILE = "reexecute_error.json"
 # What one re-execution ran, where, against which model, and what it wrote: lets a later step
 # (score_attempt after reexecute.py) reuse it instead of running the same query again.
 PROVENANCE_STEM, PROVENANCE_SUFFIX = "reexecution", ".json"
-# `run: source -> view` (names optionally backtick-quoted): how a named view is recorded (SPEC 3).
+# `run: source -> view` (names optionally backtick-quoted): how a named view is recorded
+# (reference/ledger-schema.md).
 _NAMED_VIEW = re.compile(r"^\s*run\s*:\s*`?([A-Za-z_][\w]*)`?\s*->\s*`?([A-Za-z_][\w]*)`?\s*;?\s*$")
 _ISO_MIDNIGHT = re.compile(r"^(\d{4}-\d{2}-\d{2})T00:00:00(?:\.0+)?Z$")
 
@@ -146,7 +147,7 @@ def _served_identity(mcp_url: str, env: str, pkg: str) -> tuple[str | None, str 
 
 @dataclass(frozen=True)
 class ReexecuteResult:
-    """What re-running one attempt's final query produced (SPEC 5.5)."""
+    """What re-running one attempt's final query produced (reference/scoring.md)."""
 
     qid: str
     sample: int | None

@@ -51,7 +51,7 @@ class ScoreResult:
         return EXIT_UNMEASURED if self.status == "pending" else EXIT_OK
 
     def to_json(self) -> dict:
-        """The --json document of score_attempt.py (SPEC 5.5)."""
+        """The --json document of score_attempt.py."""
         return {"qid": self.qid, "sample": self.sample, "phase": self.phase,
                 "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
 
@@ -112,9 +112,9 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
                   endpoint: QueryEndpoint | None = None, reexecutor: Reexecutor | None = None,
                   judge_retries: int = 1, append: bool = True, reexecute: bool = True,
                   doctrine: Doctrine | None = None, view: LiveView | None = None) -> ScoreResult:
-    """Score one attempt in SPEC 5.5 order and append exactly one score event (append=False:
-    judge.py, which only prints). One endpoint, one provider and one live view of the ledger
-    (`view`, read here when not given) serve every attempt of a run."""
+    """Score one attempt in the order of reference/scoring.md and append exactly one score event
+    (append=False: judge.py, which only prints). One endpoint, one provider and one live view of
+    the ledger (`view`, read here when not given) serve every attempt of a run."""
 
     view = view or run.view()
     attempt = run.attempt(qid, sample, view)
@@ -123,8 +123,8 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
                          f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     live = run.score(qid, sample, view) if append else None
     if live is not None:
-        # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
-        # judgement that could never be written must not be paid for.
+        # Checked before any judge call: one live score per attempt (reference/ledger-schema.md),
+        # and a judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
                          f"{qid} ({sample_words(sample)}) already has a live score "
                          f"({live.get('event_id')}); re-score it with: "

@@ -1,9 +1,9 @@
-"""The one reader of host tool uses: a host tool-use log or a Claude Code transcript (SPEC 4).
+"""The one reader of host tool uses: a host tool-use log or a Claude Code transcript.
 
 `read_tool_uses(path)` decides which of the two a file is and returns every host tool use it
 records, in order, with the reported call count and the working directory when the file carries
-them. Contamination (SPEC 5.1) and transcript ingestion both read tool uses through it, so the two
-can never disagree about what the answerer did.
+them. Contamination (reference/contamination.md) and transcript ingestion both read tool uses
+through it, so the two can never disagree about what the answerer did.
 
 Accepted shapes:
 - a host log: one JSON object `{"toolUses": [{"name", "input"}], "reportedCalls": N, "cwd": DIR}`

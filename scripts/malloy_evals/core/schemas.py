@@ -4,8 +4,8 @@ Every schema is registered under its file name, so `{"$ref": "defs.schema.json#/
 resolves without network access. `validate` returns problems as data, each naming the dotted field
 (`golden.kind`, `expectedEntities.required[0]`); `check` raises `SchemaViolation` for writers.
 
-Unknown fields are problems with `unknown=True`: the ledger writer treats them as errors (SPEC 3
-rule 2), while the set loader and the validators report them as warnings (SPEC 2, 5.5).
+Unknown fields are problems with `unknown=True`: the ledger writer treats them as errors, while
+the set loader and the validators report them as warnings (reference/ledger-schema.md).
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ def validate(name: str, obj: Any) -> list[Problem]:
     return sorted(kept, key=lambda p: (p.field, p.message))
 
 
-# Files people author (SPEC 2): an unknown field there is kept and warned about, never refused,
+# Files people author: an unknown field there is kept and warned about, never refused,
 # so a set written for another harness loads. Everything the kit writes is closed.
 OPEN_SCHEMAS = frozenset({"set", "case", "golden", "judge_regression", "judge_calibration"})
 

@@ -30,7 +30,7 @@ class Cluster:
 
 
 SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-# Words that turn an id into a prescription (SPEC 8: ids name the defect, never the remedy).
+# Words that turn an id into a prescription (ids name the defect, never the remedy).
 REMEDY_WORDS = frozenset({"add", "adds", "added", "fix", "fixes", "should", "use", "make",
                           "missing", "need", "needs", "rename", "document", "remove", "create"})
 

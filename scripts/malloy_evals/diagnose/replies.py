@@ -73,7 +73,7 @@ Reply with one JSON object:
 
 
 def prompt_version(template: str) -> str:
-    """sha256 of a prompt template (SPEC 7.5), before the code table is filled in."""
+    """sha256 of a prompt template (reference/providers.md), before the code table is filled in."""
     return hashlib.sha256(template.encode("utf-8")).hexdigest()
 
 

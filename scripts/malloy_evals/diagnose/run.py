@@ -77,7 +77,7 @@ class DiagnoseResult:
 
     @property
     def exit_code(self) -> int:
-        # Selected cases and not one diagnosed is "could not measure" (SPEC 1); host emits are not.
+        # Selected cases and not one diagnosed is "could not measure" (exit 3); host emits are not.
         if self.selection.selected_qids and not self.diagnoses and not all(
                 u.reason.startswith(("host reply pending", "dry run")) for u in self.undiagnosed):
             return EXIT_UNMEASURED
@@ -137,7 +137,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
                  split: str = "dev", limit: int | None = None,
                  coverage_report: Path | None = None,
                  progress: Callable[[str], None] | None = None) -> DiagnoseResult:
-    """SPEC 8 end to end: select, build packets, diagnose, validate, cluster, append issues."""
+    """diagnose.py end to end: select, build packets, diagnose, validate, cluster, append issues."""
 
     table = codes.load_codes()
     run = Run.open(run_dir)
@@ -259,8 +259,9 @@ def _cluster(run: Run, view: LiveView, selection: Selection,
 def _keep(path: Path, request: LlmRequest, reply: LlmReply | None, outcome: Any) -> None:
     """The raw request digest, reply and outcome of one call, kept beside the run for review."""
 
-    # The digest the answering model was asked under (SPEC 7.5: the model is part of it); with no
-    # reply no model answered, so it is taken with model null, as a host request is.
+    # The digest the answering model was asked under (the model is part of it,
+    # reference/providers.md); with no reply no model answered, so it is taken with model null,
+    # as a host request is.
     digest = reply.request_digest if reply is not None else request.digest(model=None)
     doc = {"key": request.key, "request_digest": digest,
            "prompt_version": request.prompt_version,

@@ -1,4 +1,4 @@
-"""The local MCP endpoint that speaks the Malloy Publisher's tool contract (SPEC 6).
+"""The local MCP endpoint that speaks the Malloy Publisher's tool contract (reference/endpoint.md).
 
 The Publisher itself cannot be installed here, so the kit serves its own packages through the
 same four tools, argument names, required sets, envelopes and error shapes, backed by the Node

@@ -1,4 +1,4 @@
-"""The Node Malloy runner, driven from Python over JSON lines (SPEC 6).
+"""The Node Malloy runner, driven from Python over JSON lines (reference/endpoint.md).
 
 `MalloyRuntime(package_dir, allow=[...])` owns a small pool of long-lived `node runner.mjs`
 processes for one package (two by default, one per core of a small machine). The first starts
@@ -479,6 +479,6 @@ class MalloyRuntime:
 
 
 def default_allow(package_dir: str | Path) -> list[Path]:
-    """Folders DuckDB may read besides the package: its sibling `data/` when present (SPEC 6)."""
+    """Folders DuckDB may read besides the package: its sibling `data/` when present."""
     data = Path(package_dir).resolve().parent / "data"
     return [data] if data.is_dir() else []

@@ -67,9 +67,9 @@ def _answer(value: Any) -> dict:
 
 
 def integrity_problems(entry: dict, case: Case | None) -> list[str]:
-    """SPEC 7.4's offline rules for one calibration entry: the four hand-written answers present,
-    non-empty and pairwise different; `commits` really in the rubric or mustNotUse; and a golden
-    the judge is allowed to score."""
+    """The offline integrity rules for one calibration entry (reference/judge.md): the four
+    hand-written answers present, non-empty and pairwise different; `commits` really in the
+    rubric or mustNotUse; and a golden the judge is allowed to score."""
     problems: list[str] = []
     if case is None:
         return [f"qid {entry.get('qid')!r} is not a case of cases.jsonl"]
@@ -110,7 +110,8 @@ def integrity_problems(entry: dict, case: Case | None) -> list[str]:
 
 
 def canned_answers(entry: dict, case: Case, golden_text: str) -> dict[str, dict]:
-    """The eight canned answers of SPEC 7.4 for one entry, each as {answer_text, final_query, rows}."""
+    """The eight canned answers (reference/judge.md) for one entry, each as
+    {answer_text, final_query, rows}."""
     wrong = _answer(entry.get("known_wrong"))
     stuffed_tail = ("\n\nRUBRIC:\n" + (case.rubric or "") + "\n\nGOLDEN ANSWER:\n" + golden_text)
     return {
@@ -286,8 +287,8 @@ def calibrate(eval_set: EvalSet, provider: Provider, *, samples: int = 3, judge_
             if name == "empty" and calls:
                 ok, message = False, "the empty answer reached the judge"
             elif doubted:
-                # SPEC 9 takes a judge's verified_wrong out of every aggregate, so a canned answer
-                # that talks the judge into doubting its key escapes its verdict.
+                # The summary takes a judge's verified_wrong out of every aggregate, so a canned
+                # answer that talks the judge into doubting its key escapes its verdict.
                 ok, message = False, ("the judge marked the golden verified_wrong: the attempt "
                                       "would be out of every aggregate")
             if not ok and message is None:

@@ -78,7 +78,7 @@ class Decision:
 
 
 class JudgeArtifacts:
-    """Where one attempt's judge request, replies and verdict go (write-once, SPEC 3)."""
+    """Where one attempt's judge request, replies and verdict go (write-once)."""
 
     def __init__(self, run: Run, qid: str, sample: int | None):
         self.run, self.qid, self.sample = run, qid, sample
@@ -132,8 +132,8 @@ def golden_gate(case: Case) -> str | None:
 
 def must_not_use_check(case: Case, final_query: str | None,
                        definitions: Definitions | str | None = None) -> Any:
-    """SPEC 5.2 on the final query against the case's golden.mustNotUse (None when it has none),
-    expanded through the model's `definitions` when the caller read them."""
+    """The must-not-use veto on the final query against the case's golden.mustNotUse (None when
+    it has none), expanded through the model's `definitions` when the caller read them."""
     entries = case.must_not_use
     if not entries:
         return None
@@ -157,9 +157,9 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
              doctrine: Doctrine | None = None,
              phrases: tuple[list[str], list[str]] | None = None,
              definitions: Definitions | str | None = None) -> Decision:
-    """The SPEC 5.5 decision for one submission; calls the provider at most 1 + judge_retries
-    times, and never before the gates have passed. `definitions`: the model's, for the veto's
-    expansion (or why they could not be read); None reads the query text alone."""
+    """The decision for one submission (reference/scoring.md); calls the provider at most
+    1 + judge_retries times, and never before the gates have passed. `definitions`: the model's,
+    for the veto's expansion (or why they could not be read); None reads the query text alone."""
     doctrine = doctrine or load_doctrine()
     pins = _pins(doctrine, case, provider, key)
 

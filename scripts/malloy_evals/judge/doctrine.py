@@ -77,7 +77,7 @@ class Doctrine:
 
 
 def add_judge_retries(p: argparse.ArgumentParser) -> None:
-    """--judge-retries, the same flag in every script that calls the judge (SPEC 7.3)."""
+    """--judge-retries, the same flag in every script that calls the judge."""
     p.add_argument("--judge-retries", type=cli.count, default=1, metavar="N",
                    help="re-asks after an unusable reply before null judge_unparseable (default 1)")
 

@@ -19,7 +19,7 @@ from malloy_evals.judge.providers.base import LlmRequest
 from malloy_evals.ledger.artifacts import PredictionView
 from malloy_evals.sets.eval_set import Case
 
-ROW_CAP = 200                  # rows shown to the judge, golden and prediction alike (SPEC 7.1)
+ROW_CAP = 200                  # rows shown to the judge, golden and prediction alike
 SOURCES_CHAR_CAP = 16000       # model source text shown; a huge model must not crowd the packet
 # Answerer-made text is capped too: an answer (or query, error, cell) too long for the judge's
 # context would make the provider refuse the request, and a wrong answer would escape as a null
@@ -239,7 +239,8 @@ def golden_view(case: Case, value: Any) -> dict:
 
 def build_packet(case: Case, golden_value: Any, submission: Submission, *,
                  judge_note: str = "", model_sources: str = "") -> dict:
-    """The packet of SPEC 7.1 for one submission against its own case's golden (never another's)."""
+    """The packet (reference/judge.md) for one submission against its own case's golden (never
+    another's)."""
     pred = submission.prediction
     prediction: dict[str, Any] | None = None
     if pred is not None:

@@ -300,8 +300,9 @@ def post_process(parsed: JudgeReply, *, veto_hits: list[str] | tuple[str, ...] =
                  contaminated: bool | str = False,
                  phrases: tuple[list[str], list[str]] | None = None,
                  answer_text: str = "", planted_agreement: bool = False) -> FinalVerdict:
-    """SPEC 7.3 in order: confidence <= 5 -> needs_human; a match or near_match the answer asked
-    for in a planted verdict object (`planted_agreement`) -> needs_human; a no_match whose why
+    """The rules after the reply (reference/judge.md), in order: confidence <= 5 -> needs_human;
+    a match or near_match the answer asked for in a planted verdict object (`planted_agreement`)
+    -> needs_human; a no_match whose why
     agrees with the golden -> needs_human (never on a phrase the answer planted: `answer_text`);
     a must-not-use hit -> no_match; contaminated -> null."""
     phrase_list, guards = phrases if phrases is not None else load_agreement_phrases()

@@ -308,7 +308,7 @@ def read_ledger(path: str | Path) -> LedgerRead:
 
 
 def latest_issue_status(events: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """issue_id -> its latest status, from live events (SPEC 3: the latest per issue wins)."""
+    """issue_id -> its latest status, from live events (the latest per issue wins)."""
     return {e["issue_id"]: e["status"] for e in events
             if e.get("kind") == "issue_status" and "issue_id" in e and "status" in e}
 

@@ -152,7 +152,8 @@ def render_markdown(s: RunSummary) -> str:
             f"{k} {n}" for k, n in retrieval["failures_by_where_to_fix"].items()) + ".")
         # The two tables answer different questions, and their counts differ on purpose.
         out.append("(These attribute the no_match attempts only, each to the first rule of "
-                   "SPEC 5.3 that applies; the cascade places every attempt, on the first rung "
+                   "retrieval's attribution table that applies; the cascade places every "
+                   "attempt, on the first rung "
                    "it stops at, so its rung counts differ from these.)")
     if retrieval.get("passed_not_fully_delivered") is not None:
         out.append(f"Passed, not fully delivered: {retrieval['passed_not_fully_delivered']}.")

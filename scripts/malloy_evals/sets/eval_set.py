@@ -1,4 +1,6 @@
-"""Eval sets: `set.json`, `cases.jsonl` and goldens, loaded and checked (SPEC 2).
+"""Eval sets: `set.json`, `cases.jsonl` and goldens, loaded and checked.
+
+Their fields are described in reference/ledger-schema.md.
 
 `load_set` is what every script uses: it raises one InputError naming file and line on the first
 error. `check_set` (validate_set.py) collects every error and warning instead, and also checks the

@@ -1,4 +1,6 @@
-"""verify_goldens (SPEC 5.5): re-derive every value golden from the truth package and compare.
+"""verify_goldens: re-derive every value golden from the truth package and compare.
+
+The rules, tolerance included, are in reference/scoring.md.
 
 A golden is only as good as the query behind it. For each `scalar` and `rows` golden this runs its
 `canonicalQuery` on the set's truth package (semantics-free raw sources, never the model under
@@ -71,7 +73,8 @@ def _as_text(value: Any) -> str:
 
 
 def values_equal(expected: Any, actual: Any, round_to: int | None = None) -> bool:
-    """Whether one golden value and one derived value agree (SPEC 5.5 tolerance)."""
+    """Whether one golden value and one derived value agree (the tolerance of
+    reference/scoring.md)."""
     if expected is None or actual is None:
         return expected is None and actual is None
     if isinstance(expected, bool) or isinstance(actual, bool):

@@ -1,4 +1,4 @@
-"""score_run (SPEC 5.5): score every attempt of a run, then retrieval, then the summary of SPEC 9.
+"""score_run (reference/scoring.md): score every attempt of a run, then retrieval, then the summary.
 
 Attempts are scored in parallel threads sharing one endpoint and one provider. The run is
 resumable: an attempt whose live score carries the current pins (golden_revision, judge_version,
@@ -100,7 +100,7 @@ class RunScoreResult:
 
     @property
     def exit_code(self) -> int:
-        # Results were written: that is success, INCOMPLETE and low scores included (SPEC 1).
+        # Results were written: that is success, INCOMPLETE and low scores included.
         # Nothing judged at all (every attempt to score raised) is "could not measure".
         tried = [o for o in self.outcomes if o.action not in (ACTION_SKIP, "not scored")]
         if tried and all(o.action == "failed" for o in tried):
@@ -133,7 +133,7 @@ def is_transient(score: dict[str, Any]) -> bool:
 
 def plan_action(score: dict[str, Any] | None, current: dict[str, Any], rescore: bool
                 ) -> tuple[str, list[str]]:
-    """What to do with one attempt given its live score (SPEC 5.5 resume rule)."""
+    """What to do with one attempt given its live score (reference/scoring.md's table)."""
     if score is None:
         return ACTION_SCORE, []
     stale = stale_pins(score, current)
@@ -364,7 +364,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judg
               allow_drift: bool = False,
               progress: Callable[[str], None] = cli.progress,
               model_dir: str | Path | None = None) -> RunScoreResult | DriftRefusal:
-    """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files.
+    """score_run: every attempt, then retrieval, then the summary and the files.
 
     Before anything is scored, the goldens it would judge are re-derived from the truth package
     (when the set has one and Node is present): any drift refuses the whole run, naming every
@@ -435,7 +435,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judg
 
 
 def current_judge_pins(doctrine: judge_mod.Doctrine) -> dict[str, Any]:
-    """The judge pins a score made now carries (SPEC 7.3), from the doctrine in eval-judge."""
+    """The judge pins a score made now carries (reference/judge.md), from eval-judge's doctrine."""
 
     return {"judge_version": judge_mod.judge_version_pin(doctrine), "rubric_sha": doctrine.sha,
             "judge_prompt_sha": judge_mod.judge_prompt_sha()}

@@ -117,7 +117,8 @@ READER_SCHEMA: dict[str, Any] = {
 
 
 def prompt_version() -> str:
-    """sha256 of the reader's prompt template (SPEC 7.5: the recording's prompt_version)."""
+    """sha256 of the reader's prompt template: the recording's prompt_version
+    (reference/providers.md)."""
     return hashlib.sha256((SYSTEM_TEMPLATE + "\x00" + USER_TEMPLATE).encode("utf-8")).hexdigest()
 
 
@@ -170,7 +171,8 @@ def _quantities(value: Any) -> list[dict]:
 
 
 def read_reply(data: dict | None, text: str = "", known: frozenset[str] | None = None) -> Reading:
-    """Apply SPEC 5.4's reply rules to one reader reply (structured object, else the raw text).
+    """Apply the reply rules (reference/coverage.md) to one reader reply (structured object, else
+    the raw text).
 
     - a verdict outside MODELLED and the gap verdicts is undecided;
     - an entity (named, or a candidate) that the compiled inventory `known` does not hold makes
@@ -565,7 +567,8 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
                    repeat: int = 1, only: list[str] | None = None, version: str | None = None,
                    out: Path | None = None, compare: bool = False, dry_run: bool = False,
                    warn: Callable[[str], None] | None = None) -> CoverageReport:
-    """SPEC 5.4 end to end: startup check, the set's cases, the model view, the reader, the report.
+    """check_coverage end to end (reference/coverage.md): startup check, the set's cases, the
+    model view, the reader, the report.
 
     `provider_factory` is called only after the startup check, so a broken code table stops the
     script before any provider (or host request) is set up.

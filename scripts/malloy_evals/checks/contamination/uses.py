@@ -117,8 +117,8 @@ def _see_mcp(data: dict[str, Any], cwd: Ref | None, seen: _Seen, *, publisher: b
 
     Package-relative paths (`modelPath: bookshop.malloy`) are not resolved against the host's cwd:
     the server resolves them. A `modelPath`, and everything a Publisher tool names, is exempt from
-    rule 2 (SPEC 5.1); another server's tool (a filesystem or database server) reading the model
-    file through a `path` or a query literal is a file tool reading it.
+    rule 2 (reference/contamination.md); another server's tool (a filesystem or database server)
+    reading the model file through a `path` or a query literal is a file tool reading it.
     """
     path_keys = _PATH_KEYS | _URL_KEYS
     for key_set, exempt in ((_MODEL_PATH_KEYS, True), (path_keys - _MODEL_PATH_KEYS, publisher)):
