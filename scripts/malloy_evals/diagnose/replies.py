@@ -121,7 +121,7 @@ def _cluster_schema(table: Mapping[str, codes.CauseCode]) -> dict[str, Any]:
 
 
 def case_request(run_id: str, qid: str, packet: Mapping[str, Any],
-                 table: Mapping[str, codes.CauseCode]) -> Any:
+                 table: Mapping[str, codes.CauseCode]) -> LlmRequest:
     """The diagnoser's request for one case (key `diag.<runId>.<qid>`)."""
 
     system = CASE_SYSTEM_TEMPLATE.format(code_table=codes.render_table(dict(table)))
@@ -134,7 +134,7 @@ def case_request(run_id: str, qid: str, packet: Mapping[str, Any],
 
 
 def cluster_request(run_id: str, diagnoses: list[Diagnosis], controls: Mapping[str, Any],
-                    table: Mapping[str, codes.CauseCode]) -> Any:
+                    table: Mapping[str, codes.CauseCode]) -> LlmRequest:
     """The clustering request over every valid diagnosis (key `diag.<runId>.clusters`)."""
 
     system = CLUSTER_SYSTEM_TEMPLATE.format(code_table=codes.render_table(dict(table)))

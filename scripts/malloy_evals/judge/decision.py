@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
-from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
+from malloy_evals.checks.must_not_use import Definitions, MustNotUseResult, check_must_not_use
 from malloy_evals.core import files
 from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
@@ -131,7 +131,7 @@ def golden_gate(case: Case) -> str | None:
 
 
 def must_not_use_check(case: Case, final_query: str | None,
-                       definitions: Definitions | str | None = None) -> Any:
+                       definitions: Definitions | str | None = None) -> MustNotUseResult | None:
     """The must-not-use veto on the final query against the case's golden.mustNotUse (None when
     it has none), expanded through the model's `definitions` when the caller read them."""
     entries = case.must_not_use

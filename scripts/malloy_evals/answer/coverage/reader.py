@@ -287,7 +287,7 @@ NARROWED_LABEL = ("part of the compiled inventory, `kind:source:name (type): doc
 
 
 def build_request(qid: str, question: str, concepts: list[str], conventions: list[str],
-                  view: ModelView, narrowed: CaseInventory | None = None) -> Any:
+                  view: ModelView, narrowed: CaseInventory | None = None) -> LlmRequest:
     """The reader's LlmRequest for one case: never the golden, never another case. A large
     model's case gets its `narrowed` part of the inventory instead of the whole."""
 

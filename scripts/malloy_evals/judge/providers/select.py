@@ -28,7 +28,7 @@ def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Pat
     if role not in ROLES:
         raise UsageError(f"role {role!r} is not one of {', '.join(ROLES)}")
     kind, arg = parse_spec(spec)
-    provider: Any
+    provider: Provider
     if kind == "anthropic":
         provider = AnthropicProvider(arg, max_cost_usd=max_cost_usd, dry_run=dry_run,
                                      concurrency=concurrency, batch=batch, **anthropic_options)
