@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-# The Node Malloy runtime (SPEC 6). `npm install`, not `npm ci`: the lockfile made on this registry
+# The Node Malloy runtime (reference/endpoint.md). `npm install`, not `npm ci`: the lockfile made on this registry
 # lacks other platforms' optional DuckDB bindings, which `npm ci` insists on.
 node-runtime:
 	@if [ ! -f $(RUNTIME)/package.json ]; then exit 0; fi; \

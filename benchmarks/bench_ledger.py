@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark the ledger (SPEC 3, 10): appending and reading back a large events.jsonl.
+"""Benchmark the ledger: appending and reading back a large events.jsonl.
 
 Each step runs in its own child process, so its wall time, its CPU time and its peak RSS (from
 wait4) are its own:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: score_run.py --parallel 1 vs --parallel 4 over one run of many attempts (SPEC 10).
+"""Benchmark: score_run.py --parallel 1 vs --parallel 4 over one run of many attempts.
 
 A run of N attempts is made from the sample set's baseline run: its live attempts and tool calls
 copied under samples 1, 2, ... until there are N. Each is scored by `score_run.py --local` with a

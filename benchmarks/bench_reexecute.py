@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: milliseconds per re-execution, warm (one endpoint, many queries) vs cold (SPEC 10).
+"""Benchmark: milliseconds per re-execution, warm (one endpoint, many queries) vs cold.
 
 Warm: serve_local.py --http runs once over a package; the kit's MCP client sends N executeQuery
 calls (a rotation of ad-hoc queries and named views) and we take the median wall time per call.

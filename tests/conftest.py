@@ -26,7 +26,7 @@ def node_runtime_missing_reason() -> str | None:
 
 @pytest.fixture
 def needs_node() -> None:
-    """Skip a runtime-backed test with a clear reason when Node is absent, except in CI (SPEC 6)."""
+    """Skip a runtime-backed test with a clear reason when Node is absent, except in CI."""
     reason = node_runtime_missing_reason()
     if reason is None:
         return

@@ -337,7 +337,7 @@ class DoubtsTheKeyOn(ByAnswer):
 
 
 def test_a_wrong_answer_that_talks_the_judge_into_doubting_the_key_is_a_mismatch(tmp_path):
-    # Review finding: SPEC 9 takes a judge's verified_wrong out of every aggregate, so a no_match
+    # Review finding: the summary takes a judge's verified_wrong out of every aggregate, so a no_match
     # that comes with it escapes; calibration must catch a judge that lets an answer do that.
     report = C_calibration.calibrate(calib_set(tmp_path), DoubtsTheKeyOn("stuffed"), samples=1)
     st = statuses(report)

@@ -1,4 +1,4 @@
-"""check_contamination (SPEC 5.1): each rule and edge case as scenario -> verdict and rule."""
+"""check_contamination: each rule and edge case as scenario -> verdict and rule."""
 
 from __future__ import annotations
 
@@ -692,7 +692,7 @@ def test_home_folder_is_inferred_from_the_cwd(command):
 
 # ------------------------------------------------------------------ adversarial review
 # Each scenario here slipped through (false negative) or voided an honest attempt (false
-# positive) before the review; the module docstring says what was chosen where SPEC is silent.
+# positive) before the review; the module docstring says what was chosen where the rules are silent.
 
 @pytest.mark.parametrize("uses", [
     pytest.param([bash("ln -s sets /tmp/x"), bash("cat /tmp/x/shop/a.csv")],
@@ -787,7 +787,7 @@ def test_honest_tool_uses_from_the_repo_root_are_clean(uses):
 
 
 def test_inline_code_reading_only_scratch_files_from_the_repo_root_is_still_unknown():
-    # SPEC 5.1 rule 3 decides this: code that can read, run from a folder holding the set, is
+    # Rule 3 decides this: code that can read, run from a folder holding the set, is
     # "unknown" even when the one path it names is the answerer's own scratch file.
     result = check([bash("python -c \"print(open('/tmp/scratch/out.csv').read())\"")])
     assert result.contaminated == "unknown"

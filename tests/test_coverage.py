@@ -1,4 +1,4 @@
-"""check_coverage (SPEC 5.4): reply rules, majority, the report, the model view, and replay runs."""
+"""check_coverage: reply rules, majority, the report, the model view, and replay runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""eval-diagnose (SPEC 8): selection buckets, reply validation, clustering, issue events, cluster_failures."""
+"""eval-diagnose: selection buckets, reply validation, clustering, issue events, cluster_failures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""verify_goldens: comparing re-derived values with tolerance, and the exit decision (SPEC 5.5)."""
+"""verify_goldens: comparing re-derived values with tolerance, and the exit decision."""
 
 from __future__ import annotations
 

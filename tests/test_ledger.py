@@ -285,7 +285,7 @@ def test_attempt_and_tool_call_helpers_find_live_events_by_key(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# concurrency (SPEC 3 rule 3)
+# concurrency (appends never interleave)
 
 WRITERS = 8
 PER_WRITER = 2000
@@ -334,7 +334,7 @@ def test_eight_processes_appending_2000_each_write_16000_whole_lines(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# tolerant reading (SPEC 3 rule 4)
+# tolerant reading (a torn last line)
 
 
 def test_torn_last_line_reader_returns_whole_events_and_names_it(tmp_path):
@@ -465,7 +465,7 @@ def test_update_info_refuses_a_bad_value(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# artifacts (SPEC 3 rule 6)
+# artifacts (paths only from a validated qid and sample)
 
 
 @pytest.mark.parametrize("qid", ["../../x", "a/b", ".hidden", "", "..", "q1\n", "a\\b", None, 7])

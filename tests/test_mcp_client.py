@@ -1,4 +1,4 @@
-"""The kit's MCP client: tool names, payload reading, typed errors, timeouts (SPEC 6)."""
+"""The kit's MCP client: tool names, payload reading, typed errors, timeouts."""
 
 from __future__ import annotations
 

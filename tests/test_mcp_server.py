@@ -1,4 +1,4 @@
-"""The local Publisher-shaped MCP endpoint, over real loopback HTTP and over stdio (SPEC 6)."""
+"""The local Publisher-shaped MCP endpoint, over real loopback HTTP and over stdio."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""check_must_not_use (SPEC 5.2): entry classes, one-pass blanking, whole-path presence, buckets."""
+"""check_must_not_use: entry classes, one-pass blanking, whole-path presence, buckets."""
 
 from __future__ import annotations
 
@@ -352,7 +352,7 @@ def test_lookalike_spellings_are_not_the_forbidden_path(query):
 
 
 def test_renamed_forbidden_leaf_in_an_extend_is_a_leaf_hit_for_the_judge():
-    # SPEC 5.2: a dotted entry never hits a bare leaf; `dimension: x is list_price` inside
+    # A dotted entry never hits a bare leaf; `dimension: x is list_price` inside
     # `books extend` is shown to the judge as a suspicion, not vetoed.
     query = "run: books extend { dimension: x is list_price } -> { aggregate: a is x.sum() }"
     result = check_must_not_use(query, ["books.list_price"])

@@ -202,7 +202,7 @@ def test_digest_is_stable_and_covers_the_messages():
 
 
 def test_same_request_under_two_model_ids_has_two_digests():
-    # SPEC 7.5: the model is part of the digest; null (host) is a third value.
+    # The model is part of the digest (reference/providers.md); null (host) is a third value.
     digests = {request().digest(model="claude-opus-4-1"),
                request().digest(model="claude-haiku-4-5-20251001"), request().digest(model=None)}
     assert len(digests) == 3

@@ -1,4 +1,4 @@
-"""Re-executing an attempt's final query and keeping what came back (SPEC 5.5)."""
+"""Re-executing an attempt's final query and keeping what came back (reference/scoring.md)."""
 
 from __future__ import annotations
 

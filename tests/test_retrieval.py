@@ -1,4 +1,4 @@
-"""score_retrieval (SPEC 5.3) and the cascade (SPEC 9): routes, groups, coverage, attribution."""
+"""score_retrieval and the cascade: routes, groups, coverage, attribution."""
 
 from __future__ import annotations
 

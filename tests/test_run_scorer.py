@@ -296,7 +296,7 @@ def test_score_run_script_scores_resumes_and_prints_one_json_document(needs_node
     info = json.loads((run.dir / "run.json").read_text())
     assert info["judgeModel"] == "hand-authored" and info["status"] == "complete"
     assert len(info["modelSha"]) == 64
-    # The endpoint's coordinates are pins too (SPEC 3): a local endpoint has no MCP URL.
+    # The endpoint's coordinates are pins too (run.json): a local endpoint has no MCP URL.
     assert (info["environment"], info["package"], info["modelPath"]) == (
         "samples", "bookshop", "bookshop.malloy")
     assert info["servedRevision"].startswith("local-") and "mcpUrl" not in info

@@ -1,4 +1,4 @@
-"""The Node Malloy runner driven from Python: real Malloy, real DuckDB, recovery (SPEC 6)."""
+"""The Node Malloy runner driven from Python: real Malloy, real DuckDB, recovery."""
 
 from __future__ import annotations
 

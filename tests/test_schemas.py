@@ -184,7 +184,7 @@ def test_example_set_validates_with_no_problem():
 
 
 # ------------------------------------------------------------------------------------------
-# reference/ledger-schema.md agrees with the schemas (SPEC 3 rule 7)
+# reference/ledger-schema.md agrees with the schemas
 
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
 

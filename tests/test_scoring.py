@@ -1,4 +1,4 @@
-"""score_attempt (SPEC 5.5): the order of the gates, the judge through every provider, the
+"""score_attempt: the order of the gates, the judge through every provider, the
 mechanical overrides, and exactly one score event carrying every pin."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run summary of SPEC 9: pass rate and its Wilson interval, denominators, INCOMPLETE, cost."""
+"""The run summary: pass rate and its Wilson interval, denominators, INCOMPLETE, cost."""
 
 from __future__ import annotations
 

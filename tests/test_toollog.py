@@ -134,7 +134,7 @@ def test_stream_json_transcript_gives_tool_uses_in_order_and_init_cwd(tmp_path):
                                                 "mcp__publisher__malloy_executeQuery"]
     assert [u.id for u in log.tool_uses] == ["t1", "t2"]
     assert log.cwd == "/scratch/a1"
-    assert log.reported_calls is None  # only the flag or a host log's field carries it (SPEC 4)
+    assert log.reported_calls is None  # only the flag or a host log's field carries it
 
 
 def test_tool_use_repeated_across_split_message_lines_counts_once(tmp_path):

@@ -1,4 +1,4 @@
-"""record_attempt (SPEC 4): transcripts and host logs into one attempt and its tool_call events."""
+"""record_attempt: transcripts and host logs into one attempt and its tool_call events."""
 
 from __future__ import annotations
 

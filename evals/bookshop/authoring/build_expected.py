@@ -152,7 +152,7 @@ doc = {
     "summary": {"attempts": 18, "match": 9, "no_match": 5, "near_match": 1, "needs_human": 1, "null": {"not_submitted": 1, "golden_provisional": 1},
                 "pass_rate": "64.3% (9/14; 95% CI 38.8-83.7%)", "judge_calls": 16}},
   "leaky": {"runId": "leaky", "phase": "baseline", "status": "INCOMPLETE", "attempts": leaky,
-    "summary": {"attempts": 5, "match": 1, "null": {"contaminated": 3, "answerer_truncated": 1}, "incomplete_because": "1 truncated (bk_best_month), 3 contaminated (bk_total_revenue, bk_revenue_by_genre, bk_member_count)", "judge_calls": 4, "note": "the three contaminated attempts are still judged (SPEC 5.5 keeps the judge read in judge_verdict) and then voided to null contaminated"}},
+    "summary": {"attempts": 5, "match": 1, "null": {"contaminated": 3, "answerer_truncated": 1}, "incomplete_because": "1 truncated (bk_best_month), 3 contaminated (bk_total_revenue, bk_revenue_by_genre, bk_member_count)", "judge_calls": 4, "note": "the three contaminated attempts are still judged (scoring keeps the judge read in judge_verdict) and then voided to null contaminated"}},
   "baseline-2": {"runId": "baseline-2", "phase": "baseline", "status": "complete", "attempts": base2,
     "summary": {"attempts": 18, "match": 10, "no_match": 4, "near_match": 1, "needs_human": 1, "null": {"not_submitted": 1, "golden_provisional": 1},
                 "pass_rate": "71.4% (10/14; 95% CI 45.4-88.3%)", "judge_calls": 16}},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from malloy_evals.answer.reexecute import open_endpoint
 from malloy_evals.answer.scoring import judge_recording_key, score_attempt
@@ -20,6 +19,7 @@ from malloy_evals.judge.calibration import (
 from malloy_evals.judge.providers.hand import HandProvider
 from malloy_evals.judge.providers.replay import RecordingProvider
 from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import EvalSet
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class AuthorReport:
                 "runs": self.runs, "exit_code": self.exit_code}
 
 
-def author_judge_recordings(eval_set: Any, replies: Path, *, out_dir: Path | None = None,
+def author_judge_recordings(eval_set: EvalSet, replies: Path, *, out_dir: Path | None = None,
                             samples: int = 3, repeat: int = 1, run_dir: Path | None = None,
                             mcp_url: str | None = None, local: bool = False,
                             model_dir: Path | None = None) -> AuthorReport:

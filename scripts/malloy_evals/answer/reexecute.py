@@ -1,4 +1,4 @@
-"""Re-running an attempt's final query through `execute_query` (SPEC 5.5).
+"""Re-running an attempt's final query through `execute_query` (reference/scoring.md).
 
 The kit never trusts the rows an answerer reports: it takes the attempt's final query from the
 ledger, runs it itself against the served model (a real Publisher by `--mcp-url`, or the kit's
@@ -60,7 +60,8 @@ ERROR_FILE = "reexecute_error.json"
 # What one re-execution ran, where, against which model, and what it wrote: lets a later step
 # (score_attempt after reexecute.py) reuse it instead of running the same query again.
 PROVENANCE_STEM, PROVENANCE_SUFFIX = "reexecution", ".json"
-# `run: source -> view` (names optionally backtick-quoted): how a named view is recorded (SPEC 3).
+# `run: source -> view` (names optionally backtick-quoted): how a named view is recorded
+# (reference/ledger-schema.md).
 _NAMED_VIEW = re.compile(r"^\s*run\s*:\s*`?([A-Za-z_][\w]*)`?\s*->\s*`?([A-Za-z_][\w]*)`?\s*;?\s*$")
 _ISO_MIDNIGHT = re.compile(r"^(\d{4}-\d{2}-\d{2})T00:00:00(?:\.0+)?Z$")
 
@@ -96,7 +97,7 @@ class QueryEndpoint:
 
 
 @contextmanager
-def open_endpoint(eval_set: Any, mcp_url: str | None = None, local: bool = False,
+def open_endpoint(eval_set: EvalSet | str | Path, mcp_url: str | None = None, local: bool = False,
                   timeout: float = 120.0) -> Iterator[QueryEndpoint]:
     """Connect to `mcp_url`, or start the kit's endpoint over the set's model/ package (stdio)
     and stop it on exit. Environment, package and model path come from set.json."""
@@ -146,7 +147,7 @@ def _served_identity(mcp_url: str, env: str, pkg: str) -> tuple[str | None, str 
 
 @dataclass(frozen=True)
 class ReexecuteResult:
-    """What re-running one attempt's final query produced (SPEC 5.5)."""
+    """What re-running one attempt's final query produced (reference/scoring.md)."""
 
     qid: str
     sample: int | None
@@ -251,7 +252,7 @@ def prediction_csv(envelope: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
+def reexecute_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None,
                       endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None
                       ) -> ReexecuteResult:
     """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
@@ -291,14 +292,14 @@ def reexecute_attempt(run: Any, eval_set: Any, qid: str, sample: int | None,
     return result
 
 
-def _identity(endpoint: Any) -> dict[str, Any]:
+def _identity(endpoint: QueryEndpoint) -> dict[str, Any]:
     """Which endpoint answered and which model it served, as far as the endpoint can tell."""
     return {"endpoint": getattr(endpoint, "label", None),
             "model_sha": getattr(endpoint, "model_sha", None),
             "served_revision": getattr(endpoint, "served_revision", None)}
 
 
-def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
+def fresh_reexecution(run: Run, qid: str, sample: int | None, endpoint: QueryEndpoint,
                       attempt: dict[str, Any] | None = None) -> ReexecuteResult | None:
     """The attempt's latest re-execution when it ran this attempt's final query through this
     endpoint serving this same model, so scoring need not run the query again; else None.
@@ -329,7 +330,7 @@ def fresh_reexecution(run: Any, qid: str, sample: int | None, endpoint: Any,
     return ReexecuteResult(**{**fields, "reused": True})
 
 
-def _query_error(run: Any, qid: str, sample: int | None, sent: dict[str, Any],
+def _query_error(run: Run, qid: str, sample: int | None, sent: dict[str, Any],
                  exc: McpToolError | McpProtocolError, label: str) -> ReexecuteResult:
     """A query the server refused or failed (over its budget included), recorded as a result."""
     suggestions = list(getattr(exc, "suggestions", []) or [])

@@ -1,5 +1,6 @@
-"""Retrieval recall (SPEC 5.3): did get_context deliver the entities a case's answer depends on,
-and when an answer failed, where does the fix go? Plus the run cascade of SPEC 9.
+"""Retrieval recall: did get_context deliver the entities a case's answer depends on,
+and when an answer failed, where does the fix go? Plus the run cascade. The rules are written in
+skills/eval-answer/reference/retrieval-rows.md.
 
 Mechanical, no LLM. The deciders are pure and take values (`score_row`, `attribute`, `summarize`,
 `cascade`). `score_retrieval` (the script) streams the ledger through the ledger's one live rule
@@ -54,7 +55,8 @@ KINDS_BY_TARGET: dict[str, frozenset[str]] = {
     "dimensional_value": frozenset(), "any": frozenset(ENTITY_KINDS),
 }
 
-# The cascade's rungs, in order (SPEC 9); overlays count `match` attempts per earlier rung.
+# The cascade's rungs, in order (reference/run-summary.md); overlays count `match` attempts per
+# earlier rung.
 RUNGS = ("not covered", "coverage unmeasured", "no entities named", "not retrieved",
          "not scored", "delivered, wrong", "delivered, right")
 OVERLAY_RUNGS = RUNGS[:4]
@@ -107,7 +109,7 @@ def call_target_types(call: Mapping[str, Any]) -> list[str]:
 
 @dataclass
 class Delivered:
-    """What an attempt's get_context calls delivered, pooled over every call (SPEC 5.3)."""
+    """What an attempt's get_context calls delivered, pooled over every call."""
     returned: dict[str, None] = field(default_factory=dict)  # entity ids, response order, no repeats
     doc_tokens: set[str] = field(default_factory=set)       # lower-cased
     asked: set[str] = field(default_factory=set)
@@ -129,7 +131,7 @@ class Delivered:
                                                        if isinstance(e, str)))
             tokens = summary.get("doc_tokens")
             if isinstance(tokens, list):
-                # A doc token has at least one underscore (SPEC 5.3): a one-word name is never
+                # A doc token has at least one underscore: a one-word name is never
                 # delivered by docs, even when a hand-written or older ledger lists it.
                 self.doc_tokens.update(t.lower() for t in tokens if isinstance(t, str) and "_" in t)
         self.asked |= _asked_cached(tuple(call_target_types(call)))
@@ -165,7 +167,7 @@ def expected_groups(expected: Mapping[str, Any] | None) -> tuple[list[list[str]]
 
 @dataclass(frozen=True)
 class RetrievalRow:
-    """One attempt's retrieval row: every key of SPEC 5.3, also the `retrieval_score` event body."""
+    """One attempt's retrieval row, also the `retrieval_score` event body (every key of it)."""
     qid: str
     sample: int | None
     phase: str | None
@@ -240,7 +242,7 @@ def reattribute(row: Mapping[str, Any], verdict: str | None,
         coverage_source=row.get("coverage_source") or "none", groups=int(row.get("groups") or 0),
         recall=row.get("recall"), missing=missing, missing_kinds=missing_kinds,
         asked=set(row.get("asked_kinds") or []), in_model=in_model)
-    values = {f: row.get(f) for f in _ROW_FIELDS}
+    values: dict[str, Any] = {f: row.get(f) for f in _ROW_FIELDS}
     values.update(verdict=verdict, failed=failed, where_to_fix=where, component=component,
                   owner=owner, why=why)
     return RetrievalRow(**values)
@@ -259,8 +261,8 @@ def attribute(*, failed: bool, verdict: str | None, coverage: str | None, covera
               groups: int, recall: float | None, missing: list[str], missing_kinds: set[str],
               asked: set[str], in_model: Mapping[str, bool] | None = None
               ) -> tuple[str | None, str | None, str | None, str]:
-    """(where_to_fix, component, owner, why) for one row: the first rule of SPEC 5.3's table that
-    applies, for failed attempts only; anything else is never attributed.
+    """(where_to_fix, component, owner, why) for one row: the first rule of the attribution
+    table that applies, for failed attempts only; anything else is never attributed.
 
     A coverage gap is blamed on the model only for what the model lacks: when the coverage report
     shows the compiled model holds a missing entity (`in_model`), its absence from the answer is
@@ -318,7 +320,7 @@ def _get(row: Any, key: str) -> Any:
 
 
 def cascade_rung(row: Mapping[str, Any] | RetrievalRow) -> str:
-    """The one rung of SPEC 9's cascade an attempt stops on."""
+    """The one rung of the cascade an attempt stops on."""
     cls = coverage_class(_get(row, "coverage"))
     if cls in ("gap", "absent", "unclear"):
         return "not covered"
@@ -336,7 +338,7 @@ def cascade_rung(row: Mapping[str, Any] | RetrievalRow) -> str:
 
 
 def cascade(rows: Iterable[Mapping[str, Any] | RetrievalRow]) -> dict[str, Any]:
-    """SPEC 9's cascade: each attempt on exactly one rung, plus overlays counting the `match`
+    """The cascade: each attempt on exactly one rung, plus overlays counting the `match`
     attempts that stopped on an earlier rung (so passes = delivered, right + overlays)."""
     rungs = dict.fromkeys(RUNGS, 0)
     overlays = dict.fromkeys(OVERLAY_RUNGS, 0)
@@ -357,7 +359,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def summarize(rows: list[RetrievalRow]) -> dict[str, Any]:
-    """The summary of SPEC 5.3; `attributed` equals `failures` by construction."""
+    """The retrieval summary; `attributed` equals `failures` by construction."""
     failed = [r for r in rows if r.failed]
     recalls = [r.recall for r in rows if r.recall is not None]
     precisions = [r.precision for r in rows if r.precision is not None]
@@ -384,8 +386,8 @@ class AttemptState:
     """What retrieval keeps per attempt key: memory per attempt, never per event."""
     has_attempt: bool = False
     delivered: Delivered = field(default_factory=Delivered)
-    score: dict[str, Any] | None = None   # the latest live score
-    human: dict[str, Any] | None = None   # the latest live human_verdict (a person settled it)
+    score: Mapping[str, Any] | None = None   # the latest live score
+    human: Mapping[str, Any] | None = None   # the latest live human_verdict (a person settled it)
     attempt_id: str | None = None         # the live attempt's event id
     live_retrieval_ids: list[str] = field(default_factory=list)
 
@@ -402,7 +404,8 @@ _KINDS = ("attempt", "tool_call", "score", "retrieval_score", "human_verdict")
 def collect_states(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, AttemptState]:
     """Fold live events, in ledger order, into what retrieval needs per attempt key: whether it
     has an attempt, what its get_context calls delivered, its live score and human_verdict (for
-    its effective verdict) and its live retrieval_score ids. execute_query calls never deliver entities (SPEC 5.3)."""
+    its effective verdict) and its live retrieval_score ids. execute_query calls never deliver
+    entities."""
     states: dict[AttemptKey, AttemptState] = {}
     for event in events:
         kind = event.get("kind")
@@ -433,6 +436,7 @@ def collect_states(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, Atte
 _NEEDLES = (b'"get_context"', b'"attempt"', b'"score"', b'"retrieval_score"', b'"human_verdict"')
 # The decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
 _scan_once: Callable[[str, int], tuple[Any, int]] = (
+    # scan_once is set on every JSONDecoder at run time; the stubs do not declare it.
     json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
 
 
@@ -496,7 +500,7 @@ def read_coverage_report(path: str | Path) -> tuple[dict[str, str | None], dict[
 
 def effective_coverage(qid: str, authored: str | None,
                        measured: Mapping[str, str | None] | None) -> tuple[str | None, CoverageSource]:
-    """The measured verdict, else the authored coverage, else unknown (SPEC 5.3)."""
+    """The measured verdict, else the authored coverage, else unknown."""
     if measured is not None and measured.get(qid) is not None:
         return measured[qid], "measured"
     if authored is not None:
@@ -527,7 +531,7 @@ def _sort_key(row: RetrievalRow) -> tuple[str, int, int]:
 
 def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str | Path | None = None,
                     append: bool = False) -> RetrievalResult:
-    """score_retrieval.py: score every live attempt of a run (SPEC 5.3), streaming its ledger so
+    """score_retrieval.py: score every live attempt of a run, streaming its ledger so
     memory follows attempts, never events; with `append`, write one retrieval_score per attempt
     in one batch, superseding each attempt's earlier live one."""
 

@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.reexecute import fresh_reexecution, open_endpoint, reexecute_attempt
+from malloy_evals.answer.reexecute import (
+    QueryEndpoint,
+    ReexecuteResult,
+    fresh_reexecution,
+    open_endpoint,
+    reexecute_attempt,
+)
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.model_definitions import case_definitions
 from malloy_evals.core import cli, commands
@@ -16,12 +22,12 @@ from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
-from malloy_evals.judge.providers.base import DryRun, HostReplyPending
+from malloy_evals.judge.providers.base import DryRun, HostReplyPending, Provider
 from malloy_evals.ledger.artifacts import PredictionView, read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import check_qid, sample_segment
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import EvalSet, load_set
 
 
 @dataclass(frozen=True)
@@ -45,18 +51,18 @@ class ScoreResult:
         return EXIT_UNMEASURED if self.status == "pending" else EXIT_OK
 
     def to_json(self) -> dict:
-        """The --json document of score_attempt.py (SPEC 5.5)."""
+        """The --json document of score_attempt.py."""
         return {"qid": self.qid, "sample": self.sample, "phase": self.phase,
                 "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
 
 
-def judge_recording_key(run: Any, qid: str, sample: int | None) -> str:
+def judge_recording_key(run: Run, qid: str, sample: int | None) -> str:
     """The key a run attempt's judge reply is recorded under: `<runId>.<qid>.<sample>` (null
     sample `_`). Not the ledger's attempt key (`ledger.events.attempt_key`)."""
     return f"{run.run_id}.{qid}.{sample_segment(sample)}"
 
 
-def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None,
+def attempt_submission(run: Run, attempt: dict, qid: str, sample: int | None,
                        view: LiveView | None = None) -> Submission:
     """The attempt's answer, final query and every execute_query call, from the ledger."""
     queries = []
@@ -72,7 +78,7 @@ def attempt_submission(run: Any, attempt: dict, qid: str, sample: int | None,
                         source_name=attempt.get("source_name"))
 
 
-def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
+def attempt_contamination(run: Run, eval_set: EvalSet, attempt: dict) -> bool | str:
     """The attempt's contamination verdict: as recorded (read by `vocab.contamination_value`), else
     checked on its transcript, else "unknown" (no log to check counts as contaminated)."""
     recorded = contamination_value(attempt.get("contaminated"))
@@ -88,7 +94,7 @@ def attempt_contamination(run: Any, eval_set: Any, attempt: dict) -> bool | str:
     return CONTAMINATION_UNKNOWN
 
 
-def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
+def prediction_from_reexecution(result: ReexecuteResult, run: Run) -> PredictionView | None:
     """reexecute_attempt's result as what the judge sees (rows read back from prediction.csv);
     None when there was nothing to re-run."""
     if getattr(result, "status", None) == "no_query":
@@ -102,13 +108,13 @@ def prediction_from_reexecution(result: Any, run: Any) -> PredictionView | None:
                             path=path)
 
 
-def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, provider: Any,
-                  endpoint: Any = None, reexecutor: Reexecutor | None = None,
+def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, provider: Provider,
+                  endpoint: QueryEndpoint | None = None, reexecutor: Reexecutor | None = None,
                   judge_retries: int = 1, append: bool = True, reexecute: bool = True,
                   doctrine: Doctrine | None = None, view: LiveView | None = None) -> ScoreResult:
-    """Score one attempt in SPEC 5.5 order and append exactly one score event (append=False:
-    judge.py, which only prints). One endpoint, one provider and one live view of the ledger
-    (`view`, read here when not given) serve every attempt of a run."""
+    """Score one attempt in the order of reference/scoring.md and append exactly one score event
+    (append=False: judge.py, which only prints). One endpoint, one provider and one live view of
+    the ledger (`view`, read here when not given) serve every attempt of a run."""
 
     view = view or run.view()
     attempt = run.attempt(qid, sample, view)
@@ -117,8 +123,8 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                          f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     live = run.score(qid, sample, view) if append else None
     if live is not None:
-        # Checked before any judge call: one live score per attempt (SPEC 3 rule 5), and a
-        # judgement that could never be written must not be paid for.
+        # Checked before any judge call: one live score per attempt (reference/ledger-schema.md),
+        # and a judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
                          f"{qid} ({sample_words(sample)}) already has a live score "
                          f"({live.get('event_id')}); re-score it with: "
@@ -154,7 +160,7 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
         return existing
 
     artifacts = JudgeArtifacts(run, qid, sample)
-    base = {"qid": qid, "sample": sample, "phase": run.phase}
+    base: dict[str, Any] = {"qid": qid, "sample": sample, "phase": run.phase}
     try:
         decision = evaluate(eval_set, case, submission, provider=provider,
                             key=judge_recording_key(run, qid, sample),
@@ -178,13 +184,13 @@ def score_attempt(run: Any, eval_set: Any, qid: str, sample: int | None, *, prov
                        event_id=written.get("event_id"), status="scored", event=written)
 
 
-def _emit_first(run: Any, eval_set: Any, qid: str, sample: int | None) -> str:
+def _emit_first(run: Run, eval_set: EvalSet, qid: str, sample: int | None) -> str:
     return (f"{qid}: no emitted judge request in {run.artifact_dir(qid, sample)}; run with "
             f"--judge host --emit first ({commands.host_emit(run.dir, eval_set.dir, qid, sample)})")
 
 
 def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,
-                     provider: Any, mcp_url: str | None = None, local: bool = False,
+                     provider: Provider, mcp_url: str | None = None, local: bool = False,
                      judge_retries: int = 1, append: bool = True,
                      model_dir: str | Path | None = None) -> ScoreResult:
     """score_attempt.py / judge.py: open the run and set, connect when re-execution needs it,

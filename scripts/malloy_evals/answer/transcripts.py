@@ -3,10 +3,11 @@
 A transcript (stream-json, or a saved session `.jsonl`) carries everything: every host tool use
 with its result, the final answer, and the closing `result` line with usage and cost. A host log
 (`{"toolUses": [...], "reportedCalls": N, "cwd": DIR}`, read by `toollog`) carries tool uses only,
-so its answer comes from a separate answer file and its calls have no results (SPEC 4).
+so its answer comes from a separate answer file and its calls have no results.
 
 Decisions made here: which host tool uses are the Publisher's two tools (bare or prefixed names),
-what each call asked and got back, and which query is the attempt's final one (SPEC 3, attempt).
+what each call asked and got back, and which query is the attempt's final one. The rules are in
+skills/eval-answer/reference/transcript-format.md; the events' fields in reference/ledger-schema.md.
 Secrets are blanked by `core.redact`: every secret seen anywhere in the transcript (or host log
 and answer) is blanked in the copy and in every field of the events derived from it.
 """
@@ -30,7 +31,7 @@ from malloy_evals.core.words import shown
 from malloy_evals.endpoint import context_payload as cp
 from malloy_evals.ledger.events import check_qid, check_sample
 from malloy_evals.ledger.run import Run
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import EvalSet, load_set
 
 Tool = Literal["get_context", "execute_query"]
 
@@ -40,7 +41,7 @@ Tool = Literal["get_context", "execute_query"]
 CUT_OFF_SUBTYPES = ("error_max_turns", "error_timeout")
 
 # Publisher tool names as the wire and hosts spell them, compared without case or underscores
-# after any `mcp__<server>__` prefix (SPEC 0).
+# after any `mcp__<server>__` prefix (reference/endpoint.md).
 _GET_CONTEXT_NAMES = frozenset({"getcontext", "malloygetcontext"})
 _EXECUTE_NAMES = frozenset({"executequery", "malloyexecutequery"})
 _OTHER_PUBLISHER_NAMES = frozenset({"malloygetstatus", "malloyreloadpackage", "getstatus", "reloadpackage"})
@@ -180,7 +181,7 @@ def parse_transcript(path: str | Path) -> Transcript:
             out.format = "stream-json"
             result = line
         elif kind in ("assistant", "user"):
-            message = line.get("message") if isinstance(line.get("message"), dict) else {}
+            message = got if isinstance(got := line.get("message"), dict) else {}
             content = message.get("content")
             blocks = content if isinstance(content, list) else []
             # A subagent's messages (sidechain) hold the answerer's tool uses too, never its answer.
@@ -301,7 +302,7 @@ class ExecuteCall:
 
     @property
     def malloy(self) -> str | None:
-        """The Malloy the call stands for; a named view is `run: <source> -> <view>` (SPEC 3)."""
+        """The Malloy the call stands for; a named view is `run: <source> -> <view>`."""
         if self.query is not None:
             return self.query
         if self.query_name:
@@ -333,7 +334,7 @@ def malloy_blocks(answer_text: str | None) -> list[str]:
 
 
 def choose_final_query(calls: list[ExecuteCall], answer_text: str | None) -> FinalQuery:
-    """SPEC 3's rule: the last ```malloy block of the answer that matches (whitespace-normalised)
+    """The rule: the last ```malloy block of the answer that matches (whitespace-normalised)
     a query that was run is `declared`; otherwise the last call that succeeded, else the last call,
     labelled `named_view` when that call used `queryName`, else `last_ok` / `last`."""
     runnable = [c for c in calls if c.malloy is not None]
@@ -395,7 +396,7 @@ def call_error(use: ToolUse) -> str | None:
 
 
 def tool_call_fields(use: ToolUse, tool: Tool, redactor: Redactor | None = None) -> dict[str, Any]:
-    """The SPEC 3 fields of one tool_call (no key, index or id): never rows, never credentials
+    """The ledger fields of one tool_call (no key, index or id): never rows, never credentials
     (the free-text fields go through `redactor`, which has read the whole transcript)."""
     secrets = redactor or transcript_redactor([use])
     if tool == "get_context":
@@ -438,7 +439,7 @@ class AttemptRecord:
 
 def build_attempt(transcript: Transcript, *, reported_calls: int | None = None,
                   redactor: Redactor | None = None) -> AttemptRecord:
-    """The attempt fields and tool_call fields one transcript implies (SPEC 3, 4), with every
+    """The attempt fields and tool_call fields one transcript implies, with every
     secret the transcript shows blanked in all of them."""
     secrets = redactor or transcript_redactor(transcript.tool_uses, (transcript.answer_text,))
     tool_calls: list[dict[str, Any]] = []
@@ -521,7 +522,7 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
                    transcript: str | Path | None = None, host_log: str | Path | None = None,
                    answer_file: str | Path | None = None,
                    reported_calls: int | None = None) -> RecordedAttempt:
-    """Append one `attempt` and one `tool_call` per get_context / execute_query call (SPEC 4),
+    """Append one `attempt` and one `tool_call` per get_context / execute_query call,
     copying the transcript (or host log and answer) into the artifacts with secrets redacted.
 
     A second recording of the same attempt key voids the first one's events in the same batch.
@@ -533,6 +534,7 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
         raise UsageError("give either --transcript, or --host-log with --answer-file")
     if host_log is not None and answer_file is None:
         raise UsageError(HOST_LOG_NEEDS_ANSWER)
+    # Exactly one of the two is given (checked above).
     source = Path(transcript if transcript is not None else host_log)  # type: ignore[arg-type]
     parsed = parse_transcript(source) if transcript is not None else read_host_log(source)
     if parsed.format == "host-log" and answer_file is None:
@@ -593,9 +595,10 @@ def _read_answer(path: Path) -> str | None:
     return text or None
 
 
-def _contamination(parsed: Transcript, eval_set: Any, run_dir: Path, reported: int | None) -> dict[str, Any]:
-    """`contaminated` and `contamination_reasons` for the attempt, from SPEC 5.1's check over the
-    very tool uses toollog read, so the attempt and check_contamination.py can never disagree."""
+def _contamination(parsed: Transcript, eval_set: EvalSet, run_dir: Path, reported: int | None) -> dict[str, Any]:
+    """`contaminated` and `contamination_reasons` for the attempt, from the contamination check
+    (reference/contamination.md) over the very tool uses toollog read, so the attempt and
+    check_contamination.py can never disagree."""
 
     result = check_contamination(parsed.logged_uses, set_dir=eval_set.dir, run_dir=run_dir,
                                  model_paths=[eval_set.model_file], truth_package=eval_set.truth_package,

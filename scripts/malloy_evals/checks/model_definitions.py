@@ -9,14 +9,13 @@ import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from malloy_evals.checks.must_not_use import Definitions, MustNotUseResult, check_must_not_use
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.findings import FolderReport, LineProblem
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow, runtime_missing_reason
-from malloy_evals.sets.eval_set import CASES_FILE, check_set, load_set
+from malloy_evals.sets.eval_set import CASES_FILE, Case, EvalSet, check_set, load_set
 
 # One compile per package content, model path and data files, for the life of the process (a
 # scoring pass reads the same model for every attempt, from several threads).
@@ -47,7 +46,7 @@ def read_definitions(model_dir: str | Path, model_path: str | None = None) -> De
         return _READ[key]
 
 
-def case_definitions(eval_set: Any, case: Any) -> Definitions | str | None:
+def case_definitions(eval_set: EvalSet, case: Case) -> Definitions | str | None:
     """The definitions of the model a set's attempts were answered against (`model/`, or the
     `--model DIR` standing in for it), for the veto's expansion when scoring and diagnosing;
     read (once per model) only for a case with mustNotUse entries, else None."""

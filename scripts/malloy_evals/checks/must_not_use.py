@@ -12,7 +12,7 @@ Steps:
 2. Blank comments and string literals in ONE left-to-right pass, keeping every position, so a
    name in a comment or a string never counts and `//` inside a URL string eats nothing.
    Malloy annotations (`# bar_chart`, `#(doc) ...`, `## ...`) run to the end of their line and are
-   blanked like a line comment (SPEC 5.2 does not name them): a field named in a doc tag is not a
+   blanked like a line comment (a choice of the kit's): a field named in a doc tag is not a
    use, and a quote inside one (three quotes after `#`) must not open a string that hides the
    query after it.
 3. Look for each path as a whole identifier path (a longer join path ending in it counts).
@@ -57,7 +57,7 @@ _SPACED_DOT_RE = re.compile(r"\s*\.\s*")
 
 @dataclass(frozen=True)
 class MustNotUseResult:
-    """Which forbidden fields a submitted query uses (SPEC 5.2)."""
+    """Which forbidden fields a submitted query uses (reference/must-not-use.md)."""
 
     hits: list[str]       # entries as written whose path the query uses: each vetoes the answer
     leaf_hits: list[str]  # dotted entries whose bare leaf appears elsewhere: a suspicion, no veto
@@ -126,10 +126,10 @@ def noise_spans(text: str) -> list[tuple[int, int]]:
             i += 1
             c = text[i]
         if c in "'\"":
-            end = _string_end(text, i)
-            if end is not None:
-                spans.append((start, end))
-                i = end
+            close = _string_end(text, i)
+            if close is not None:
+                spans.append((start, close))
+                i = close
                 continue
         i = start + 1
     return spans
@@ -372,7 +372,7 @@ def _reach(text: str, defs: Definitions) -> _Reach:
             root = aliases[root]
         if root in defs.queries:
             source = defs.queries[root][0]
-            if source in defs.sources:
+            if source is not None and source in defs.sources:
                 sources.append(source)
                 seeds.append((_Node(source, "", root, query=True), ()))
                 continue

@@ -1,9 +1,9 @@
-"""The one reader of host tool uses: a host tool-use log or a Claude Code transcript (SPEC 4).
+"""The one reader of host tool uses: a host tool-use log or a Claude Code transcript.
 
 `read_tool_uses(path)` decides which of the two a file is and returns every host tool use it
 records, in order, with the reported call count and the working directory when the file carries
-them. Contamination (SPEC 5.1) and transcript ingestion both read tool uses through it, so the two
-can never disagree about what the answerer did.
+them. Contamination (reference/contamination.md) and transcript ingestion both read tool uses
+through it, so the two can never disagree about what the answerer did.
 
 Accepted shapes:
 - a host log: one JSON object `{"toolUses": [{"name", "input"}], "reportedCalls": N, "cwd": DIR}`
@@ -17,6 +17,8 @@ Accepted shapes:
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -76,7 +78,7 @@ def parse_tool_log(text: str, path: str | Path = "<log>") -> ToolLog:
         raise InputError(path, None, "empty file: no tool-use log or transcript in it")
     try:
         whole = jsonl.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         whole = _NOT_ONE_DOCUMENT
         _raise_if_one_broken_document(text, exc, path)
     if whole is not _NOT_ONE_DOCUMENT:
@@ -103,7 +105,8 @@ def _parses_alone(line: str) -> bool:
     return True
 
 
-def _raise_if_one_broken_document(text: str, exc: ValueError, path: str | Path) -> None:
+def _raise_if_one_broken_document(text: str, exc: json.JSONDecodeError,
+                                  path: str | Path) -> None:
     """A pretty-printed log that fails to parse is one broken document: name the line where the
     parse stopped, not line 1. It is told from JSON lines by no line being an object by itself."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -111,7 +114,7 @@ def _raise_if_one_broken_document(text: str, exc: ValueError, path: str | Path) 
         return
     if any(line.lstrip().startswith("{") and _parses_alone(line) for line in lines[1:]):
         return  # JSON lines with a bad line: _json_lines names it
-    raise InputError(path, getattr(exc, "lineno", None), f"not JSON: {getattr(exc, 'msg', exc)}") from None
+    raise InputError(path, exc.lineno, f"not JSON: {exc.msg}") from None
 
 
 def _has_any(obj: dict[str, Any], keys: tuple[str, ...]) -> bool:
@@ -145,7 +148,7 @@ def _json_lines(text: str, path: str | Path) -> tuple[list[tuple[int, Any]], lis
             continue
         try:
             records.append((number, jsonl.loads(line)))
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             if number == last and number > 1:
                 # A session killed mid-write leaves half a line; the lines before it still stand.
                 warnings.append(f"{path}:{number}: torn last line ignored")
@@ -216,7 +219,7 @@ def _host_entry(entry: Any, path: str | Path, line: int | None, warnings: list[s
     name = next((entry[k] for k in _NAME_KEYS if isinstance(entry.get(k), str)), "")
     if not name:
         warnings.append(f"{where}: no tool name")
-    raw = next((entry[k] for k in _INPUT_KEYS if k in entry), {})
+    raw: Any = next((entry[k] for k in _INPUT_KEYS if k in entry), {})
     return ToolUse(name=name, input=_decoded_input(raw),
                    id=entry["id"] if isinstance(entry.get("id"), str) else None)
 
@@ -235,7 +238,7 @@ def _decoded_input(raw: Any) -> Any:
     return raw if raw is not None else {}
 
 
-def _from_transcript(records: list[tuple[int | None, Any]], path: str | Path,
+def _from_transcript(records: Sequence[tuple[int | None, Any]], path: str | Path,
                      warnings: list[str]) -> ToolLog:
     """Tool uses from a transcript's assistant messages, in order, each tool_use id once.
 
@@ -264,12 +267,12 @@ def _from_transcript(records: list[tuple[int | None, Any]], path: str | Path,
             _check_type(block, path, line, "message.content[].type")
             if _kind(block) not in _TOOL_USE_BLOCKS:
                 continue
-            block_id = block.get("id") if isinstance(block.get("id"), str) else None
+            block_id = got if isinstance(got := block.get("id"), str) else None
             if block_id is not None:
                 if block_id in seen:
                     continue
                 seen.add(block_id)
-            name = block.get("name") if isinstance(block.get("name"), str) else ""
+            name = block["name"] if isinstance(block.get("name"), str) else ""
             uses.append(ToolUse(name=name, input=_decoded_input(block.get("input")), id=block_id))
     return ToolLog(tool_uses=uses, reported_calls=None, cwd=cwd, kind="transcript",
                    warnings=warnings)

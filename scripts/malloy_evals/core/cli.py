@@ -43,6 +43,7 @@ class ScriptParser(argparse.ArgumentParser):
         """Run `check(args)` after parsing; a string it returns is the usage error."""
         self.checks.append(check)
 
+    # Narrower than argparse's overloads (always a Namespace back): what every script calls.
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
         parsed = super().parse_args(args, namespace)
@@ -144,6 +145,7 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
         # Text from outside may hold a lone surrogate, which has no UTF-8 form: print its
         # \\uXXXX escape (valid inside a JSON string) rather than die on it.
         with contextlib.suppress(AttributeError, ValueError):
+            # A TextIO has no reconfigure in the stubs; a replaced stream without one is skipped.
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
         code = main(argv)

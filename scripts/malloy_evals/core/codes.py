@@ -1,9 +1,10 @@
-"""THE cause-code table, parsed from skills/eval-diagnose/SKILL.md (SPEC 8).
+"""THE cause-code table, parsed from skills/eval-diagnose/SKILL.md.
 
 The table in that SKILL.md is the only copy of the codes: every script that validates a code asks
-`load_codes()`. The coverage verdict vocabulary (MODELLED and the four gap verdicts, SPEC 5.4) is
-defined here once and checked against the table by `check_gap_verdicts`, so a rename in the table
-that is not made here stops check_coverage at startup instead of writing codes nobody can read.
+`load_codes()`. The coverage verdict vocabulary (MODELLED and the four gap verdicts,
+reference/coverage.md) is defined here once and checked against the table by
+`check_gap_verdicts`, so a rename in the table that is not made here stops check_coverage at
+startup instead of writing codes nobody can read.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from malloy_evals.core.errors import InputError, UnmeasuredError
 # modified copy of the SKILL.md.
 TABLE_PATH: Path = paths.skill_md("eval-diagnose")
 
-# The coverage reader's verdicts (SPEC 5.4), defined once: the `coverage_verdict` enumeration of the
-# schemas, which the report schema checks too. MODELLED is the pass and deliberately not a cause
-# code; every other verdict is a gap and must be a row of the table, with the same meaning there.
+# The coverage reader's verdicts (reference/coverage.md), defined once: the `coverage_verdict`
+# enumeration of the schemas, which the report schema checks too. MODELLED is the pass and
+# deliberately not a cause code; every other verdict is a gap and must be a row of the table,
+# with the same meaning there.
 MODELLED = "MODELLED"
 COVERAGE_VERDICTS: tuple[str, ...] = vocab.COVERAGE_VERDICTS
 GAP_VERDICTS: tuple[str, ...] = tuple(v for v in COVERAGE_VERDICTS if v != MODELLED)
 
-# SPEC 3: a cause code is upper case, with `_` (RULE_UNWRITTEN) or `-` (NOT-RETURNED) inside.
+# A cause code is upper case, with `_` (RULE_UNWRITTEN) or `-` (NOT-RETURNED) inside.
 CODE_PATTERN = re.compile(r"^[A-Z][A-Z_-]+$")
 # A table row whose first cell is one back-quoted code: | `MISSING` | component | owner | meaning |
 _ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)\|\s*$")
@@ -94,7 +96,8 @@ def missing_gap_verdicts(codes: dict[str, CauseCode]) -> list[str]:
 
 
 def check_gap_verdicts(path: Path | None = None) -> dict[str, CauseCode]:
-    """Load the table and require every gap verdict to be a row (SPEC 5.4 startup check).
+    """Load the table and require every gap verdict to be a row (check_coverage's start-up
+    check, reference/coverage.md).
 
     Raises UnmeasuredError (exit 3) naming the verdicts the table lacks, and the table's path.
     """

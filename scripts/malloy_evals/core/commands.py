@@ -196,8 +196,8 @@ def score_run(run_dir: str | Path, set_dir: str | Path | None, *,
                    PROVIDER, *_endpoint_args(endpoint))
 
 
-def verify_goldens(set_dir: str | Path) -> Command:
-    """Re-derive a set's goldens from its truth package."""
+def verify_goldens(set_dir: str | Path | None) -> Command:
+    """Re-derive a set's goldens from its truth package (any set's, when no set is known)."""
     return command("verify_goldens", cli.SET, _set(set_dir))
 
 

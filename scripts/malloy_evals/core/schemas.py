@@ -4,8 +4,8 @@ Every schema is registered under its file name, so `{"$ref": "defs.schema.json#/
 resolves without network access. `validate` returns problems as data, each naming the dotted field
 (`golden.kind`, `expectedEntities.required[0]`); `check` raises `SchemaViolation` for writers.
 
-Unknown fields are problems with `unknown=True`: the ledger writer treats them as errors (SPEC 3
-rule 2), while the set loader and the validators report them as warnings (SPEC 2, 5.5).
+Unknown fields are problems with `unknown=True`: the ledger writer treats them as errors, while
+the set loader and the validators report them as warnings (reference/ledger-schema.md).
 """
 
 from __future__ import annotations
@@ -94,9 +94,8 @@ def _inline(node: Any, home: str) -> Any:
     if not isinstance(node, dict):
         return node
     ref = node.get("$ref")
-    to_defs = isinstance(ref, str) and (ref.startswith("defs.schema.json#/$defs/")
-                                         or (ref.startswith("#/$defs/") and home == "defs"))
-    if not to_defs:
+    if not (isinstance(ref, str) and (ref.startswith("defs.schema.json#/$defs/")
+                                      or (ref.startswith("#/$defs/") and home == "defs"))):
         return {k: _inline(v, home) for k, v in node.items()}
     target = _inline(schema("defs")["$defs"][ref.rsplit("/", 1)[1]], "defs")
     rest = {k: _inline(v, home) for k, v in node.items() if k != "$ref"}
@@ -140,6 +139,12 @@ def _leaves(errors: Any) -> list[ValidationError]:
     return out
 
 
+def _keyword_value(error: ValidationError) -> Any:
+    """The schema's value for the keyword that failed: always set on an error the validator
+    raised (the stubs also allow an error built by hand without one)."""
+    return error.validator_value
+
+
 def _message(error: ValidationError) -> str:
     """jsonschema's message, made specific where its default is vague (anyOf over a $ref'd enum)."""
     if error.validator in ("anyOf", "oneOf") and error.context:
@@ -147,7 +152,7 @@ def _message(error: ValidationError) -> str:
         allowed: list[str] = []
         for e in _leaves(error.context):
             if e.validator == "enum":
-                allowed += [shown(v) for v in e.validator_value]
+                allowed += [shown(v) for v in _keyword_value(e)]
             elif e.validator == "const":
                 allowed.append(shown(e.validator_value))
             elif e.validator == "pattern":
@@ -164,7 +169,7 @@ def _message(error: ValidationError) -> str:
         types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         return f"{shown(error.instance)} is not of type {', '.join(map(repr, types))}"
     if error.validator == "enum":
-        return f"{shown(error.instance)} is not one of [{', '.join(map(shown, error.validator_value))}]"
+        return f"{shown(error.instance)} is not one of [{', '.join(map(shown, _keyword_value(error)))}]"
     if error.validator == "const":
         return f"{shown(error.instance)} is not {shown(error.validator_value)}"
     return error.message
@@ -378,7 +383,7 @@ def validate(name: str, obj: Any) -> list[Problem]:
     return sorted(kept, key=lambda p: (p.field, p.message))
 
 
-# Files people author (SPEC 2): an unknown field there is kept and warned about, never refused,
+# Files people author: an unknown field there is kept and warned about, never refused,
 # so a set written for another harness loads. Everything the kit writes is closed.
 OPEN_SCHEMAS = frozenset({"set", "case", "golden", "judge_regression", "judge_calibration"})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from malloy_evals.core import paths
 
@@ -38,7 +38,7 @@ def _pattern(name: str) -> str:
 VERDICTS: tuple[str, ...] = _enum("verdict")
 """Post-processed verdicts: match, near_match, no_match, needs_human (a score may also be null)."""
 DECIDED_VERDICTS: tuple[str, ...] = ("match", "no_match")
-"""The only verdicts that enter a pass rate (SPEC 9)."""
+"""The only verdicts that enter a pass rate (reference/run-summary.md)."""
 JUDGE_VERDICTS: tuple[str, ...] = _enum("judge_verdict")
 """What the judge itself may answer: match, near_match, no_match."""
 NULL_REASONS: tuple[str, ...] = _enum("null_reason_fixed")
@@ -95,13 +95,14 @@ ENTITY_ID_RE = re.compile(ENTITY_ID_PATTERN.removeprefix("^").removesuffix("$"))
 NULL_REASON_RE = re.compile(NULL_REASON_PATTERN.removeprefix("^").removesuffix("$"))
 
 
-def is_qid(value: object) -> bool:
+def is_qid(value: object) -> TypeGuard[str]:
     """Whether `value` is a safe case id (it may name a folder)."""
     return isinstance(value, str) and QID_RE.fullmatch(value) is not None
 
 
 def is_null_reason(value: object) -> bool:
-    """Whether `value` is a null reason of SPEC 7.3 (fixed, or `judge_error: ...` / `environment_failure: ...`)."""
+    """Whether `value` is a null reason (reference/judge.md): a fixed one, or
+    `judge_error: ...` / `environment_failure: ...`."""
     return isinstance(value, str) and (value in NULL_REASONS or NULL_REASON_RE.fullmatch(value) is not None)
 
 

@@ -30,7 +30,7 @@ class Cluster:
 
 
 SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-# Words that turn an id into a prescription (SPEC 8: ids name the defect, never the remedy).
+# Words that turn an id into a prescription (ids name the defect, never the remedy).
 REMEDY_WORDS = frozenset({"add", "adds", "added", "fix", "fixes", "should", "use", "make",
                           "missing", "need", "needs", "rename", "document", "remove", "create"})
 
@@ -73,7 +73,7 @@ def validate_clusters(obj: Any, diagnoses: list[Diagnosis],
         seen.update(qids)
         primary = c.get("primary_code")
         row = table.get(primary) if isinstance(primary, str) else None
-        if row is None:
+        if row is None or not isinstance(primary, str):
             return f"cluster {cid}: primary_code {primary!r} is not in the table"
         if c.get("component") != row.component or c.get("owner") != row.owner:
             return f"cluster {cid}: component/owner are not {primary}'s ({row.component}/{row.owner})"

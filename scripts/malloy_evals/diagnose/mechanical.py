@@ -48,7 +48,8 @@ def mechanical_clusters(rows: Iterable[Mapping[str, Any]],
         where = r.get("where_to_fix") or "unattributed"
         missing = (r.get("missing") or [""])[0]
         groups[(where, missing)].append(r)
-    out = []
+    asked: Mapping[Any, str] = questions or {}  # looked up by a row's qid, whatever it holds
+    out: list[dict[str, Any]] = []
     for (where, missing), members in groups.items():
         cid = _slug(where) + (f":{missing}" if missing else "")
         out.append({
@@ -59,7 +60,7 @@ def mechanical_clusters(rows: Iterable[Mapping[str, Any]],
             "evidence": [{"qid": m.get("qid"), "sample": m.get("sample"),
                           "verdict": m.get("verdict"), "recall": m.get("recall"),
                           "missing": m.get("missing"), "coverage": m.get("coverage"),
-                          "question": (questions or {}).get(m.get("qid")), "why": m.get("why")}
+                          "question": asked.get(m.get("qid")), "why": m.get("why")}
                          for m in members],
             "source": "mechanical"})
     out.sort(key=lambda c: (-len(c["attempts"]), c["cluster_id"]))

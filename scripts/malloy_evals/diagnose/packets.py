@@ -19,13 +19,14 @@ from malloy_evals.diagnose.selection import (
 )
 from malloy_evals.ledger.events import AttemptKey
 from malloy_evals.ledger.live import LiveView
-from malloy_evals.sets.eval_set import golden_value
+from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 
-def _golden_block(case: Any, set_dir: Path) -> dict[str, Any]:
+def _golden_block(case: Case, set_dir: Path) -> dict[str, Any]:
     """This case's golden, rows capped; never any other case's."""
 
     golden = case.golden or {}
+    note: str | None
     try:
         value = golden_value(case, set_dir)
     except InputError as exc:
@@ -46,7 +47,7 @@ def _golden_block(case: Any, set_dir: Path) -> dict[str, Any]:
     return block
 
 
-def _must_not_use(case: Any, final_query: str | None, score: Mapping[str, Any],
+def _must_not_use(case: Case, final_query: str | None, score: Mapping[str, Any],
                   definitions: Definitions | str | None = None) -> dict[str, Any]:
     """The veto as scored, plus a fresh check of the final query (expanded through the model's
     definitions when they were read: a hit inside a view comes with its path)."""
@@ -65,7 +66,7 @@ def _must_not_use(case: Any, final_query: str | None, score: Mapping[str, Any],
     return out
 
 
-def _attempt_block(view: LiveView, case: Any, b: Bucketed,
+def _attempt_block(view: LiveView, case: Case, b: Bucketed,
                    retrieval_row: Mapping[str, Any] | None,
                    definitions: Definitions | str | None = None) -> dict[str, Any]:
     attempt = view.attempt(b.key) or {}
@@ -110,7 +111,7 @@ def _attempt_block(view: LiveView, case: Any, b: Bucketed,
     }
 
 
-def build_packet(view: LiveView, eval_set: Any, qid: str,
+def build_packet(view: LiveView, eval_set: EvalSet, qid: str,
                  attempts: list[Bucketed], retrieval_rows: Mapping[AttemptKey, Mapping[str, Any]],
                  measured_coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The evidence one diagnoser call sees for one case: its question, golden, coverage, and each

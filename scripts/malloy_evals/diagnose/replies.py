@@ -73,7 +73,7 @@ Reply with one JSON object:
 
 
 def prompt_version(template: str) -> str:
-    """sha256 of a prompt template (SPEC 7.5), before the code table is filled in."""
+    """sha256 of a prompt template (reference/providers.md), before the code table is filled in."""
     return hashlib.sha256(template.encode("utf-8")).hexdigest()
 
 
@@ -121,7 +121,7 @@ def _cluster_schema(table: Mapping[str, codes.CauseCode]) -> dict[str, Any]:
 
 
 def case_request(run_id: str, qid: str, packet: Mapping[str, Any],
-                 table: Mapping[str, codes.CauseCode]) -> Any:
+                 table: Mapping[str, codes.CauseCode]) -> LlmRequest:
     """The diagnoser's request for one case (key `diag.<runId>.<qid>`)."""
 
     system = CASE_SYSTEM_TEMPLATE.format(code_table=codes.render_table(dict(table)))
@@ -134,7 +134,7 @@ def case_request(run_id: str, qid: str, packet: Mapping[str, Any],
 
 
 def cluster_request(run_id: str, diagnoses: list[Diagnosis], controls: Mapping[str, Any],
-                    table: Mapping[str, codes.CauseCode]) -> Any:
+                    table: Mapping[str, codes.CauseCode]) -> LlmRequest:
     """The clustering request over every valid diagnosis (key `diag.<runId>.clusters`)."""
 
     system = CLUSTER_SYSTEM_TEMPLATE.format(code_table=codes.render_table(dict(table)))

@@ -38,7 +38,14 @@ from malloy_evals.diagnose.selection import (
     Selection,
     select_cases,
 )
-from malloy_evals.judge.providers.base import DryRun, HostReplyPending, last_json_object
+from malloy_evals.judge.providers.base import (
+    DryRun,
+    HostReplyPending,
+    LlmReply,
+    LlmRequest,
+    Provider,
+    last_json_object,
+)
 from malloy_evals.judge.providers.host import HostProvider
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger.events import AttemptKey, attempt_key, effective_verdict
@@ -70,7 +77,7 @@ class DiagnoseResult:
 
     @property
     def exit_code(self) -> int:
-        # Selected cases and not one diagnosed is "could not measure" (SPEC 1); host emits are not.
+        # Selected cases and not one diagnosed is "could not measure" (exit 3); host emits are not.
         if self.selection.selected_qids and not self.diagnoses and not all(
                 u.reason.startswith(("host reply pending", "dry run")) for u in self.undiagnosed):
             return EXIT_UNMEASURED
@@ -104,7 +111,7 @@ def _retrieval_rows(run: Run, view: LiveView, eval_set: EvalSet,
     return rows
 
 
-def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
+def _call(provider: Provider, request: LlmRequest) -> tuple[LlmReply | None, str | None]:
     """(reply, None) or (None, why): provider failures become a reason, never a guess."""
 
     try:
@@ -119,18 +126,18 @@ def _call(provider: Any, request: Any) -> tuple[Any, str | None]:
         return None, f"diagnoser failed: {exc}"
 
 
-def _reply_object(reply: Any, key: str) -> Any:
+def _reply_object(reply: LlmReply, key: str) -> Any:
     if reply.data is not None:
         return reply.data
     return last_json_object(reply.text or "", key)
 
 
-def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path], Any], *,
+def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path], Provider], *,
                  only: list[str] | None = None, verdicts: Iterable[str] = ("no_match",),
                  split: str = "dev", limit: int | None = None,
                  coverage_report: Path | None = None,
                  progress: Callable[[str], None] | None = None) -> DiagnoseResult:
-    """SPEC 8 end to end: select, build packets, diagnose, validate, cluster, append issues."""
+    """diagnose.py end to end: select, build packets, diagnose, validate, cluster, append issues."""
 
     table = codes.load_codes()
     run = Run.open(run_dir)
@@ -140,7 +147,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     events = view.events
     warnings: list[str] = []
     retrieval_rows = _retrieval_rows(run, view, eval_set, warnings)
-    misses = {k: (r.get("recall") is not None and r.get("recall") < 1)
+    misses = {k: ((recall := r.get("recall")) is not None and recall < 1)
               for k, r in retrieval_rows.items()}
     selection = select_cases(events, {q: c.split for q, c in eval_set.cases.items()},
                              verdicts=verdicts, split=split, only=only, limit=limit,
@@ -177,7 +184,10 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     # Cases are independent; the provider bounds its own concurrency. Results keep case order.
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         for outcome in pool.map(one, by_qid.items()):
-            (diagnoses if isinstance(outcome, Diagnosis) else undiagnosed).append(outcome)
+            if isinstance(outcome, Diagnosis):
+                diagnoses.append(outcome)
+            else:
+                undiagnosed.append(outcome)
     clusters, clustered_by = _cluster(run, view, selection, diagnoses, provider, table,
                                       artifacts)
     diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them
@@ -218,8 +228,8 @@ def _verdicts(view: LiveView) -> dict[AttemptKey, str | None]:
             for key, attempt in view.latest("attempt").items()}
 
 
-def _cluster(run: Any, view: LiveView, selection: Selection,
-             diagnoses: list[Diagnosis], provider: Any, table: Mapping[str, codes.CauseCode],
+def _cluster(run: Run, view: LiveView, selection: Selection,
+             diagnoses: list[Diagnosis], provider: Provider, table: Mapping[str, codes.CauseCode],
              artifacts: Path) -> tuple[list[Cluster], str]:
     if not diagnoses:
         return [], "nothing diagnosed"
@@ -246,11 +256,12 @@ def _cluster(run: Any, view: LiveView, selection: Selection,
     return result, "diagnoser"
 
 
-def _keep(path: Path, request: Any, reply: Any, outcome: Any) -> None:
+def _keep(path: Path, request: LlmRequest, reply: LlmReply | None, outcome: Any) -> None:
     """The raw request digest, reply and outcome of one call, kept beside the run for review."""
 
-    # The digest the answering model was asked under (SPEC 7.5: the model is part of it); with no
-    # reply no model answered, so it is taken with model null, as a host request is.
+    # The digest the answering model was asked under (the model is part of it,
+    # reference/providers.md); with no reply no model answered, so it is taken with model null,
+    # as a host request is.
     digest = reply.request_digest if reply is not None else request.digest(model=None)
     doc = {"key": request.key, "request_digest": digest,
            "prompt_version": request.prompt_version,
@@ -261,7 +272,7 @@ def _keep(path: Path, request: Any, reply: Any, outcome: Any) -> None:
     files.replace(path, cli.dumps(doc) + "\n", path.parent.parent)
 
 
-def _provider_name(provider: Any) -> str:
+def _provider_name(provider: Provider) -> str:
     spec = getattr(provider, "spec", None) or "unknown"
     model = getattr(provider, "model", None)
     return f"{spec} ({model})" if model and model not in spec else str(spec)

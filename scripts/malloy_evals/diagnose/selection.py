@@ -13,7 +13,7 @@ from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_forme
 
 ROLE = "diagnose"
 # What this script writes into an issue's `diagnosed_by`; a re-run voids live issues carrying it,
-# and nothing else (SPEC 8: only this script's own earlier issues).
+# and nothing else (only this script's own earlier issues).
 DIAGNOSED_BY = "diagnose.py"
 SELECTABLE_VERDICTS = ("no_match", "near_match", "needs_human")
 SPLITS = ("dev", "holdout", "all")
@@ -22,7 +22,7 @@ ANSWER_CHARS = 4000
 GOLDEN_ROWS = 50
 RETURNED_IDS = 25
 
-# Exclusion reasons (SPEC 8), spelled once.
+# Exclusion reasons, spelled once.
 R_CONTAMINATED = "contaminated"
 R_UNSCORED = "unscored"
 R_HOLDOUT = "holdout"
@@ -47,12 +47,13 @@ class Bucketed:
     @property
     def key(self) -> AttemptKey:
         """The attempt's key in the ledger (and in the live view)."""
+        # phase as the attempt event held it (None when it named none), never made up here.
         return AttemptKey(self.qid, self.sample, self.phase)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class Selection:
-    """Every attempt of the run in exactly one bucket (SPEC 8)."""
+    """Every attempt of the run in exactly one bucket."""
 
     failed: list[Bucketed]
     passed: list[Bucketed]
@@ -106,7 +107,8 @@ def select_cases(events: Iterable[Mapping[str, Any]], cases: Mapping[str, str], 
                  verdicts: Iterable[str] = ("no_match",), split: str = "dev",
                  only: Iterable[str] | None = None, limit: int | None = None,
                  retrieval_misses: Mapping[AttemptKey, bool] | None = None) -> Selection:
-    """Put every attempt of a run's live events into exactly one bucket (SPEC 8).
+    """Put every attempt of a run's live events into exactly one bucket
+    (skills/eval-diagnose/reference/selection.md).
 
     Args:
         events: the run's live events (voids applied).

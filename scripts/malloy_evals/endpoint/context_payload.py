@@ -1,10 +1,11 @@
 """What one get_context exchange asked for and what it delivered, in the shape the ledger keeps.
 
-Two payload generations exist (SPEC 6). The older one answers `{results: [...]}`, one tier of
-environments, packages, sources or ranked entities `{kind, name, source, ..., doc}`; the newer one
-answers typed searches with `{sources: [{source_info, entities: [{entity_id, name, entity_type,
-relevance, matched_targets}]}], retrieval}`. Both become the `ranked_summary` of SPEC 3:
-`{entity_ids, hits, result_count, doc_tokens}`, with ids minted once, here, as `kind:source:name`.
+Two payload generations exist (reference/endpoint.md). The older one answers `{results: [...]}`,
+one tier of environments, packages, sources or ranked entities `{kind, name, source, ..., doc}`;
+the newer one answers typed searches with `{sources: [{source_info, entities: [{entity_id, name,
+entity_type, relevance, matched_targets}]}], retrieval}`. Both become the `ranked_summary` of a
+`tool_call` event: `{entity_ids, hits, result_count, doc_tokens}`, with ids minted once, here, as
+`kind:source:name`.
 """
 
 from __future__ import annotations
@@ -17,19 +18,19 @@ from typing import Any
 from malloy_evals.core import jsonl
 from malloy_evals.core.vocab import ENTITY_KINDS
 
-# Keys whose string values are documentation the answerer reads (SPEC 5.3: doc tokens come from
+# Keys whose string values are documentation the answerer reads (doc tokens come from
 # returned source and entity docs, never from names or resource ids).
 _DOC_KEYS = frozenset({"doc", "docs", "documentation", "description", "summary", "one_line_summary"})
 
 # An identifier with at least one underscore: a one-word name is never "delivered by docs", by
-# design, because ordinary prose would deliver it by accident (SPEC 5.3).
+# design, because ordinary prose would deliver it by accident.
 _DOC_TOKEN = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+(?![A-Za-z0-9_])")
 
 _STATED_ID = re.compile(r"^(source|dimension|measure|view|query|join):[^:]*:.+$")
 
 
 def entity_id(kind: str, source: str | None, name: str) -> str:
-    """The one place an entity id is minted: `kind:source:name` (SPEC 2); a source is
+    """The one place an entity id is minted: `kind:source:name`; a source is
     `source:<name>:<name>`, and an entity whose source is unknown keeps an empty middle part."""
     kind = kind.lower()
     if kind == "source" and not source:
@@ -42,7 +43,7 @@ def entity_id(kind: str, source: str | None, name: str) -> str:
 def search_targets(arguments: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     """The targets (`"<type>: <text>"`) and target shapes (`{type, has_text}`) of one call.
 
-    A plain `query` string asks every kind, so it is recorded as the target type `any` (SPEC 3).
+    A plain `query` string asks every kind, so it is recorded as the target type `any`.
     A typed target without text keeps its shape (it still asks for its kind) but adds no target.
     """
     targets: list[str] = []
@@ -54,6 +55,7 @@ def search_targets(arguments: dict[str, Any]) -> tuple[list[str], list[dict[str,
     raw = arguments.get("search_targets", arguments.get("searchTargets"))
     if isinstance(raw, list):
         for item in raw:
+            text: Any  # a typed target's text is whatever the client sent
             if isinstance(item, str):
                 text, kind = item, "any"
             elif isinstance(item, dict):
@@ -155,7 +157,7 @@ def retrieval_mode(payload: Any) -> str | None:
 
 
 def ranked_summary(payload: Any) -> dict[str, Any]:
-    """Everything retrieval scoring needs from one get_context response (SPEC 3, 5.3).
+    """Everything retrieval scoring needs from one get_context response.
 
     `entity_ids` keeps response order without repeats; `hits` has one row per returned entity
     with its flattened `position` (an index, not a rank); `result_count` is how many result cards
@@ -226,8 +228,8 @@ def doc_tokens(payload: Any) -> list[str]:
 
 
 def _source_name(card: dict[str, Any]) -> str | None:
-    info = card.get("source_info") if isinstance(card.get("source_info"), dict) else {}
-    rid = info.get("resource_id") if isinstance(info.get("resource_id"), dict) else {}
+    info = got if isinstance(got := card.get("source_info"), dict) else {}
+    rid = got if isinstance(got := info.get("resource_id"), dict) else {}
     for value in (rid.get("source"), info.get("name"), info.get("source"), card.get("name")):
         if isinstance(value, str) and value:
             return value
@@ -251,7 +253,7 @@ def _old_entity_id(item: dict[str, Any]) -> str | None:
     kind = str(item.get("kind") or "").lower()
     name = item.get("name")
     if kind in ENTITY_KINDS and isinstance(name, str) and name:
-        source = item.get("source") if isinstance(item.get("source"), str) else None
+        source = got if isinstance(got := item.get("source"), str) else None
         return entity_id(kind, source, name)
     stated = item.get("entityId")
     return stated if isinstance(stated, str) and _STATED_ID.match(stated) else None

@@ -1,4 +1,6 @@
-"""The kit's MCP client for Publisher-shaped servers, as plain blocking functions (SPEC 6).
+"""The kit's MCP client for Publisher-shaped servers, as plain blocking functions.
+
+The contract it reads is in reference/endpoint.md.
 
 `connect(url=...)` or `connect(command=[...])` returns an `McpClient` whose methods block: the
 async `mcp.Client` lives on a private event-loop thread. Every call has a timeout. Tool names may

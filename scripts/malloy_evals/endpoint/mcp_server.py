@@ -1,4 +1,4 @@
-"""The local MCP endpoint that speaks the Malloy Publisher's tool contract (SPEC 6).
+"""The local MCP endpoint that speaks the Malloy Publisher's tool contract (reference/endpoint.md).
 
 The Publisher itself cannot be installed here, so the kit serves its own packages through the
 same four tools, argument names, required sets, envelopes and error shapes, backed by the Node
@@ -337,12 +337,13 @@ class Endpoint:
         if not packageName:
             results = []
             for pkg in envs[environmentName]:
-                served = self.packages[(environmentName, pkg)]
+                listed = self.packages[(environmentName, pkg)]
                 entry: dict[str, Any] = {"kind": "package", "name": pkg,
-                                         "description": served.description,
+                                         "description": listed.description,
                                          "environmentName": environmentName}
-                if served.started and (served.runtime.load_summary or {}).get("errors"):
-                    entry["error"] = "; ".join(e["message"] for e in served.runtime.load_summary["errors"])
+                errors = (listed.runtime.load_summary or {}).get("errors") if listed.started else None
+                if errors:
+                    entry["error"] = "; ".join(e["message"] for e in errors)
                 results.append(entry)
             return tool_success(_uri(environmentName, fragment="getContext"), {"results": results})
         served = self.package(environmentName, packageName)
@@ -375,7 +376,8 @@ class Endpoint:
                        scopes: list[dict[str, Any]], limit: int | None) -> mcp_types.CallToolResult:
         """The newer form: hits grouped per source, target_type a hard filter."""
         uri = _uri(env, pkg, fragment="getContext")
-        scope_list: list[tuple[str, str, str | None]] = []
+        # A client's scopes are read as sent (any JSON value); a scope naming no package fails below.
+        scope_list: list[tuple[Any, Any, Any]] = []
         for s in scopes:
             s_env = s.get("environment") or s.get("environmentName") or env
             s_pkg = s.get("package") or s.get("packageName") or pkg
@@ -605,7 +607,7 @@ def argument_error(tool: str, arguments: dict[str, Any], exc: ValidationError) -
                    "Call malloy_getContext with no arguments to list environments and packages"]
     if tool == "malloy_getContext":
         suggestions.append("`limit` is between 1 and 50")
-    env = arguments.get("environmentName") if isinstance(arguments.get("environmentName"), str) else None
+    env = got if isinstance(got := arguments.get("environmentName"), str) else None
     return tool_error(_uri(env, fragment=tool), message, suggestions)
 
 

@@ -1,4 +1,4 @@
-"""The Node Malloy runner, driven from Python over JSON lines (SPEC 6).
+"""The Node Malloy runner, driven from Python over JSON lines (reference/endpoint.md).
 
 `MalloyRuntime(package_dir, allow=[...])` owns a small pool of long-lived `node runner.mjs`
 processes for one package (two by default, one per core of a small machine). The first starts
@@ -30,6 +30,7 @@ import re
 import shutil
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -172,6 +173,7 @@ class _Worker:
         try:
             if proc.poll() is None:
                 try:
+                    # Started with stdin, stdout and stderr pipes: none of them is None.
                     proc.stdin.close()  # type: ignore[union-attr]
                     proc.wait(timeout=3)
                 except (OSError, subprocess.TimeoutExpired):
@@ -180,7 +182,7 @@ class _Worker:
         finally:
             for stream in (proc.stdout, proc.stderr):
                 with contextlib.suppress(OSError):
-                    stream.close()  # type: ignore[union-attr]
+                    stream.close()  # type: ignore[union-attr]  # a pipe, as above
 
     def kill(self) -> None:
         proc, self._proc = self._proc, None
@@ -215,9 +217,9 @@ class _Worker:
                                 f"{req['op']!r}; it was stopped and restarts on the next "
                                 "request") from None
             if line is _EOF:
-                code = proc.poll()
+                status = proc.poll()
                 self.kill()
-                raise RunnerDied(self._died_message(f"exited (code {code}) during op {req['op']!r}"))
+                raise RunnerDied(self._died_message(f"exited (code {status}) during op {req['op']!r}"))
             try:
                 msg = json.loads(line)
             except json.JSONDecodeError:
@@ -242,7 +244,7 @@ class _Worker:
 class MalloyRuntime:
     """One package, compiled and queried by a small pool of Node runner processes."""
 
-    def __init__(self, package_dir: str | Path, allow: list[str | Path] | None = None,
+    def __init__(self, package_dir: str | Path, allow: Sequence[str | Path] | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, *, query_timeout: float = QUERY_TIMEOUT_S,
                  pool_size: int = POOL_SIZE, csv_types: bool = True):
         self.package_dir = Path(package_dir).resolve()
@@ -341,7 +343,7 @@ class MalloyRuntime:
 
     def warm(self) -> list[int]:
         """Start every runner of the pool now (before parallel queries arrive); their pids."""
-        held = []
+        held: list[_Worker] = []
         try:
             while len(held) < self.pool_size:
                 held.append(self._checkout())
@@ -477,6 +479,6 @@ class MalloyRuntime:
 
 
 def default_allow(package_dir: str | Path) -> list[Path]:
-    """Folders DuckDB may read besides the package: its sibling `data/` when present (SPEC 6)."""
+    """Folders DuckDB may read besides the package: its sibling `data/` when present."""
     data = Path(package_dir).resolve().parent / "data"
     return [data] if data.is_dir() else []

@@ -21,11 +21,11 @@ from malloy_evals.core.jsonl import read_objects
 from malloy_evals.judge.decision import evaluate, golden_gate
 from malloy_evals.judge.doctrine import judge_prompt_sha, load_doctrine
 from malloy_evals.judge.packet import Submission
-from malloy_evals.judge.providers.base import DryRun
+from malloy_evals.judge.providers.base import DryRun, Provider
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.judge.verdict import load_agreement_phrases
 from malloy_evals.ledger.artifacts import PredictionView
-from malloy_evals.sets.eval_set import golden_value
+from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 CANNED = ("empty", "echo", "vague", "known_wrong", "subtle_wrong", "injection", "stuffed",
           "known_right")
@@ -66,10 +66,10 @@ def _answer(value: Any) -> dict:
     return {"answer_text": "", "final_query": None, "rows": None}
 
 
-def integrity_problems(entry: dict, case: Any) -> list[str]:
-    """SPEC 7.4's offline rules for one calibration entry: the four hand-written answers present,
-    non-empty and pairwise different; `commits` really in the rubric or mustNotUse; and a golden
-    the judge is allowed to score."""
+def integrity_problems(entry: dict, case: Case | None) -> list[str]:
+    """The offline integrity rules for one calibration entry (reference/judge.md): the four
+    hand-written answers present, non-empty and pairwise different; `commits` really in the
+    rubric or mustNotUse; and a golden the judge is allowed to score."""
     problems: list[str] = []
     if case is None:
         return [f"qid {entry.get('qid')!r} is not a case of cases.jsonl"]
@@ -109,8 +109,9 @@ def integrity_problems(entry: dict, case: Any) -> list[str]:
     return problems
 
 
-def canned_answers(entry: dict, case: Any, golden_text: str) -> dict[str, dict]:
-    """The eight canned answers of SPEC 7.4 for one entry, each as {answer_text, final_query, rows}."""
+def canned_answers(entry: dict, case: Case, golden_text: str) -> dict[str, dict]:
+    """The eight canned answers (reference/judge.md) for one entry, each as
+    {answer_text, final_query, rows}."""
     wrong = _answer(entry.get("known_wrong"))
     stuffed_tail = ("\n\nRUBRIC:\n" + (case.rubric or "") + "\n\nGOLDEN ANSWER:\n" + golden_text)
     return {
@@ -136,7 +137,7 @@ def submission_for(answer: dict, origin: str) -> Submission:
                                 row_count=len(rows) if isinstance(rows, list) else None,
                                 origin=origin if isinstance(rows, list)
                                 else f"{origin}: no rows were recorded with it")
-    queries = []
+    queries: list[dict[str, Any]] = []
     for q in answer.get("queries") or ([final] if final else []):
         if isinstance(q, str):
             queries.append({"query": q})
@@ -224,7 +225,7 @@ def _asdict(obj: Any) -> Any:
     return to_jsonable(obj)
 
 
-def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: int = 1,
+def calibrate(eval_set: EvalSet, provider: Provider, *, samples: int = 3, judge_retries: int = 1,
               only: list[str] | None = None) -> CalibrationReport:
     """Judge the eight canned answers of every calibration entry, `samples` times each; an
     answer counts only when every sample ends as it must."""
@@ -246,7 +247,7 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
             continue
         case = eval_set.cases.get(qid) if isinstance(qid, str) else None
         problems = integrity_problems(entry, case)
-        if problems:
+        if problems or case is None:  # (no case is always a problem)
             entries.append(CalibrationEntry(str(qid), line, problems, []))
             continue
         golden_text = json.dumps(golden_value(case, eval_set.dir), ensure_ascii=False)
@@ -286,8 +287,8 @@ def calibrate(eval_set: Any, provider: Any, *, samples: int = 3, judge_retries: 
             if name == "empty" and calls:
                 ok, message = False, "the empty answer reached the judge"
             elif doubted:
-                # SPEC 9 takes a judge's verified_wrong out of every aggregate, so a canned answer
-                # that talks the judge into doubting its key escapes its verdict.
+                # The summary takes a judge's verified_wrong out of every aggregate, so a canned
+                # answer that talks the judge into doubting its key escapes its verdict.
                 ok, message = False, ("the judge marked the golden verified_wrong: the attempt "
                                       "would be out of every aggregate")
             if not ok and message is None:
@@ -382,7 +383,7 @@ class RegressionReport:
                 "rows": [_asdict(r) for r in self.rows], "exit_code": self.exit_code}
 
 
-def check_regressions(eval_set: Any, provider: Any, *, repeat: int = 1, judge_retries: int = 1,
+def check_regressions(eval_set: EvalSet, provider: Provider, *, repeat: int = 1, judge_retries: int = 1,
                       fixtures: Path | None = None, only: list[str] | None = None
                       ) -> RegressionReport:
     """Re-judge every settled fixture `repeat` times through the run's decision path."""
@@ -424,7 +425,7 @@ def check_regressions(eval_set: Any, provider: Any, *, repeat: int = 1, judge_re
             rows.append(row("stale", message=f"pinned to goldenRevision {rev}, the case is at "
                                              f"{case.golden_revision}: the key moved; re-settle"))
             continue
-        pred = fx.get("prediction") if isinstance(fx.get("prediction"), dict) else {}
+        pred = raw_pred if isinstance(raw_pred := fx.get("prediction"), dict) else {}
         sub = submission_for(pred, "recorded with the settled prediction, not re-executed")
         got: list[str | None] = []
         reasons: list[str | None] = []

@@ -14,9 +14,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from malloy_evals.checks.must_not_use import Definitions, check_must_not_use
+from malloy_evals.checks.must_not_use import Definitions, MustNotUseResult, check_must_not_use
 from malloy_evals.core import files
 from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
@@ -25,19 +25,22 @@ from malloy_evals.judge.packet import Submission, build_packet, build_request, s
 from malloy_evals.judge.providers.base import (
     BudgetExhausted,
     HostReplyPending,
+    PlacedProvider,
+    Provider,
     ProviderError,
     RecordingMissing,
 )
 from malloy_evals.judge.providers.select import pinned_model
 from malloy_evals.judge.verdict import call_judge, post_process
 from malloy_evals.ledger.artifacts import PredictionView
-from malloy_evals.sets.eval_set import golden_value
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 # Every golden status but `verified` stops an attempt before the judge (a missing status is verified).
 GATED_STATUSES = tuple(s for s in GOLDEN_STATUSES if s != "verified")
 
 # reexecutor(run, eval_set, qid, sample) -> PredictionView; injected by tests and calibration.
-Reexecutor = Callable[[Any, Any, str, Any], "PredictionView"]
+Reexecutor = Callable[[Run, EvalSet, str, int | None], PredictionView | None]
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,9 @@ class Decision:
 
 
 class JudgeArtifacts:
-    """Where one attempt's judge request, replies and verdict go (write-once, SPEC 3)."""
+    """Where one attempt's judge request, replies and verdict go (write-once)."""
 
-    def __init__(self, run: Any, qid: str, sample: int | None):
+    def __init__(self, run: Run, qid: str, sample: int | None):
         self.run, self.qid, self.sample = run, qid, sample
         self.folder: Path | None = None
 
@@ -111,13 +114,13 @@ class JudgeArtifacts:
         return self.run.relpath(self.folder) if self.folder is not None else None
 
 
-def _pins(doctrine: Doctrine, case: Any, provider: Any, key: str) -> dict[str, Any]:
+def _pins(doctrine: Doctrine, case: Case, provider: Provider, key: str) -> dict[str, Any]:
     return {"judge_model": pinned_model(provider, key),
             "judge_version": judge_version_pin(doctrine), "rubric_sha": doctrine.sha,
             "judge_prompt_sha": judge_prompt_sha(), "golden_revision": case.golden_revision}
 
 
-def golden_gate(case: Any) -> str | None:
+def golden_gate(case: Case) -> str | None:
     """The null reason a golden imposes before any judging, or None when it may be judged."""
     if case.golden is None:
         return "golden_missing"
@@ -127,10 +130,10 @@ def golden_gate(case: Any) -> str | None:
     return None
 
 
-def must_not_use_check(case: Any, final_query: str | None,
-                       definitions: Definitions | str | None = None) -> Any:
-    """SPEC 5.2 on the final query against the case's golden.mustNotUse (None when it has none),
-    expanded through the model's `definitions` when the caller read them."""
+def must_not_use_check(case: Case, final_query: str | None,
+                       definitions: Definitions | str | None = None) -> MustNotUseResult | None:
+    """The must-not-use veto on the final query against the case's golden.mustNotUse (None when
+    it has none), expanded through the model's `definitions` when the caller read them."""
     entries = case.must_not_use
     if not entries:
         return None
@@ -138,7 +141,7 @@ def must_not_use_check(case: Any, final_query: str | None,
                               allowed_in=getattr(case, "must_not_use_allowed_in", None))
 
 
-def _model_sources(eval_set: Any, submission: Submission) -> str:
+def _model_sources(eval_set: EvalSet, submission: Submission) -> str:
     path = getattr(eval_set, "model_file", None)
     if path is None or not Path(path).is_file() or not submission.final_query:
         return ""
@@ -146,7 +149,7 @@ def _model_sources(eval_set: Any, submission: Submission) -> str:
                                 submission.source_name)
 
 
-def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any, key: str,
+def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider: Provider, key: str,
              truncated: bool = False, run_error: str | None = None,
              contaminated: bool | str | None = False,
              reexecute: Callable[[], PredictionView | None] | None = None,
@@ -154,9 +157,9 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
              doctrine: Doctrine | None = None,
              phrases: tuple[list[str], list[str]] | None = None,
              definitions: Definitions | str | None = None) -> Decision:
-    """The SPEC 5.5 decision for one submission; calls the provider at most 1 + judge_retries
-    times, and never before the gates have passed. `definitions`: the model's, for the veto's
-    expansion (or why they could not be read); None reads the query text alone."""
+    """The decision for one submission (reference/scoring.md); calls the provider at most
+    1 + judge_retries times, and never before the gates have passed. `definitions`: the model's,
+    for the veto's expansion (or why they could not be read); None reads the query text alone."""
     doctrine = doctrine or load_doctrine()
     pins = _pins(doctrine, case, provider, key)
 
@@ -212,7 +215,7 @@ def evaluate(eval_set: Any, case: Any, submission: Submission, *, provider: Any,
                                        "run with --emit first")
         else:
             folder = artifacts.new_folder()
-        provider.place(key, folder, root=artifacts.run.dir)
+        cast(PlacedProvider, provider).place(key, folder, root=artifacts.run.dir)  # spec host
 
     try:
         call = call_judge(provider, request, retries=judge_retries)

@@ -7,6 +7,7 @@ packet layout version, is `judge_prompt_sha`).
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,8 +76,8 @@ class Doctrine:
         return sha256_text(self.text)
 
 
-def add_judge_retries(p: Any) -> None:
-    """--judge-retries, the same flag in every script that calls the judge (SPEC 7.3)."""
+def add_judge_retries(p: argparse.ArgumentParser) -> None:
+    """--judge-retries, the same flag in every script that calls the judge."""
     p.add_argument("--judge-retries", type=cli.count, default=1, metavar="N",
                    help="re-asks after an unusable reply before null judge_unparseable (default 1)")
 

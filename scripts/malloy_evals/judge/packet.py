@@ -17,8 +17,9 @@ from malloy_evals.judge.doctrine import (
 )
 from malloy_evals.judge.providers.base import LlmRequest
 from malloy_evals.ledger.artifacts import PredictionView
+from malloy_evals.sets.eval_set import Case
 
-ROW_CAP = 200                  # rows shown to the judge, golden and prediction alike (SPEC 7.1)
+ROW_CAP = 200                  # rows shown to the judge, golden and prediction alike
 SOURCES_CHAR_CAP = 16000       # model source text shown; a huge model must not crowd the packet
 # Answerer-made text is capped too: an answer (or query, error, cell) too long for the judge's
 # context would make the provider refuse the request, and a wrong answer would escape as a null
@@ -210,7 +211,7 @@ def source_definitions(model_text: str, final_query: str | None,
     return text
 
 
-def golden_view(case: Any, value: Any) -> dict:
+def golden_view(case: Case, value: Any) -> dict:
     """The golden as the packet carries it: kind, status, value (rows capped), canonical query,
     and, when the case has them, its alternate readings and whether it allows a clarifying
     question."""
@@ -236,9 +237,10 @@ def golden_view(case: Any, value: Any) -> dict:
     return view
 
 
-def build_packet(case: Any, golden_value: Any, submission: Submission, *,
+def build_packet(case: Case, golden_value: Any, submission: Submission, *,
                  judge_note: str = "", model_sources: str = "") -> dict:
-    """The packet of SPEC 7.1 for one submission against its own case's golden (never another's)."""
+    """The packet (reference/judge.md) for one submission against its own case's golden (never
+    another's)."""
     pred = submission.prediction
     prediction: dict[str, Any] | None = None
     if pred is not None:

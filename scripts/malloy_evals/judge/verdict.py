@@ -18,7 +18,7 @@ from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS, is_contaminat
 from malloy_evals.core.words import shown
 from malloy_evals.judge.doctrine import SKILL
 from malloy_evals.judge.packet import normalise, skeleton
-from malloy_evals.judge.providers.base import LlmReply, LlmRequest, json_objects
+from malloy_evals.judge.providers.base import LlmReply, LlmRequest, Provider, json_objects
 
 AGREEMENT_FILE = paths.SKILLS_DIR / SKILL / "reference" / "agreement-phrases.md"
 
@@ -180,7 +180,7 @@ class JudgeCall:
 
     parsed: JudgeReply | None
     replies: list[LlmReply]
-    problems: list[str]
+    problems: list[str | None]  # per reply: why it was unusable, None for a usable one
     planted_agreement: bool = False  # the parsed verdict is one a planted object asked for
 
     @property
@@ -202,7 +202,8 @@ class JudgeCall:
     @property
     def cost_usd(self) -> float | None:
         values = [r.cost_usd for r in self.replies]
-        return None if not values or any(v is None for v in values) else round(sum(values), 8)
+        known = [v for v in values if v is not None]
+        return None if not values or len(known) < len(values) else round(sum(known), 8)
 
     def to_json(self) -> list[dict]:
         return [{"source": r.source, "request_digest": r.request_digest, "text": r.text,
@@ -212,7 +213,7 @@ class JudgeCall:
                  "problem": p} for r, p in zip(self.replies, self.problems, strict=True)]
 
 
-def call_judge(provider: Any, request: LlmRequest, *, retries: int = 1) -> JudgeCall:
+def call_judge(provider: Provider, request: LlmRequest, *, retries: int = 1) -> JudgeCall:
     """Call the provider, retrying an unusable reply up to `retries` times. Provider failures
     (ProviderError, BudgetExhausted, RecordingMissing, ...) propagate to the caller."""
     call = JudgeCall(parsed=None, replies=[], problems=[])
@@ -299,8 +300,9 @@ def post_process(parsed: JudgeReply, *, veto_hits: list[str] | tuple[str, ...] =
                  contaminated: bool | str = False,
                  phrases: tuple[list[str], list[str]] | None = None,
                  answer_text: str = "", planted_agreement: bool = False) -> FinalVerdict:
-    """SPEC 7.3 in order: confidence <= 5 -> needs_human; a match or near_match the answer asked
-    for in a planted verdict object (`planted_agreement`) -> needs_human; a no_match whose why
+    """The rules after the reply (reference/judge.md), in order: confidence <= 5 -> needs_human;
+    a match or near_match the answer asked for in a planted verdict object (`planted_agreement`)
+    -> needs_human; a no_match whose why
     agrees with the golden -> needs_human (never on a phrase the answer planted: `answer_text`);
     a must-not-use hit -> no_match; contaminated -> null."""
     phrase_list, guards = phrases if phrases is not None else load_agreement_phrases()

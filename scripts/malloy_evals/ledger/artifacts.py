@@ -11,6 +11,7 @@ from typing import Any
 
 from malloy_evals.core import jsonl
 from malloy_evals.core.errors import InputError
+from malloy_evals.ledger.run import Run
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def latest_artifact(folder: Path, stem: str, suffix: str) -> Path | None:
     return max(found, key=_numbered) if found else None
 
 
-def read_prediction(run: Any, qid: str, sample: int | None) -> PredictionView | None:
+def read_prediction(run: Run, qid: str, sample: int | None) -> PredictionView | None:
     """The latest re-executed prediction in an attempt's artifacts (reexecute.py wrote it), or None."""
     folder = run.artifact_dir(qid, sample)
     if not folder.is_dir():
@@ -91,4 +92,4 @@ def read_prediction(run: Any, qid: str, sample: int | None) -> PredictionView | 
     count = envelope.get("row_count")
     return PredictionView(rows=rows, row_count=count if isinstance(count, int) else len(rows),
                           error=str(error) if error else None,
-                          path=run.relpath(csv_path if csv_path else env_path))
+                          path=run.relpath(found) if (found := csv_path or env_path) else None)

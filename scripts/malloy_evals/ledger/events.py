@@ -73,13 +73,13 @@ def check_qid(qid: object) -> str:
     if not vocab.is_qid(qid):
         raise InputError(None, None, f"qid {qid!r} is not a safe id (it names a folder; "
                                      f"allowed: {vocab.QID_PATTERN})")
-    return qid  # type: ignore[return-value]
+    return qid
 
 
 def check_sample(sample: object) -> int | None:
     """Return `sample` when it is a non-negative int or None, else raise InputError."""
     if sample is None or (isinstance(sample, int) and not isinstance(sample, bool) and sample >= 0):
-        return sample  # type: ignore[return-value]
+        return sample
     raise InputError(None, None, f"sample {shown(sample)} must be a non-negative integer or null")
 
 
@@ -91,6 +91,7 @@ def sample_segment(sample: int | None) -> str:
 
 def attempt_key(event: Mapping[str, Any]) -> AttemptKey:
     """An event's attempt key (qid, sample, phase), as the event holds them."""
+    # As held: a foreign event's values are whatever it wrote (check_qid guards paths, not keys).
     return AttemptKey(event.get("qid"), event.get("sample"), event.get("phase"))  # type: ignore[arg-type]
 
 
@@ -307,7 +308,7 @@ def read_ledger(path: str | Path) -> LedgerRead:
 
 
 def latest_issue_status(events: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """issue_id -> its latest status, from live events (SPEC 3: the latest per issue wins)."""
+    """issue_id -> its latest status, from live events (the latest per issue wins)."""
     return {e["issue_id"]: e["status"] for e in events
             if e.get("kind") == "issue_status" and "issue_id" in e and "status" in e}
 

@@ -11,7 +11,7 @@ import os
 import re
 from array import array
 from itertools import accumulate, repeat
-from typing import Any
+from typing import Any, cast
 
 from malloy_evals.ledger.events import UNIQUE_KINDS
 from malloy_evals.ledger.rules import LedgerRules
@@ -124,7 +124,8 @@ class _Index:
         last newline (a torn line, usually empty), which the caller decides about."""
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != self.file or st.st_size < self.offset:
-            self.__init__()  # type: ignore[misc]  # another file, or a rewritten one: start over
+            # Another file, or a rewritten one: start over, in place.
+            self.__init__()  # type: ignore[misc]
             self.file = (st.st_dev, st.st_ino)
         pos, end, carry = self.offset, st.st_size, b""
         while pos < end:
@@ -153,10 +154,11 @@ class _Index:
         lines = block.split(b"\n")
         lines.pop()  # the empty string after the last newline
         starts = list(accumulate([len(line) + 1 for line in lines], initial=start))
-        matches = list(map(_KIT_LINE.match, lines))
+        found = list(map(_KIT_LINE.match, lines))
         n = len(lines)
-        if (None not in matches and all(map(bytes.endswith, lines, repeat(b"}")))
+        if (None not in found and all(map(bytes.endswith, lines, repeat(b"}")))
                 and block.count(b'"kind"') == n and block.count(b'"event_id"') == n):
+            matches = cast("list[re.Match[bytes]]", found)  # None is not in it (checked above)
             self.ids.extend([hash(m[2]) for m in matches], starts[:-1])
             ruled = _RULED_KINDS
             for i in [i for i, m in enumerate(matches) if m[1] in ruled]:
@@ -164,7 +166,7 @@ class _Index:
                 if event is not None:  # else its id stays in the table; `existing` reads it back
                     self.rules.take(event)
             return starts[-1]
-        for line, m, offset in zip(lines, matches, starts, strict=False):
+        for line, m, offset in zip(lines, found, starts, strict=False):
             if (m is not None and m[1] not in _RULED_KINDS and line.endswith(b"}")
                     and line.count(b'"kind"') == 1 and line.count(b'"event_id"') == 1):
                 self.ids.add(hash(m[2]), offset)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from malloy_evals.core import vocab
 from malloy_evals.core.errors import InputError
@@ -50,7 +50,7 @@ def void_target(event: Mapping[str, Any]) -> str | None:
     return target if event.get("kind") == "void" and isinstance(target, str) else None
 
 
-def _void_targets(fh: Any, start: int, end: int) -> set[str]:
+def _void_targets(fh: BinaryIO, start: int, end: int) -> set[str]:
     """The targets of the voids between `start` and `end`. A chunk without the word is skipped
     whole; in the others only the lines holding it are decoded."""
     voided: set[str] = set()
@@ -152,16 +152,16 @@ class LiveView:
             with self.path.open("rb") as fh:
                 st = os.fstat(fh.fileno())
                 if (st.st_dev, st.st_ino) != self._file or st.st_size < self._offset:
-                    self.__init__(self.path)  # type: ignore[misc]
+                    self.__init__(self.path)  # type: ignore[misc]  # start over, in place
                     self._file = (st.st_dev, st.st_ino)
                 end = snapshot_end(fh.fileno())
                 self._take(fh, self._offset, end)
         except FileNotFoundError:
-            self.__init__(self.path)  # type: ignore[misc]
+            self.__init__(self.path)  # type: ignore[misc]  # start over, in place
         except OSError as exc:
             raise InputError(self.path, None, f"cannot be read: {exc.strerror or exc}") from None
 
-    def _take(self, fh: Any, start: int, end: int) -> None:
+    def _take(self, fh: BinaryIO, start: int, end: int) -> None:
         new_voids = _void_targets(fh, start, end)
         self._voided |= new_voids
         for target in new_voids:  # events read earlier that a new void retracts

@@ -173,7 +173,7 @@ class Normaliser:
 
     def __init__(self, file: str) -> None:
         self.file = file
-        self._calls: dict[tuple[Any, Any, Any], int] = {}
+        self._calls: dict[tuple[str, ...], int] = {}
 
     def take(self, event: Mapping[str, Any], line: int) -> tuple[dict[str, Any] | None,
                                                                   LineProblem | None]:

@@ -20,7 +20,8 @@ from malloy_evals.core.redact import Redactor, redact
 from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
 from malloy_evals.ledger.events import AttemptKey, latest_issue_status
 from malloy_evals.ledger.live import LiveView
-from malloy_evals.sets.eval_set import golden_value
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 # What one attempt's section may hold. Real answers and queries sit far below these; a page for a
 # 500-attempt run must stay a file that opens at once (reference/report.md).
@@ -217,7 +218,7 @@ def _json_text(value: Any, limit: int) -> Text | None:
     return text_of(json.dumps(value, ensure_ascii=False, default=str), limit)
 
 
-def _artifact(run: Any, relative: Any) -> tuple[str | None, Path | None]:
+def _artifact(run: Run, relative: Any) -> tuple[str | None, Path | None]:
     """(the path as recorded, its absolute path) when it names something inside the run folder
     that exists; (None, None) otherwise, so the page never links to nothing or outside the run."""
     if not isinstance(relative, str) or not relative:
@@ -229,7 +230,7 @@ def _artifact(run: Any, relative: Any) -> tuple[str | None, Path | None]:
     return (relative, path) if path.exists() else (None, None)
 
 
-def _prediction(run: Any, qid: str, sample: Any, score: Mapping[str, Any] | None
+def _prediction(run: Run, qid: str, sample: Any, score: Mapping[str, Any] | None
                 ) -> tuple[Rows | None, Text | None]:
     """The rows the judge saw (the score's own prediction artifact), else the latest one."""
     recorded, path = _artifact(run, (score or {}).get("prediction_path"))
@@ -269,10 +270,10 @@ def _envelope_count(folder: Path) -> int | None:
     return _int(data.get("row_count")) if isinstance(data, dict) else None
 
 
-def golden_of(case: Any, set_dir: Path | None) -> Golden | None:
+def golden_of(case: Case | None, set_dir: Path | None) -> Golden | None:
     """The case's golden as shown; a golden file that cannot be read is said, not raised."""
     g = getattr(case, "golden", None)
-    if not isinstance(g, Mapping):
+    if case is None or not isinstance(g, Mapping):
         return None
     g = redacted(dict(g))
     kind = g.get("kind")
@@ -296,7 +297,7 @@ def golden_of(case: Any, set_dir: Path | None) -> Golden | None:
         must_not_use=_strings(g.get("mustNotUse")), error=error)
 
 
-def _judged(score: Mapping[str, Any] | None, run: Any) -> Judged | None:
+def _judged(score: Mapping[str, Any] | None, run: Run) -> Judged | None:
     if score is None:
         return None
     pairing = score.get("column_pairing")
@@ -373,7 +374,7 @@ def issues_of(events: Iterable[Mapping[str, Any]]) -> list[Issue]:
     return out
 
 
-def attempt_details(run: Any, eval_set: Any, view: LiveView, keys: Sequence[AttemptKey],
+def attempt_details(run: Run, eval_set: EvalSet | None, view: LiveView, keys: Sequence[AttemptKey],
                     issues: Sequence[Issue] = ()) -> list[AttemptDetail]:
     """One detail per attempt key, in the order given (the summary's case order), each read from
     the pass's live view of the ledger: its latest live attempt, score and retrieval row, and its
@@ -420,7 +421,7 @@ def attempt_details(run: Any, eval_set: Any, view: LiveView, keys: Sequence[Atte
     return out
 
 
-def _case(eval_set: Any, qid: str) -> Any:
+def _case(eval_set: EvalSet | None, qid: str) -> Case | None:
     if eval_set is None:
         return None
     try:

@@ -24,6 +24,8 @@ from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
 from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
 from malloy_evals.ledger.live import LiveView
+from malloy_evals.ledger.run import Run
+from malloy_evals.sets.eval_set import EvalSet
 
 # Two-sided 95%: the normal quantile at 0.975.
 Z95 = 1.959963984540054
@@ -66,7 +68,7 @@ class PassRate:
 
 
 def pass_rate(passed: int, decided: int) -> PassRate:
-    """The headline rate of SPEC 9, with the exact printed form."""
+    """The headline rate (reference/run-summary.md), with the exact printed form."""
     interval = wilson_interval(passed, decided)
     if interval is None:
         return PassRate(passed, decided, None, None, None,
@@ -102,7 +104,7 @@ class CaseRow:
     coverage: str | None          # effective coverage from the retrieval row
     recall: float | None
     where_to_fix: str | None
-    cascade_rung: str | None      # the rung of SPEC 9's cascade (None: not in the cascade)
+    cascade_rung: str | None      # the rung of the cascade (None: not in the cascade)
     retrieval_verdict: str | None  # the verdict the retrieval row was computed with
     answerer_cost_usd: float | None
     judge_cost_usd: float | None
@@ -117,7 +119,7 @@ class CaseRow:
 
 @dataclass(frozen=True)
 class Incomplete:
-    """Why a run has no pass rate, and the commands that repair it (SPEC 9)."""
+    """Why a run has no pass rate, and the commands that repair it."""
 
     truncated: list[str]          # attempt labels (`q07`, `q07#2`)
     contaminated: list[str]
@@ -130,7 +132,8 @@ class Incomplete:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """SPEC 9 for one run; RESULTS.md and summary.json are both renderings of this."""
+    """The summary of one run (reference/run-summary.md); RESULTS.md and summary.json are both
+    renderings of this."""
 
     run_id: str | None
     set_name: str | None
@@ -164,7 +167,7 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        # An INCOMPLETE run or a low rate is a result, not a failure (SPEC 1 exit codes).
+        # An INCOMPLETE run or a low rate is a result, not a failure (README.md, "Exit codes").
         return 0
 
 
@@ -188,7 +191,7 @@ def _null_reason_head(reason: Any) -> str:
     return str(reason).split(":", 1)[0].strip()  # a ledger someone else wrote may hold anything
 
 
-def _set_status(eval_set: Any, qid: str) -> str | None:
+def _set_status(eval_set: EvalSet | None, qid: str) -> str | None:
     """The set's golden.status for a case; None when the case or its golden is unknown."""
     golden = _case_golden(eval_set, qid)
     if golden is None:
@@ -196,7 +199,7 @@ def _set_status(eval_set: Any, qid: str) -> str | None:
     return golden.get("status") or "verified"
 
 
-def _case_golden(eval_set: Any, qid: str) -> dict[str, Any] | None:
+def _case_golden(eval_set: EvalSet | None, qid: str) -> Mapping[str, Any] | None:
     if eval_set is None:
         return None
     try:
@@ -310,7 +313,7 @@ def _counted(n: int, what: str, labels: Sequence[str]) -> str:
 def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
                     judge_spec: str | None, endpoint_flag: str | None,
                     host_logged: frozenset[AttemptKey] = frozenset()) -> list[str]:
-    """The re-record command per attempt, then the one re-score command (SPEC 9). An attempt
+    """The re-record command per attempt, then the one re-score command. An attempt
     recorded from a host tool-use log is re-recorded the same way (`host_logged`)."""
     cmds = [commands.record_attempt(run_dir, set_dir, key.qid, key.sample,
                                     host_log=key in host_logged)
@@ -327,7 +330,7 @@ def repair_commands(run_dir: str, set_dir: str, attempts: Sequence[AttemptKey],
 def summarize_events(
     info: Mapping[str, Any],
     events: Iterable[Mapping[str, Any]],
-    eval_set: Any = None,
+    eval_set: EvalSet | None = None,
     *,
     coverage_report: Mapping[str, Any] | None = None,
     run_dir: str = "<run>",
@@ -335,7 +338,7 @@ def summarize_events(
     judge_spec: str | None = None,
     endpoint_flag: str | None = None,
 ) -> RunSummary:
-    """SPEC 9 over a run's live events (voided ones already removed) and its set.
+    """The summary over a run's live events (voided ones already removed) and its set.
 
     Args:
         info: run.json.
@@ -394,7 +397,7 @@ def summarize_events(
             environment_failed.append(key)
 
         # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
-        # the attempt did not fail, the key did (SPEC 9).
+        # the attempt did not fail, the key did.
         excluded = None
         if set_status == "verified_wrong" or gold_status == "verified_wrong":
             excluded = "verified_wrong"
@@ -513,7 +516,7 @@ def summarize_events(
 
 def _as_retrieval_row(event: Mapping[str, Any]) -> retrieval.RetrievalRow:
     """A retrieval_score event back into the retrieval module's row (tolerant of missing keys)."""
-    values = {f.name: event.get(f.name) for f in fields(retrieval.RetrievalRow)}
+    values: dict[str, Any] = {f.name: event.get(f.name) for f in fields(retrieval.RetrievalRow)}
     values["failed"] = bool(values["failed"])
     values["groups"] = int(values["groups"] or 0)
     for key in ("delivery",):
@@ -524,7 +527,7 @@ def _as_retrieval_row(event: Mapping[str, Any]) -> retrieval.RetrievalRow:
 
 
 def _retrieval_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """score_retrieval's summary (SPEC 5.3) over the counted attempts' rows, cascade included."""
+    """score_retrieval's summary over the counted attempts' rows, cascade included."""
 
     figures = to_jsonable(retrieval.summarize([_as_retrieval_row(r) for r in rows]))
     figures["measured"] = sum(1 for r in rows if r.get("recall") is not None)
@@ -548,7 +551,7 @@ def _warnings(rows: list[CaseRow], retrieval_rows: list[dict[str, Any]]) -> list
 
 
 def _coverage_figures(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The headline of a check_coverage report (SPEC 5.4), without its per-case detail."""
+    """The headline of a check_coverage report, without its per-case detail."""
     if not report:
         return None
     keys = ("version", "modelSha256", "compiledSurface", "reader", "cases", "decided", "modelled",
@@ -557,7 +560,7 @@ def _coverage_figures(report: Mapping[str, Any] | None) -> dict[str, Any] | None
 
 
 def _cost(rows: list[CaseRow]) -> dict[str, Any]:
-    """Cost of SPEC 9 over every attempt (a voided-golden attempt still cost money)."""
+    """The cost over every attempt (a voided-golden attempt still cost money)."""
     answerer, answerer_unknown = _sum_known(r.answerer_cost_usd for r in rows)
     judged = [r for r in rows if r.scored]
     judge, judge_unknown = _sum_known(r.judge_cost_usd for r in judged)
@@ -576,11 +579,13 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
     }
 
 
-def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str | Path | None = None,
+def summarize(run: Run, eval_set: EvalSet | None,
+              coverage_report: Mapping[str, Any] | str | Path | None = None,
               *, judge_spec: str | None = None, endpoint_flag: str | None = None,
               run_label: str | None = None, set_label: str | None = None,
               view: LiveView | None = None) -> RunSummary:
-    """SPEC 9 for a ledger run: its live events, the set's goldens, retrieval's cascade.
+    """The summary (reference/run-summary.md) for a ledger run: its live events, the set's
+    goldens, retrieval's cascade.
 
     `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
     a relative one that does not reach the same folder from the kit's root (where the printed
@@ -597,7 +602,7 @@ def summarize(run: Any, eval_set: Any, coverage_report: Mapping[str, Any] | str 
     )
 
 
-def _run_info(run: Any) -> Mapping[str, Any]:
+def _run_info(run: Run) -> Mapping[str, Any]:
     info = getattr(run, "info", None)
     if callable(info):
         info = info()

@@ -141,20 +141,22 @@ def render_markdown(s: RunSummary) -> str:
         out.append(f"No retrieval rows: run `{commands.SCORE_RETRIEVAL_APPEND}` (score_run does) "
                    "first.")
 
-    r = s.retrieval
+    retrieval = s.retrieval
     out += ["", "## Retrieval", ""]
-    out.append(f"mean recall {_pct(r.get('mean_recall'))} over {r.get('measured', 0)} measured "
-               f"attempts; mean precision {_pct(r.get('mean_precision'))}; complete retrievals "
-               f"{r.get('complete_retrievals', 0)}.")
-    if r.get("failures_by_where_to_fix"):
+    out.append(f"mean recall {_pct(retrieval.get('mean_recall'))} over "
+               f"{retrieval.get('measured', 0)} measured attempts; mean precision "
+               f"{_pct(retrieval.get('mean_precision'))}; complete retrievals "
+               f"{retrieval.get('complete_retrievals', 0)}.")
+    if retrieval.get("failures_by_where_to_fix"):
         out.append("Failures by where to fix: " + ", ".join(
-            f"{k} {n}" for k, n in r["failures_by_where_to_fix"].items()) + ".")
+            f"{k} {n}" for k, n in retrieval["failures_by_where_to_fix"].items()) + ".")
         # The two tables answer different questions, and their counts differ on purpose.
         out.append("(These attribute the no_match attempts only, each to the first rule of "
-                   "SPEC 5.3 that applies; the cascade places every attempt, on the first rung "
+                   "retrieval's attribution table that applies; the cascade places every "
+                   "attempt, on the first rung "
                    "it stops at, so its rung counts differ from these.)")
-    if r.get("passed_not_fully_delivered") is not None:
-        out.append(f"Passed, not fully delivered: {r['passed_not_fully_delivered']}.")
+    if retrieval.get("passed_not_fully_delivered") is not None:
+        out.append(f"Passed, not fully delivered: {retrieval['passed_not_fully_delivered']}.")
 
     if s.coverage:
         c = s.coverage

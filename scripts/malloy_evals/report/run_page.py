@@ -52,7 +52,7 @@ from malloy_evals.report.html import (
     usd,
 )
 from malloy_evals.report.markdown import case_notes
-from malloy_evals.sets.eval_set import SET_FILE, load_set
+from malloy_evals.sets.eval_set import SET_FILE, EvalSet, load_set
 
 PAGE_FILE = "report.html"
 # A page over this many bytes draws its largest attempt sections shorter (attempt_section.LEVELS):
@@ -391,7 +391,7 @@ def find_set(run_dir: Path, set_name: str | None) -> Path | None:
 
 def write_run_page(run_dir: str | Path, set_dir: str | Path | None = None, *,
                    coverage: str | Path | None = None, summary: RunSummary | None = None,
-                   run: Any = None, eval_set: Any = None, view: LiveView | None = None
+                   run: Run | None = None, eval_set: EvalSet | None = None, view: LiveView | None = None
                    ) -> RunPage:
     """Write `report.html` into the run folder.
 

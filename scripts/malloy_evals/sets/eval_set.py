@@ -1,4 +1,6 @@
-"""Eval sets: `set.json`, `cases.jsonl` and goldens, loaded and checked (SPEC 2).
+"""Eval sets: `set.json`, `cases.jsonl` and goldens, loaded and checked.
+
+Their fields are described in reference/ledger-schema.md.
 
 `load_set` is what every script uses: it raises one InputError naming file and line on the first
 error. `check_set` (validate_set.py) collects every error and warning instead, and also checks the
@@ -387,7 +389,7 @@ def _check_golden(set_dir: Path, scan: _Scan, golden: dict[str, Any], number: in
             scan.problem(CASES_FILE, number, f"golden.path: {exc.message}{where}")
     allowed_in = golden.get("mustNotUseAllowedIn")
     if isinstance(allowed_in, dict):
-        entries = golden.get("mustNotUse") if isinstance(golden.get("mustNotUse"), list) else []
+        entries = got if isinstance(got := golden.get("mustNotUse"), list) else []
         for entry in allowed_in:
             if entry not in entries:
                 scan.problem(CASES_FILE, number, f"golden.mustNotUseAllowedIn: {_clip(entry)} is not "

@@ -1,4 +1,6 @@
-"""verify_goldens (SPEC 5.5): re-derive every value golden from the truth package and compare.
+"""verify_goldens: re-derive every value golden from the truth package and compare.
+
+The rules, tolerance included, are in reference/scoring.md.
 
 A golden is only as good as the query behind it. For each `scalar` and `rows` golden this runs its
 `canonicalQuery` on the set's truth package (semantics-free raw sources, never the model under
@@ -14,6 +16,7 @@ any drift, else 3 when anything could not be checked (a finding outranks a skip)
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +27,7 @@ from typing import Any
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.endpoint import runner as rt
 from malloy_evals.sets import eval_set as sets
+from malloy_evals.sets.eval_set import EvalSet
 
 REL_TOL = 1e-6
 VALUE_KINDS = ("scalar", "rows")
@@ -69,7 +73,8 @@ def _as_text(value: Any) -> str:
 
 
 def values_equal(expected: Any, actual: Any, round_to: int | None = None) -> bool:
-    """Whether one golden value and one derived value agree (SPEC 5.5 tolerance)."""
+    """Whether one golden value and one derived value agree (the tolerance of
+    reference/scoring.md)."""
     if expected is None or actual is None:
         return expected is None and actual is None
     if isinstance(expected, bool) or isinstance(actual, bool):
@@ -237,7 +242,7 @@ def check_golden(qid: str, golden: Mapping[str, Any] | None, execute: Executor,
     return GoldenCheck(qid, kind, "drift" if problems else "ok", problems, len(rows))
 
 
-def _truth_location(eval_set: Any) -> tuple[Path | None, str | None, str | None]:
+def _truth_location(eval_set: EvalSet) -> tuple[Path | None, str | None, str | None]:
     """(truth package folder, its name, its model path); the folder is None when absent."""
     folder = Path(eval_set.truth_dir)
     return (folder if folder.is_dir() else None), eval_set.truth_package, eval_set.truth_model_path
@@ -292,7 +297,7 @@ def verify_goldens(set_dir: str | Path, qids: Sequence[str] | None = None, *,
         for case in value_cases:
             checks.append(check_golden(
                 case.qid, case.golden, execute,
-                load_rows=lambda case=case: sets.golden_value(case, Path(eval_set.dir))))
+                load_rows=functools.partial(sets.golden_value, case, Path(eval_set.dir))))
     finally:
         runtime.close()
     by_qid = {c.qid: c for c in checks + skipped}

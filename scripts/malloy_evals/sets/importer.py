@@ -109,7 +109,7 @@ def map_set_json(config: dict[str, Any], toml: dict[str, Any]) -> tuple[dict[str
         if kit != key:
             mapped.append(f"set.json: {key} -> {kit}")
         out.setdefault(kit, value)
-    model = toml.get("model") if isinstance(toml.get("model"), dict) else {}
+    model = got if isinstance(got := toml.get("model"), dict) else {}
     if "environment" not in out and isinstance(model.get("environment"), str):
         out["environment"] = model["environment"]
         mapped.append("set.json: environment from eval.toml [model] environment")
@@ -241,7 +241,7 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
         calls += case_calls
         if new != case:
             replace[number] = new
-        golden = new.get("golden") if isinstance(new.get("golden"), dict) else {}
+        golden = got if isinstance(got := new.get("golden"), dict) else {}
         if isinstance(golden.get("canonicalQuery"), str):
             tables_read.update(_TABLE.findall(golden["canonicalQuery"]))
         statuses[str(golden.get("status") or "verified (no status)")] += 1

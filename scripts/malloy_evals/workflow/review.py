@@ -39,7 +39,7 @@ from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import attempt_label, summarize
 from malloy_evals.report.markdown import write_results
-from malloy_evals.sets.eval_set import EvalSet, golden_value, load_set, rewrite_jsonl
+from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, load_set, rewrite_jsonl
 
 SETTLE_VERDICTS = JUDGE_VERDICTS  # a person settles with a verdict the judge itself could give
 DOUBTED = ("suspect", "verified_wrong")
@@ -72,13 +72,13 @@ def prediction_sha(answer_text: str | None, final_query: str | None) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
 
-def is_refusal_case(case: Any) -> bool:
+def is_refusal_case(case: Case) -> bool:
     """A case whose key is about refusing: an unanswerable golden, or one tagged as only sounding so."""
     return case.golden_kind == "unanswerable" or REFUSAL_TAG in case.tags
 
 
-def default_protects(case: Any, judge_verdict: str | None, gold_status: str | None,
-                     verdict: str) -> str:
+def default_protects(case: Case, judge_verdict: str | None, gold_status: str | None,
+                     verdict: str | None) -> str:
     """The decision class a settled fixture protects, from the case and what was settled.
 
     A refusal case protects refusal_correct (settled match) or refusal_wrong; a near_match (the
@@ -208,7 +208,7 @@ def _prediction_rows(run: Run, qid: str, sample: int | None,
     return pred.rows, pred.row_count, pred.error
 
 
-def _golden_card(case: Any, value: Any) -> dict[str, Any]:
+def _golden_card(case: Case, value: Any) -> dict[str, Any]:
     golden: dict[str, Any] = {"kind": case.golden_kind, "status": case.golden_status,
                               "canonicalQuery": case.canonical_query}
     if isinstance(value, list):
@@ -559,7 +559,7 @@ def unsettle(run_dir: str | Path, set_dir: str | Path, target: str, *, why: str,
     fixture_id = human.get("fixture_id")
     removed = False
     for line, fx in _fixtures(eval_set):
-        prov = fx.get("provenance") if isinstance(fx.get("provenance"), dict) else {}
+        prov = got if isinstance(got := fx.get("provenance"), dict) else {}
         if (fx.get("fixtureId") == fixture_id and prov.get("run") == run.run_id
                 and prov.get("sample") == sample):
             rewrite_jsonl(eval_set.regressions_path, replace={line: None})

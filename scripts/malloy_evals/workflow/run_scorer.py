@@ -1,4 +1,4 @@
-"""score_run (SPEC 5.5): score every attempt of a run, then retrieval, then the summary of SPEC 9.
+"""score_run (reference/scoring.md): score every attempt of a run, then retrieval, then the summary.
 
 Attempts are scored in parallel threads sharing one endpoint and one provider. The run is
 resumable: an attempt whose live score carries the current pins (golden_revision, judge_version,
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import scoring
-from malloy_evals.answer.reexecute import open_endpoint
+from malloy_evals.answer.reexecute import QueryEndpoint, open_endpoint
 from malloy_evals.answer.retrieval import score_view
 from malloy_evals.checks.model_definitions import read_definitions_for
 from malloy_evals.core import cli, commands
@@ -34,6 +34,7 @@ from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.decision import golden_gate
+from malloy_evals.judge.providers.base import Provider
 from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.live import LiveView
@@ -48,7 +49,7 @@ from malloy_evals.report.figures import (
 )
 from malloy_evals.report.markdown import render_markdown, summary_json, write_results
 from malloy_evals.report.run_page import write_run_page
-from malloy_evals.sets.eval_set import VALUE_KINDS, load_set
+from malloy_evals.sets.eval_set import VALUE_KINDS, EvalSet, load_set
 from malloy_evals.sets.goldens import GoldenCheck, verify_goldens
 
 PIN_KEYS = ("golden_revision", "judge_version", "rubric_sha", "judge_prompt_sha")
@@ -64,7 +65,7 @@ ACTION_FORCED = "re-scored (--rescore)"
 # score_one(run, eval_set, qid, sample) -> the score event to append (not yet written), or a str
 # saying why nothing is to be written (a dry run). score_attempts appends it, superseding the old
 # score in one batch, so a scoring that raises leaves the old score standing.
-ScoreOne = Callable[[Any, Any, str, Any], "dict[str, Any] | str"]
+ScoreOne = Callable[[Run, EvalSet, str, int | None], "dict[str, Any] | str"]
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class RunScoreResult:
 
     @property
     def exit_code(self) -> int:
-        # Results were written: that is success, INCOMPLETE and low scores included (SPEC 1).
+        # Results were written: that is success, INCOMPLETE and low scores included.
         # Nothing judged at all (every attempt to score raised) is "could not measure".
         tried = [o for o in self.outcomes if o.action not in (ACTION_SKIP, "not scored")]
         if tried and all(o.action == "failed" for o in tried):
@@ -133,7 +134,7 @@ def is_transient(score: dict[str, Any]) -> bool:
 
 def plan_action(score: dict[str, Any] | None, current: dict[str, Any], rescore: bool
                 ) -> tuple[str, list[str]]:
-    """What to do with one attempt given its live score (SPEC 5.5 resume rule)."""
+    """What to do with one attempt given its live score (reference/scoring.md's table)."""
     if score is None:
         return ACTION_SCORE, []
     stale = stale_pins(score, current)
@@ -177,7 +178,7 @@ def select_attempts(attempts: list[dict[str, Any]], only: Sequence[str] | None,
     return [a for a in attempts if str(a.get("qid")).lower() in wanted]
 
 
-def current_pins(eval_set: Any, qid: str, judge_pins: dict[str, Any]) -> dict[str, Any]:
+def current_pins(eval_set: EvalSet, qid: str, judge_pins: dict[str, Any]) -> dict[str, Any]:
     """The pins a fresh score of `qid` would carry: the judge's and the case's golden revision."""
     try:
         revision = eval_set.case(qid).golden_revision
@@ -186,7 +187,7 @@ def current_pins(eval_set: Any, qid: str, judge_pins: dict[str, Any]) -> dict[st
     return {**judge_pins, "golden_revision": revision}
 
 
-def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dict[str, Any], *,
+def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins: dict[str, Any], *,
                    only: Sequence[str] | None = None, rescore: bool = False, parallel: int = 4,
                    progress: Callable[[str], None] = cli.progress,
                    dry_run: bool = False, view: LiveView | None = None) -> list[AttemptOutcome]:
@@ -217,8 +218,9 @@ def score_attempts(run: Any, eval_set: Any, score_one: ScoreOne, judge_pins: dic
         if action == ACTION_SKIP:
             elapsed = time.monotonic() - started
             report(qid, sample, f"{verdict_text(old)} (skipped: live score, current pins)", elapsed)
-            return AttemptOutcome(qid, sample, action, old.get("verdict"), old.get("reason"),
-                                  elapsed)
+            # plan_action skips only an attempt that has a live score: `old` is that score.
+            return AttemptOutcome(qid, sample, action, old.get("verdict"),  # type: ignore[union-attr]
+                                  old.get("reason"), elapsed)  # type: ignore[union-attr]  # as above
         try:
             event = score_one(run, eval_set, qid, sample)
             if not isinstance(event, str) and dry_run:
@@ -259,7 +261,7 @@ def outcome_counts(outcomes: list[AttemptOutcome]) -> dict[str, int]:
     return {k: sum(1 for o in outcomes if o.action == k) for k in keys}
 
 
-def finish_run(run: Any, eval_set: Any, *, coverage: str | Path | None, judge_spec: str | None,
+def finish_run(run: Run, eval_set: EvalSet, *, coverage: str | Path | None, judge_spec: str | None,
                endpoint_flag: str | None, pins: dict[str, Any],
                outcomes: list[AttemptOutcome], run_label: str | None = None,
                set_label: str | None = None, provider_stats: dict[str, Any] | None = None,
@@ -333,7 +335,7 @@ def render_refusal(r: DriftRefusal) -> str:
     return "\n".join(lines)
 
 
-def check_drift(eval_set: Any, qids: Sequence[str],
+def check_drift(eval_set: EvalSet, qids: Sequence[str],
                 progress: Callable[[str], None] = cli.progress) -> list[GoldenCheck] | None:
     """The goldens of `qids` that would be judged (value goldens not gated), re-derived from the
     set's truth package: the drifted ones, or None when no check could run (no truth package, no
@@ -356,14 +358,14 @@ def check_drift(eval_set: Any, qids: Sequence[str],
     return [c for c in report.checks if c.status == "drift"]
 
 
-def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spec: str | None = None,
+def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judge_spec: str | None = None,
               mcp_url: str | None = None, local: bool = False,
               coverage: str | Path | None = None, parallel: int = 4,
               only: Sequence[str] | None = None, rescore: bool = False,
               allow_drift: bool = False,
               progress: Callable[[str], None] = cli.progress,
               model_dir: str | Path | None = None) -> RunScoreResult | DriftRefusal:
-    """SPEC 5.5 score_run: every attempt, then retrieval, then the summary and the files.
+    """score_run: every attempt, then retrieval, then the summary and the files.
 
     Before anything is scored, the goldens it would judge are re-derived from the truth package
     (when the set has one and Node is present): any drift refuses the whole run, naming every
@@ -398,13 +400,15 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                 endpoint.warm()
         except KitError:
             if drift_job.result() and not allow_drift:
-                return DriftRefusal(str(run_dir), drift_job.result(), str(set_dir))
+                # drift_job.result() is the same non-empty list the test above read
+                return DriftRefusal(str(run_dir), drift_job.result(),  # type: ignore[arg-type]
+                                    str(set_dir))
             raise
         drifted = drift_job.result()
         if drifted and not allow_drift:
             return DriftRefusal(str(run_dir), drifted, str(set_dir))
 
-        def score_one(run_: Any, es: Any, qid: str, sample: Any) -> dict[str, Any] | str:
+        def score_one(run_: Run, es: EvalSet, qid: str, sample: int | None) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
                                            endpoint=endpoint, doctrine=doctrine, append=False,
                                            view=view)
@@ -433,8 +437,8 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Any, judge_spe
                       provider_stats=provider_stats(judge), dry_run=dry_run, view=view)
 
 
-def current_judge_pins(doctrine: Any) -> dict[str, Any]:
-    """The judge pins a score made now carries (SPEC 7.3), from the doctrine in eval-judge."""
+def current_judge_pins(doctrine: judge_mod.Doctrine) -> dict[str, Any]:
+    """The judge pins a score made now carries (reference/judge.md), from eval-judge's doctrine."""
 
     return {"judge_version": judge_mod.judge_version_pin(doctrine), "rubric_sha": doctrine.sha,
             "judge_prompt_sha": judge_mod.judge_prompt_sha()}
@@ -447,7 +451,7 @@ def _judge_model(view: LiveView, fallback: str | None) -> str | None:
     return judges_text(judge_counts(view.latest("score").values()), fallback)
 
 
-def _model_sha(eval_set: Any, endpoint: Any, local: bool) -> str | None:
+def _model_sha(eval_set: EvalSet, endpoint: QueryEndpoint, local: bool) -> str | None:
     """modelSha: sha256 over the served model files, known here for the local endpoint."""
     sha = getattr(endpoint, "model_sha", None)
     if isinstance(sha, str) and sha:

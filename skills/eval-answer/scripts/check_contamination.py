@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Decide whether an answerer's host tool-use log shows contamination (SPEC 5.1): exit 1 when contaminated or unknown.
+"""Decide whether an answerer's host tool-use log shows contamination: exit 1 when contaminated or unknown.
+
+The rules: reference/contamination.md.
 
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_contamination.py --log evals/bookshop/transcripts/baseline/bk_total_revenue.jsonl --set evals/bookshop --json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Decide, by reading the model, whether it can express an answer to each question (SPEC 5.4).
+"""Decide, by reading the model, whether it can express an answer to each question.
 
 No answerer, no judge, no golden, no warehouse query. Exit 0 when at least one case was decided,
 or when --emit wrote a request for every case (it prints the folder); 3 when nothing was decided

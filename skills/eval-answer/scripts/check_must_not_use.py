@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check a submitted query for forbidden fields (golden.mustNotUse, SPEC 5.2): exit 1 on any hit (a veto).
+"""Check a submitted query for forbidden fields (golden.mustNotUse, reference/must-not-use.md): exit 1 on any hit (a veto).
 
 With a model (--model DIR, or the set's model/ with --set), every view, measure, dimension,
 filtered join, source filter and named query the query uses is expanded through the compiled

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record one answerer session as an `attempt` and its `tool_call` events in a run's ledger (SPEC 4).
+"""Record one answerer session as an `attempt` and its `tool_call` events in a run's ledger.
 
 Reads a Claude Code transcript (stream-json or a saved session), or a host tool-use log plus the
 answer text, and appends one attempt with one tool_call per get_context / execute_query call. The

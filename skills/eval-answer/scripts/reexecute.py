@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Re-run an attempt's final query through execute_query and keep the rows it returns (SPEC 5.5).
+"""Re-run an attempt's final query through execute_query and keep the rows it returns.
 
 Writes prediction.csv and envelope.json to the attempt's artifacts (write-once: a repeat writes
 prediction.2.csv); a query the server refuses is recorded in reexecute_error.json, exit 0.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Score one attempt in SPEC 5.5 order and append exactly one score event.
+"""Score one attempt in the order of reference/scoring.md and append exactly one score event.
 
 Order: truncated -> golden gate -> not submitted -> contamination -> re-execution -> must-not-use
 -> judge -> overrides (confidence <= 5 is needs_human; a must-not-use hit is no_match;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Score what get_context delivered to each attempt of a run, and where a failure's fix goes (SPEC 5.3).
+"""Score what get_context delivered to each attempt of a run, and where a failure's fix goes.
 
 One row per attempt: the route of every expected entity (exact > alias > in_docs > missing),
 recall over the case's groups, precision, noise, effective coverage, and, for failed attempts

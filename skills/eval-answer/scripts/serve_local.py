@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Serve local Malloy packages through the Malloy Publisher's MCP tools (SPEC 6).
+"""Serve local Malloy packages through the Malloy Publisher's MCP tools.
 
 Stdio by default (for a host's MCP config); --http PORT serves stateless streamable HTTP at
 http://127.0.0.1:PORT/mcp plus the Publisher's REST routes under /api/v0. DuckDB may read each

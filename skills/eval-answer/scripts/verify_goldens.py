@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Re-derive every value golden from the truth package and report drift (SPEC 5.5).
+"""Re-derive every value golden from the truth package and report drift.
 
 Each scalar and rows golden's canonicalQuery runs on the set's truth package through the kit's
 Malloy runtime (trusted: unrestricted compile) and is compared with the stored value: the golden's

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Group a run's failed attempts by score_retrieval's where_to_fix and missing entity: the free first look (SPEC 8).
+"""Group a run's failed attempts by score_retrieval's where_to_fix and missing entity: the free first look.
 
 Writes `<run>/clusters-mechanical.jsonl` (never the diagnosed issues). No model is called. Exit 0
 with the groups, 3 when the run or set cannot be read.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Decide the cause code and owner of each failed case of a scored run, and cluster them into issues (SPEC 8).
+"""Decide the cause code and owner of each failed case of a scored run, and cluster them into issues.
 
 Appends one `issue` + `issue_status open` per cluster, voiding only the issues diagnose.py wrote
 earlier for the run. Exit 0 when it wrote its result (nothing selected included), 3 when the run or

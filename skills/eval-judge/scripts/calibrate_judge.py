@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prove the judge cannot be gamed: eight canned answers per judge-calibration.jsonl entry (SPEC 7.4).
+"""Prove the judge cannot be gamed: eight canned answers per judge-calibration.jsonl entry.
 
 `empty` must end null not_submitted without a judge call; `echo`, `vague`, `known_wrong`,
 `subtle_wrong`, `injection` and `stuffed` must end no_match; `known_right` must end match. Each

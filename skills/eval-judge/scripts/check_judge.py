@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Re-judge the settled predictions of judge-regressions.jsonl through a run's code path (SPEC 7.4).
+"""Re-judge the settled predictions of judge-regressions.jsonl through a run's code path.
 
 Per fixture: `ok`, `FAIL` (a stable disagreement with the settled verdict), `FLAKY` (samples
 disagree), `stale` (its goldenRevision is no longer the case's: the key moved, not judged),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Judge one attempt: build the packet, call the judge, post-process, print the verdict (SPEC 5.5, 7).
+"""Judge one attempt: build the packet, call the judge, post-process, print the verdict.
 
 Writes the judge's request, replies and verdict under the attempt's artifacts (write-once); never
 the ledger (score_attempt.py does that). Needs the attempt's re-executed prediction when it has a

@@ -84,12 +84,14 @@ def narrow(surface: dict, search: Callable[[str, int], list[dict]], concepts: li
     texts = search_texts(concepts, question)
     sources, found = _ranked([search(t, SEARCH_HITS) for t in texts])
     blocks: dict[str, tuple[str, list[str]]] = {}
-    for key, lines in source_blocks(surface).items():
+    for key, source_lines in source_blocks(surface).items():
         path, _, name = key.partition("\x00")
-        blocks.setdefault(name, (path, lines))
+        blocks.setdefault(name, (path, source_lines))
     lines: list[str] = []
     used = 0
-    whole, partial, left_out = [], [], []
+    whole: list[str] = []
+    partial: list[str] = []
+    left_out: list[str] = []
     current_model = None
     for name in sources:
         if name not in blocks:

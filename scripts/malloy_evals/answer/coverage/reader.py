@@ -25,9 +25,14 @@ from malloy_evals.answer.retrieval import expected_groups
 from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.core.words import shown
-from malloy_evals.judge.providers.base import HostReplyPending, LlmRequest, last_json_object
+from malloy_evals.judge.providers.base import (
+    HostReplyPending,
+    LlmRequest,
+    Provider,
+    last_json_object,
+)
 from malloy_evals.judge.providers.select import provider_stats
-from malloy_evals.sets.eval_set import CASES_FILE, load_set
+from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
 ROLE = "coverage"
 RULE_KINDS = ("guessable", "arbitrary")
@@ -112,7 +117,8 @@ READER_SCHEMA: dict[str, Any] = {
 
 
 def prompt_version() -> str:
-    """sha256 of the reader's prompt template (SPEC 7.5: the recording's prompt_version)."""
+    """sha256 of the reader's prompt template: the recording's prompt_version
+    (reference/providers.md)."""
     return hashlib.sha256((SYSTEM_TEMPLATE + "\x00" + USER_TEMPLATE).encode("utf-8")).hexdigest()
 
 
@@ -165,7 +171,8 @@ def _quantities(value: Any) -> list[dict]:
 
 
 def read_reply(data: dict | None, text: str = "", known: frozenset[str] | None = None) -> Reading:
-    """Apply SPEC 5.4's reply rules to one reader reply (structured object, else the raw text).
+    """Apply the reply rules (reference/coverage.md) to one reader reply (structured object, else
+    the raw text).
 
     - a verdict outside MODELLED and the gap verdicts is undecided;
     - an entity (named, or a candidate) that the compiled inventory `known` does not hold makes
@@ -280,7 +287,7 @@ NARROWED_LABEL = ("part of the compiled inventory, `kind:source:name (type): doc
 
 
 def build_request(qid: str, question: str, concepts: list[str], conventions: list[str],
-                  view: ModelView, narrowed: CaseInventory | None = None) -> Any:
+                  view: ModelView, narrowed: CaseInventory | None = None) -> LlmRequest:
     """The reader's LlmRequest for one case: never the golden, never another case. A large
     model's case gets its `narrowed` part of the inventory instead of the whole."""
 
@@ -413,7 +420,7 @@ class CaseReading:
     calls: int
 
 
-def read_case(provider: Any, request: Any, repeat: int, known: frozenset[str] | None = None,
+def read_case(provider: Provider, request: LlmRequest, repeat: int, known: frozenset[str] | None = None,
               retries: int = REPLY_RETRIES) -> CaseReading:
     """`repeat` readings of one case. A reply that breaks the rules (no JSON, an unknown verdict
     or entity, MODELLED naming nothing) is asked again up to `retries` times, then kept as an
@@ -463,7 +470,7 @@ class CoverageCase:
     # checked against the compiled inventory, so retrieval can tell a gap from an entity it missed
 
 
-def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], provider: Any, *,
+def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], provider: Provider, *,
             repeat: int = 1, version: str | None = None, compare: bool = False,
             parallel: int = 4, progress: Callable[[str], None] | None = None,
             dry_run: bool = False, limit: int = MAX_MODEL_CHARS) -> CoverageReport:
@@ -481,7 +488,7 @@ def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], 
         narrowed = (narrow(view.surface or {}, view.search, case.concepts, case.question, limit)
                     if narrowing and view.search is not None else None)
         chars = len(narrowed.text) if narrowed is not None else len(view.text)
-        shape = {"inventory_chars": chars, "expected_in_model": expected,
+        shape: dict[str, Any] = {"inventory_chars": chars, "expected_in_model": expected,
                  "narrowing": narrowed.to_json() if narrowed is not None else None}
         if chars > limit:
             return CaseCoverage(case.qid, None, f"model too large to read in one prompt "
@@ -522,7 +529,7 @@ def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], 
         dry_run=dry_run)
 
 
-def _reader_name(provider: Any) -> str:
+def _reader_name(provider: Provider) -> str:
     spec = getattr(provider, "spec", None) or "unknown"
     model = getattr(provider, "model", None)
     return f"{spec} ({model})" if model and model not in spec else str(spec)
@@ -560,7 +567,8 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
                    repeat: int = 1, only: list[str] | None = None, version: str | None = None,
                    out: Path | None = None, compare: bool = False, dry_run: bool = False,
                    warn: Callable[[str], None] | None = None) -> CoverageReport:
-    """SPEC 5.4 end to end: startup check, the set's cases, the model view, the reader, the report.
+    """check_coverage end to end (reference/coverage.md): startup check, the set's cases, the
+    model view, the reader, the report.
 
     `provider_factory` is called only after the startup check, so a broken code table stops the
     script before any provider (or host request) is set up.
@@ -612,7 +620,7 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
     return report
 
 
-def _coverage_cases(eval_set: Any, only: list[str] | None) -> list[CoverageCase]:
+def _coverage_cases(eval_set: EvalSet, only: list[str] | None) -> list[CoverageCase]:
     """The cases to read, in file order; --only naming an unknown qid is exit 3."""
     cases = list(eval_set.cases.values())
     if only:

@@ -62,7 +62,8 @@ def inventory(surface: dict) -> str:
     """The compiled surface (runtime.describe()) as the reader's inventory: one line per entity.
 
     Every kind is listed with its doc cut to one line; implicitly exposed table columns appear as
-    undocumented dimensions, which is why the compiled surface beats the text (SPEC 5.4).
+    undocumented dimensions, which is why the compiled surface beats the text
+    (reference/coverage.md).
     """
     lines: list[str] = []
     for model in surface.get("models") or []:
@@ -257,13 +258,14 @@ def _served_sha(rest: Any, environment: str, package: str) -> str | None:
 
 def read_served_model(publisher_url: str, environment: str, package: str) -> ModelView:
     """A served package over the Publisher REST API: each model's source text and compiled
-    `sourceInfos` (SPEC 5.4). No compiled sources means `not read`, and the reader gets the text."""
+    `sourceInfos` (reference/coverage.md). No compiled sources means `not read`, and the reader
+    gets the text."""
 
     rest = PublisherRest(publisher_url)
     listing = rest.models(environment, package)
     if isinstance(listing, dict):
         listing = listing.get("models") or []
-    paths_ = sorted(m.get("path") for m in listing or [] if isinstance(m, dict) and m.get("path"))
+    paths_ = sorted(path for m in listing or [] if isinstance(m, dict) and (path := m.get("path")))
     where = f"{redact_url(publisher_url)} {environment}/{package}"  # reported: no credentials
     if not paths_:
         raise UnmeasuredError(f"{where}: the server lists no models")

@@ -7,6 +7,7 @@ import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from malloy_evals.checks.contamination.refs import Ref, to_ref
 from malloy_evals.checks.contamination.touches import (
@@ -175,11 +176,12 @@ def _root(expr: str, names: dict[str, str], depth: int = 0) -> str | None:
         return "~"
     parts = _split_top(text)
     if len(parts) > 1:
-        values = [_root(part, names, depth + 1) for _op, part in parts]
-        if any(v is None for v in values):
+        rooted = [_root(part, names, depth + 1) for _op, part in parts]
+        pieces = [v for v in rooted if v is not None]
+        if len(pieces) < len(rooted):
             return None
         out = ""
-        for (op, _part), value in zip(parts, values, strict=True):
+        for (op, _part), value in zip(parts, pieces, strict=True):
             out = value if not out else (out + value if op == "+" else
                                          out.rstrip("/") + "/" + value.lstrip("/"))
         return out
@@ -242,7 +244,7 @@ def read_code(code: str, lang: Lang, cwd: Ref | None) -> CodeReading:
         if root is None:
             out.unrooted.append(what)
             return
-        kind = "glob" if pattern is not None else "recursive"
+        kind: Literal["glob", "recursive"] = "glob" if pattern is not None else "recursive"
         out.sweeps.append(Sweep(root=to_ref(root, cwd), pattern=pattern, kind=kind))
         if span is not None:
             handled.append(span)

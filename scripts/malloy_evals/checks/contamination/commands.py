@@ -78,8 +78,9 @@ def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
     """Analyse one shell command string; returns the cwd it leaves behind (`cd`)."""
     if cwd is not None and cwd.absolute:
         # `$(pwd)/sets/x` and "$PWD/sets/x" name the cwd: the lexer would otherwise split them.
-        command = _PWD_SUBST_RE.sub(lambda _m: cwd.text(), command)
-        state.env["PWD"] = cwd.text()
+        here = cwd.text()
+        command = _PWD_SUBST_RE.sub(lambda _m: here, command)
+        state.env["PWD"] = here
     simples = split_shell(command)
     # `echo sets/shop/a.csv | xargs cat`: what echo prints becomes the paths xargs reads.
     feeds_xargs = any(w.value.rsplit("/", 1)[-1] == "xargs" for s in simples for w in s.words)
@@ -166,12 +167,12 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
         seen.touches.append(Touch(text=head.value, ref=to_ref(head.value, cwd), base=cwd, path_like=True,
                                   model_exempt=exempt))
     if prog in ("cd", "pushd"):
-        target = next((a.value for a in args if not a.value.startswith("-")), "~")
-        if target == "-" or SUBST in target or (target.startswith("~") and cwd is not None
+        folder = next((a.value for a in args if not a.value.startswith("-")), "~")
+        if folder == "-" or SUBST in folder or (folder.startswith("~") and cwd is not None
                                                 and _home(cwd) is None):
             return cwd  # back to a folder (or a home) the log does not show: keep what we know
-        seen.touches.append(Touch(text=target, ref=to_ref(target, cwd), base=cwd, path_like=True))
-        return to_ref(target, cwd)
+        seen.touches.append(Touch(text=folder, ref=to_ref(folder, cwd), base=cwd, path_like=True))
+        return to_ref(folder, cwd)
     if prog in _NO_PATH_ARGS and not (feeds_xargs and prog in ("echo", "printf")):
         return cwd
     if prog in _SOCKETS:

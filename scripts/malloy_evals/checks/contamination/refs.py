@@ -32,8 +32,9 @@ def to_ref(path: str, base: Ref | None = None) -> Ref:
         text = text[7:]
         if text.startswith("localhost/"):
             text = text[9:]
-    if (text == "~" or text.startswith("~/")) and base is not None and _home(base):
-        text = "/" + "/".join(_home(base)) + text[1:]
+    home = _home(base) if base is not None else None
+    if (text == "~" or text.startswith("~/")) and home:
+        text = "/" + "/".join(home) + text[1:]
     # /proc/self/root is `/` and /proc/self/cwd the cwd (any pid, as the shell's own): aliases.
     proc = re.match(r"^/proc/(?:self|thread-self|\d+)/(root|cwd)(?=/|$)", text)
     if proc:

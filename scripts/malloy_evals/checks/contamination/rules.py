@@ -1,4 +1,4 @@
-"""Whether an answerer's host tool uses show it reached the answers (SPEC 5.1).
+"""Whether an answerer's host tool uses show it reached the answers (reference/contamination.md).
 
 A contaminated attempt gets no verdict: it saw the set, the goldens, an earlier run or the model
 file it was meant to reach only through the Publisher's tools. The decision is mechanical, over
@@ -31,7 +31,7 @@ never on the cwd's own folders, so a session run under `/ci/runs/...` is not voi
 Shell commands are read by a small lexer (quotes, pipelines, heredocs, substitutions,
 arithmetic), never run; interpreter code by code.py, never run either.
 
-Where SPEC 5.1 is silent, these are the choices (each has a test):
+Where reference/contamination.md is silent, these are the choices (each has a test):
 - A link the answerer made (`ln -s TARGET LINK`) is followed: a later read through LINK is a read
   of TARGET. Unquoted brace words (`cat {sets,x}/a.csv`) and Glob patterns are brace-expanded.
   Words that `echo`/`printf` pipe into `xargs` are paths.
@@ -96,7 +96,7 @@ Where SPEC 5.1 is silent, these are the choices (each has a test):
   model's folder is `model-file`, `cat *` inside the set `eval-area`; `**`, `grep -r` and the
   Grep tool are recursive reads.
 - Not decided here: a Publisher `getModel`-style tool called with a `modelPath` returns model text
-  but is exempt by SPEC rule 2; a subagent's (Task) own tool uses count only as the host logs them.
+  but is exempt by rule 2; a subagent's (Task) own tool uses count only as the host logs them.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ Rule = Literal["eval-area", "model-file", "recursive-read", "script-may-read", "
                "under-report", "no-log"]
 Verdict = bool | Literal["unknown"]
 
-# The eval area's default needles (SPEC 5.1 rule 1); --gold-path / --eval-path add to these.
+# The eval area's default needles (rule 1); --gold-path / --eval-path add to these.
 DEFAULT_NEEDLES: tuple[str, ...] = (
     "evals/", "gold/", "cases.jsonl", "set.json", "events.jsonl", "judge-regressions",
     "judge-calibration", "recordings/", "runs/",
@@ -154,7 +154,7 @@ class Reason:
 
 @dataclass(frozen=True)
 class ContaminationResult:
-    """The verdict over one attempt's host log (SPEC 5.1)."""
+    """The verdict over one attempt's host log."""
 
     contaminated: Verdict
     reasons: list[Reason]
@@ -311,8 +311,8 @@ def read_set_pins(set_dir: str | Path) -> tuple[str | None, str | None]:
         raise InputError(path, getattr(exc, "lineno", None), f"cannot read set.json: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(path, None, "set.json: expected an object")
-    truth = data.get("truthPackage") if isinstance(data.get("truthPackage"), str) else None
-    model = data.get("targetModelPath") if isinstance(data.get("targetModelPath"), str) else None
+    truth = got if isinstance(got := data.get("truthPackage"), str) else None
+    model = got if isinstance(got := data.get("targetModelPath"), str) else None
     model_file = f"{str(set_dir).rstrip('/')}/model/{model}" if model else None
     return truth, model_file
 
@@ -330,7 +330,7 @@ def check_contamination(
     reported_calls: int | None = None,
     cwd: str | None = None,
 ) -> ContaminationResult:
-    """Decide whether one attempt's host tool uses show contamination (SPEC 5.1).
+    """Decide whether one attempt's host tool uses show contamination (reference/contamination.md).
 
     Args:
         tool_uses: every host tool use, in order; None (and no `log`) when there is no log:

@@ -119,7 +119,8 @@ _QUOTED_RE = re.compile(r"'([^'\s]+)'|\"([^\"\s]+)\"|`([^`\s]+)`")
 _RUN_RE = re.compile(r"[A-Za-z0-9_.~\-/*?+@%\[\]]+")
 _FILE_LIKE_RE = re.compile(r"^[\w.\-*?]*\w\.[A-Za-z0-9*?]{1,12}$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-# What lets code read files (SPEC 5.1 rule 3), plus ways to run a shell that could.
+# What lets code read files (rule 3 of reference/contamination.md), plus ways to run a shell
+# that could.
 _READ_PRIMITIVES = re.compile(
     r"\bopen\b|\bread\w*|\w+_read\w*|\.read\w*|\bglob\b|\bglob\w*|\brglob\b|\bwalk\b|"
     r"\blistdir\b|\bscandir\b|\biterdir\b|\breaddir\w*|\bfs\.|\bsubprocess\b|\bos\.system\b|"

@@ -83,12 +83,14 @@ def _see(use: ToolUse, state: _State) -> _Seen:
         for value in filters:
             seen.touches.append(Touch(text=value, ref=to_ref(value), path_like=False))
     elif kind == "glob":
-        root = to_ref(path_values[0].replace("\\", "/"), cwd) if path_values else cwd or Ref(False, ())
+        glob_root = (to_ref(path_values[0].replace("\\", "/"), cwd) if path_values
+                     else cwd or Ref(False, ()))
         for given in _keyed(data, _GLOB_KEYS):
             for pattern in _brace_expand(given):  # the Glob tool expands `{a,b}`
-                fixed, rest = _glob_split(pattern, root)
-                seen.touches.append(Touch(text=given, ref=to_ref(pattern.replace("\\", "/"), root),
-                                          base=root, path_like=True))
+                fixed, rest = _glob_split(pattern, glob_root)
+                seen.touches.append(Touch(text=given,
+                                          ref=to_ref(pattern.replace("\\", "/"), glob_root),
+                                          base=glob_root, path_like=True))
                 seen.sweeps.append(Sweep(root=fixed, pattern=rest, kind="glob"))
     elif kind == "list" and re.sub(r"[^a-z]", "", name.lower()).endswith(_TREE_NAMES):
         # A tree tool lists everything below its root (MCP filesystem's directory_tree).
@@ -115,8 +117,8 @@ def _see_mcp(data: dict[str, Any], cwd: Ref | None, seen: _Seen, *, publisher: b
 
     Package-relative paths (`modelPath: bookshop.malloy`) are not resolved against the host's cwd:
     the server resolves them. A `modelPath`, and everything a Publisher tool names, is exempt from
-    rule 2 (SPEC 5.1); another server's tool (a filesystem or database server) reading the model
-    file through a `path` or a query literal is a file tool reading it.
+    rule 2 (reference/contamination.md); another server's tool (a filesystem or database server)
+    reading the model file through a `path` or a query literal is a file tool reading it.
     """
     path_keys = _PATH_KEYS | _URL_KEYS
     for key_set, exempt in ((_MODEL_PATH_KEYS, True), (path_keys - _MODEL_PATH_KEYS, publisher)):

@@ -1,4 +1,5 @@
-// The kit's Malloy runner (SPEC 6): one long-lived process per package, speaking JSON lines.
+// The kit's Malloy runner (reference/endpoint.md): one long-lived process per package,
+// speaking JSON lines.
 //
 // Each stdin line is one request {id, op, ...}; each answer is one stdout line {id, ok, result} or
 // {id, ok: false, error, problems}. Requests are handled strictly one at a time, because every

@@ -231,7 +231,7 @@ def _status_text(exc: Any) -> str:
     body = getattr(exc, "body", None)
     detail = ""
     if isinstance(body, dict):
-        err = body.get("error") if isinstance(body.get("error"), dict) else body
+        err = got if isinstance(got := body.get("error"), dict) else body
         detail = f" {err.get('type', '')}: {err.get('message', '')}".rstrip(": ")
     return f"HTTP {getattr(exc, 'status_code', '?')}{detail}"
 

@@ -129,10 +129,21 @@ class LlmReply:
 
 
 class Provider(Protocol):
-    spec: str
-    model: str | None
+    """What every model-calling role asks of a provider (read-only: a wrapper may forward them)."""
+
+    @property
+    def spec(self) -> str: ...  # "anthropic:<model>", "replay[:DIR]", "host", "hand:<FILE>"
+
+    @property
+    def model(self) -> str | None: ...  # the model id pinned (replay: the recording's source)
 
     def complete(self, request: LlmRequest) -> LlmReply: ...
+
+
+class PlacedProvider(Provider, Protocol):
+    """A provider whose replies live in a folder placed per key (`host`, or a recorder around it)."""
+
+    def place(self, key: str, folder: Path, root: Path | None = None) -> None: ...
 
 
 def reply_from_sample(sample: Any, *, source: str, digest: str) -> LlmReply:

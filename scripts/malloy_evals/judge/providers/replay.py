@@ -18,6 +18,7 @@ from malloy_evals.core.errors import InputError
 from malloy_evals.judge.providers.base import (
     LlmReply,
     LlmRequest,
+    Provider,
     RecordingMissing,
     RecordingStale,
     _hand_hint,
@@ -121,7 +122,7 @@ class RecordingProvider:
     """`--record [DIR]`: wraps a live (or hand) provider and writes each reply into `<key>.json`.
     The first call of a key in this session replaces an older recording; later calls append."""
 
-    def __init__(self, inner: Any, directory: Path):
+    def __init__(self, inner: Provider, directory: Path):
         self.inner = inner
         self.spec = inner.spec
         self.dir = Path(directory)

@@ -11,7 +11,7 @@ from typing import Any
 from malloy_evals.core import cli
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.judge.providers.anthropic import AnthropicProvider, CallStats, unpriced_cap
-from malloy_evals.judge.providers.base import ROLES
+from malloy_evals.judge.providers.base import ROLES, Provider
 from malloy_evals.judge.providers.hand import HandProvider
 from malloy_evals.judge.providers.host import HostProvider
 from malloy_evals.judge.providers.replay import RecordingProvider, ReplayProvider
@@ -23,20 +23,20 @@ RECORD_WITH_REPLAY = "--record records a live provider; it cannot wrap replay"
 def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Path | None = None,
                   host_mode: str | None = None, host_dir: Path | None = None,
                   host_root: Path | None = None, max_cost_usd: float | None = None, dry_run: bool = False,
-                  concurrency: int = 4, batch: bool = False, **anthropic_options: Any) -> Any:
+                  concurrency: int = 4, batch: bool = False, **anthropic_options: Any) -> Provider:
     """The provider a spec names; with record_dir, wrapped so every reply is recorded there."""
     if role not in ROLES:
         raise UsageError(f"role {role!r} is not one of {', '.join(ROLES)}")
     kind, arg = parse_spec(spec)
-    provider: Any
+    provider: Provider
     if kind == "anthropic":
         provider = AnthropicProvider(arg, max_cost_usd=max_cost_usd, dry_run=dry_run,
                                      concurrency=concurrency, batch=batch, **anthropic_options)
     elif kind == "replay":
-        default = (Path(set_dir) / "recordings" / role) if set_dir else None
-        if not arg and default is None:
+        folder = Path(arg) if arg else (Path(set_dir) / "recordings" / role) if set_dir else None
+        if folder is None:
             raise UsageError("replay needs a folder: replay:DIR, or --set")
-        provider = ReplayProvider(Path(arg) if arg else default, role=role, set_dir=set_dir)
+        provider = ReplayProvider(folder, role=role, set_dir=set_dir)
         if record_dir is not None:
             raise UsageError(RECORD_WITH_REPLAY)
     elif kind == "host":
@@ -79,7 +79,7 @@ def provider_spec(value: str) -> str:
     return value
 
 
-def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
+def add_provider_arguments(p: argparse.ArgumentParser, flag: str, *, host: bool = True) -> None:
     """The provider flags every LLM-using script shares (one spelling everywhere). A script
     without `host` (no --emit / --ingest to drive it) does not offer it in its help. Every
     combination is decided with the rest of the command line (exit 2), before any provider is
@@ -123,8 +123,9 @@ def add_provider_arguments(p: Any, flag: str, *, host: bool = True) -> None:
     cli.add_check(p, combination)
 
 
-def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | None,
-                       host_dir: Path | None = None, host_root: Path | None = None) -> Any:
+def provider_from_args(args: argparse.Namespace, flag_attr: str, *, role: str,
+                       set_dir: Path | None, host_dir: Path | None = None,
+                       host_root: Path | None = None) -> Provider:
     """make_provider from the flags of add_provider_arguments."""
     record = getattr(args, "record", None)
     record_dir = None if record is None else (Path(record) if record else
@@ -140,13 +141,13 @@ def provider_from_args(args: Any, flag_attr: str, *, role: str, set_dir: Path | 
                          batch=getattr(args, "batch", False))
 
 
-def provider_stats(provider: Any) -> dict | None:
+def provider_stats(provider: Provider) -> dict | None:
     """Calls, tokens and dollars a provider spent, when it counts them."""
     stats = getattr(provider, "stats", None)
     return stats.to_json() if isinstance(stats, CallStats) else None
 
 
-def pinned_model(provider: Any, key: str) -> str | None:
+def pinned_model(provider: Provider, key: str) -> str | None:
     """The model id a score pins before (or without) a call: the live model, the recording's
     source for replay, `host` / `hand-authored` otherwise."""
     source_of: Callable[[str], str | None] | None = getattr(provider, "source_of", None)
