@@ -56,7 +56,7 @@ def case_definitions(eval_set: EvalSet, case: Case) -> Definitions | str | None:
     return read_definitions(model_dir, getattr(eval_set, "target_model_path", None))
 
 
-def read_definitions_for(eval_set: Any, qids: Iterable[str]) -> None:
+def read_definitions_for(eval_set: EvalSet, qids: Iterable[str]) -> None:
     """Read (once, into the cache) the definitions the veto will need for `qids`, when any of
     their cases has mustNotUse entries: a scoring pass calls this beside the endpoint's start-up,
     so the model's compile is not paid by the first attempt while the others wait for it."""
