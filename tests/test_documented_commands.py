@@ -7,7 +7,9 @@ document at a time, from a scratch copy of the kit's root, so the checkout stays
 command whose trailing comment says `# needs ...` (an API key, a Publisher, a host's reply),
 `# serves ...` or `# rewrites ...` (the checkout itself) is only parsed; `# ... exit 1` says the
 exit code a run must give (0 otherwise). README.md ("Command lines in these docs") says the same
-to readers.
+to readers. The demo's own line (`scripts/demo.py --keep-going --scratch ../malloy-evals-demo`)
+is the session's demo run (conftest.demo_run), made the same way from a scratch copy: its
+outcome and its copy are checked here as if it had run in this test's copy.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import DEMO, DEMO_ARGS
 from script_support import (
     KIT,
     LINKED,
+    Outcome,
     documents,
     make_scratch,
     option_strings,
@@ -67,9 +71,22 @@ def test_every_documented_command_names_a_kit_script_and_only_flags_it_takes(nam
         assert not unknown, f"{cmd.where}: {script.name} takes no {', '.join(unknown)}"
 
 
-@pytest.mark.parametrize("name", sorted(DOCS))
-def test_documented_commands_run_as_written_on_the_sample_set(name, tmp_path, needs_node):
+def _runs_the_demo(name: str) -> bool:
+    return any(cmd.script() == (DEMO, list(DEMO_ARGS)) for cmd in DOCS[name])
+
+
+def test_the_session_demo_is_the_line_the_demos_help_documents():
+    # Else the demo would run twice: once for test_demo and test_run_page, once here.
+    assert _runs_the_demo(DEMO.relative_to(KIT).as_posix())
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xdist_group("demo")) if _runs_the_demo(name) else name
+    for name in sorted(DOCS)])
+def test_documented_commands_run_as_written_on_the_sample_set(name, tmp_path, needs_node,
+                                                               request):
     kit = make_scratch(tmp_path)
+    kits = [kit]  # every scratch copy a command of this document ran in
     evals_before = _git_status("evals", "SKILL_INDEX.md")
     for cmd in DOCS[name]:
         if cmd.is_setup:
@@ -82,7 +99,12 @@ def test_documented_commands_run_as_written_on_the_sample_set(name, tmp_path, ne
             outcome = parse_outcome(script, args, kit)
             assert outcome.code == 0, f"{cmd.where}: does not parse: {cmd.text}\n{outcome.err}"
             continue
-        outcome = run_outcome(script, args, kit)
+        if (script, args) == (DEMO, list(DEMO_ARGS)):
+            demo = request.getfixturevalue("demo_run")
+            outcome = Outcome(demo.proc.returncode, demo.proc.stdout, demo.proc.stderr)
+            kits.append(demo.kit)
+        else:
+            outcome = run_outcome(script, args, kit)
         assert outcome.code == cmd.expected_exit, (
             f"{cmd.where}: exit {outcome.code}, documented {cmd.expected_exit}: {cmd.text}\n"
             f"{outcome.err[-2000:]}")
@@ -91,7 +113,8 @@ def test_documented_commands_run_as_written_on_the_sample_set(name, tmp_path, ne
     assert _git_status("evals", "SKILL_INDEX.md") == evals_before, "a command wrote the checkout"
     # Followed from a real checkout, the docs must leave `git status` clean: new files only
     # under runs/ (ignored), the sample set as committed.
-    strays = [p.relative_to(kit).as_posix() for p in kit.iterdir()
-              if p.name not in LINKED + ("evals", "runs")]
-    assert not strays, f"{name}: commands wrote outside runs/: {strays}"
-    assert _tree(kit / "evals") == _tree(KIT / "evals"), f"{name}: commands changed evals/"
+    for copy in kits:
+        strays = [p.relative_to(copy).as_posix() for p in copy.iterdir()
+                  if p.name not in LINKED + ("evals", "runs")]
+        assert not strays, f"{name}: commands wrote outside runs/: {strays}"
+        assert _tree(copy / "evals") == _tree(KIT / "evals"), f"{name}: commands changed evals/"
