@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
+
+from demo_support import DemoLauncher, DemoRun, shared_root  # after the path above
 
 RUNTIME_NODE_MODULES = KIT_ROOT / "scripts" / "malloy_evals" / "endpoint" / "node_runner" / "node_modules"
 
@@ -74,40 +74,48 @@ def bookshop_mcp_url():
         yield url
 
 
-# The demo as its --help writes it (`.venv/bin/python scripts/demo.py --keep-going --scratch
-# ../malloy-evals-demo`), run from a scratch copy of the kit's root.
-DEMO = KIT_ROOT / "scripts" / "demo.py"
-DEMO_ARGS = ("--keep-going", "--scratch", "../malloy-evals-demo")
-
-
-@dataclass(frozen=True)
-class DemoRun:
-    """The demo run once for the session: what it printed and where it wrote."""
-
-    kit: Path                                # the scratch copy of the kit it ran from
-    scratch: Path                            # its --scratch folder: runs/, noise-band.json, compare/
-    proc: subprocess.CompletedProcess[str]   # exit code, stdout, stderr
-
-
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> DemoRun | None:
-    """`make demo`'s work done once for every module that reads its output (test_demo,
-    test_run_page, and test_documented_commands for the demo's own --help line), in a process
-    of its own as a person starts it. None without Node: each reader's needs_node fixture skips
-    (or fails under CI) with the reason. Readers only read what it wrote."""
+    """`make demo`'s work, done once per run for every module that reads its output (test_demo,
+    test_run_page, test_compare_page, and test_documented_commands for the demo's own --help
+    line): see demo_support. None without Node: each reader's needs_node fixture skips (or
+    fails under CI) with the reason."""
     if node_runtime_missing_reason() is not None:
         return None
-    from script_support import make_scratch
+    launcher = _demo_launcher(tmp_path_factory)
+    launcher.start()  # already started when collection saw a reader: a no-op then
+    return launcher.result()
 
-    kit = make_scratch(tmp_path_factory.mktemp("demo"))
-    proc = subprocess.run([sys.executable, str(DEMO.relative_to(KIT_ROOT)), *DEMO_ARGS], cwd=kit,
-                          check=False, capture_output=True, text=True, timeout=600)
-    return DemoRun(kit, (kit / DEMO_ARGS[-1]).resolve(), proc)
+
+_LAUNCHER: list[DemoLauncher] = []  # this process's launcher, made once
+
+
+def _demo_launcher(tmp_path_factory: pytest.TempPathFactory) -> DemoLauncher:
+    if not _LAUNCHER:
+        _LAUNCHER.append(DemoLauncher(shared_root(tmp_path_factory.getbasetemp())))
+    return _LAUNCHER[0]
+
+
+def _reads_the_demo(item: pytest.Item) -> bool:
+    """A test that asks for demo_run, or asks for it while it runs (marked `reads_demo`)."""
+    return ("demo_run" in getattr(item, "fixturenames", ())
+            or item.get_closest_marker("reads_demo") is not None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), every test that
-    reads the session's demo runs on one worker, so the demo runs once, not once per worker."""
-    for item in items:
-        if "demo_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("demo"))
+    """The demo's readers run last (in collection order otherwise): the demo, started in the
+    background, runs beside the other tests instead of holding a worker up."""
+    items.sort(key=_reads_the_demo)  # a stable sort: only the readers move
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the demo in the background as soon as the tests to run include one that reads it,
+    so it runs beside the tests before them instead of holding its first reader up."""
+    if any(map(_reads_the_demo, session.items)) and node_runtime_missing_reason() is None:
+        # The object the tmp_path_factory fixture returns (pytest keeps it on the config).
+        _demo_launcher(session.config._tmp_path_factory).start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _LAUNCHER:
+        _LAUNCHER[0].stop()

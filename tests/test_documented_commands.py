@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, DEMO_ARGS
+from demo_support import DEMO, DEMO_ARGS
 from script_support import (
     KIT,
     LINKED,
@@ -76,12 +76,12 @@ def _runs_the_demo(name: str) -> bool:
 
 
 def test_the_session_demo_is_the_line_the_demos_help_documents():
-    # Else the demo would run twice: once for test_demo and test_run_page, once here.
+    # Else the demo would run twice: once for the session's readers, once here.
     assert _runs_the_demo(DEMO.relative_to(KIT).as_posix())
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xdist_group("demo")) if _runs_the_demo(name) else name
+    pytest.param(name, marks=pytest.mark.reads_demo) if _runs_the_demo(name) else name
     for name in sorted(DOCS)])
 def test_documented_commands_run_as_written_on_the_sample_set(name, tmp_path, needs_node,
                                                                request):
