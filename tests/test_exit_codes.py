@@ -77,6 +77,9 @@ class Base:
     runs: bool  # the docs say it runs here (else only parse mistakes on it: a server)
 
 
+_SET_UP: set[tuple[Path, str]] = set()  # (scratch copy, setup line) already run there
+
+
 def _base(script: Path, cwd: Path, must_have: str | None = None, *,
           runnable: bool = False) -> Base:
     """The first command line of the script's --help that parses in the scratch copy once its
@@ -85,8 +88,11 @@ def _base(script: Path, cwd: Path, must_have: str | None = None, *,
     a base may name the copies they make."""
     tried = []
     for cmd in docstring_commands(script):
-        if cmd.is_setup and run_setup(cmd, cwd).code != 0:
+        if not cmd.is_setup or (cwd, cmd.text) in _SET_UP:  # the copies it made are still there
+            continue
+        if run_setup(cmd, cwd).code != 0:
             pytest.fail(f"{cmd.where}: {cmd.text} fails in the scratch copy")
+        _SET_UP.add((cwd, cmd.text))
     for cmd in docstring_commands(script):
         found, argv = cmd.script()
         if found != script or (runnable and cmd.parse_only) \
