@@ -3,11 +3,14 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 RUNTIME := scripts/malloy_evals/endpoint/node_runner
 PYTHON  ?= python3
+# The suite runs in two pytest-xdist workers (the machines it is measured on have two cores;
+# worksteal evens out the long tests at the end); `make test WORKERS=0` runs it in one process.
+WORKERS ?= 2
 
 .PHONY: test demo setup python-env node-runtime
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
 
 # Scores the sample set's recorded runs offline into a scratch folder outside the checkout, then
 # measures the A/A noise band and compares the candidate arm with the baseline.

@@ -1,4 +1,5 @@
-"""Shared test set-up: the kit root on the path, and the Node gate for runtime-backed tests."""
+"""Shared test set-up: the kit root on the path, the Node gate for runtime-backed tests, and
+what a session starts once for every module that reads it (a browser, an endpoint, the demo)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
+
+from demo_support import DemoLauncher, DemoRun, shared_root  # after the path above
 
 RUNTIME_NODE_MODULES = KIT_ROOT / "scripts" / "malloy_evals" / "endpoint" / "node_runner" / "node_modules"
 
@@ -69,3 +72,50 @@ def bookshop_mcp_url():
 
     with serve_model_http(load_set(KIT_ROOT / "evals" / "bookshop")) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> DemoRun | None:
+    """`make demo`'s work, done once per run for every module that reads its output (test_demo,
+    test_run_page, test_compare_page, and test_documented_commands for the demo's own --help
+    line): see demo_support. None without Node: each reader's needs_node fixture skips (or
+    fails under CI) with the reason."""
+    if node_runtime_missing_reason() is not None:
+        return None
+    launcher = _demo_launcher(tmp_path_factory)
+    launcher.start()  # already started when collection saw a reader: a no-op then
+    return launcher.result()
+
+
+_LAUNCHER: list[DemoLauncher] = []  # this process's launcher, made once
+
+
+def _demo_launcher(tmp_path_factory: pytest.TempPathFactory) -> DemoLauncher:
+    if not _LAUNCHER:
+        _LAUNCHER.append(DemoLauncher(shared_root(tmp_path_factory.getbasetemp())))
+    return _LAUNCHER[0]
+
+
+def _reads_the_demo(item: pytest.Item) -> bool:
+    """A test that asks for demo_run, or asks for it while it runs (marked `reads_demo`)."""
+    return ("demo_run" in getattr(item, "fixturenames", ())
+            or item.get_closest_marker("reads_demo") is not None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The demo's readers run last (in collection order otherwise): the demo, started in the
+    background, runs beside the other tests instead of holding a worker up."""
+    items.sort(key=_reads_the_demo)  # a stable sort: only the readers move
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the demo in the background as soon as the tests to run include one that reads it,
+    so it runs beside the tests before them instead of holding its first reader up."""
+    if any(map(_reads_the_demo, session.items)) and node_runtime_missing_reason() is None:
+        # The object the tmp_path_factory fixture returns (pytest keeps it on the config).
+        _demo_launcher(session.config._tmp_path_factory).start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _LAUNCHER:
+        _LAUNCHER[0].stop()

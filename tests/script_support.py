@@ -263,11 +263,12 @@ def markdown_commands(path: Path) -> list[DocCommand]:
     return found
 
 
-def docstring_commands(script: Path) -> list[DocCommand]:
+@cache
+def docstring_commands(script: Path) -> tuple[DocCommand, ...]:
     """The command lines of a script's module docstring (what its --help prints)."""
     doc = ast.get_docstring(ast.parse(script.read_text(encoding="utf-8"))) or ""
     where = f"{script.relative_to(KIT).as_posix()} (--help)"
-    return [c for line in doc.splitlines() if (c := _command(where, line)) is not None]
+    return tuple(c for line in doc.splitlines() if (c := _command(where, line)) is not None)
 
 
 def documents() -> dict[str, list[DocCommand]]:
@@ -277,7 +278,7 @@ def documents() -> dict[str, list[DocCommand]]:
         for path in sorted(KIT.glob(pattern)):
             docs[path.relative_to(KIT).as_posix()] = markdown_commands(path)
     for script in kit_scripts():
-        docs[script.relative_to(KIT).as_posix()] = docstring_commands(script)
+        docs[script.relative_to(KIT).as_posix()] = list(docstring_commands(script))
     return {name: cmds for name, cmds in docs.items() if cmds}
 
 

@@ -19,7 +19,6 @@ from malloy_evals.report import run_page
 from report_support import SAMPLE_SET
 
 KIT = Path(__file__).resolve().parents[1]
-SCORE_RUN = KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"
 COMPARE_RUNS = KIT / "skills" / "eval-answer" / "scripts" / "compare_runs.py"
 REPORT = KIT / "skills" / "eval-answer" / "scripts" / "report.py"
 
@@ -202,15 +201,11 @@ def test_compare_page_in_the_browser_links_into_each_arms_case(arms, browser):
     v.close()
 
 
-def test_compare_runs_writes_the_comparison_page_of_scored_arms(needs_node, browser, tmp_path):
-    # End to end: score two real arms, compare them with compare_runs.py --out, open the page.
-    runs = tmp_path / "runs"
-    for name in ("baseline", "candidate"):
-        shutil.copytree(SAMPLE_SET / "runs" / name, runs / name)
-        model = ["--model", str(SAMPLE_SET / "model-candidate")] if name == "candidate" else []
-        score = runpy.run_path(str(SCORE_RUN), run_name="score_run")["main"]
-        assert score(["--run", str(runs / name), "--set", str(SAMPLE_SET), "--judge", "replay",
-                      "--local", *model]) == 0
+def test_compare_runs_writes_the_comparison_page_of_scored_arms(needs_node, demo_run, browser,
+                                                               tmp_path):
+    # End to end: two real arms, scored by the session's demo run (score_run.py --local, the
+    # candidate against model-candidate/), compared with compare_runs.py --out; open the page.
+    runs = demo_run.scratch / "runs"
     out = tmp_path / "cmp"
     compare = runpy.run_path(str(COMPARE_RUNS), run_name="compare_runs")["main"]
     assert compare(["--base", str(runs / "baseline"), "--candidate", str(runs / "candidate"),

@@ -16,10 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import node_runtime_missing_reason
 
 KIT = Path(__file__).resolve().parents[1]
-DEMO = KIT / "scripts" / "demo.py"
 
 # (qid, sample) -> (verdict, null reason), as evals/bookshop/runs/EXPECTED.md states the author's
 # intent for each recorded attempt (written before any scoring).
@@ -91,14 +89,12 @@ LEAKY_INCOMPLETE = {
 
 
 @pytest.fixture(scope="module")
-def demo_output(tmp_path_factory) -> dict:
-    """Run the demo once for the module; returns its stdout and both summary.json documents."""
-    if node_runtime_missing_reason() is not None:
+def demo_output(demo_run) -> dict:
+    """The session's demo run (conftest.demo_run): its stdout and both summary.json documents."""
+    if demo_run is None:
         return {}  # each test's needs_node fixture skips (or fails under CI) with the reason
-    scratch = tmp_path_factory.mktemp("demo")
-    proc = subprocess.run([sys.executable, str(DEMO), "--scratch", str(scratch), "--keep-going"],
-                          cwd=KIT, check=False, capture_output=True, text=True, timeout=600)
-    out = {"proc": proc, "scratch": scratch}
+    scratch = demo_run.scratch
+    out = {"proc": demo_run.proc, "scratch": scratch}
     for name in ("baseline", "leaky", "baseline-2", "candidate", "live"):
         path = scratch / "runs" / name / "summary.json"
         out[name] = json.loads(path.read_text()) if path.is_file() else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import runpy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from malloy_evals.diagnose.replies import Diagnosis, Undiagnosed
 from malloy_evals.diagnose.selection import Bucketed
 from malloy_evals.judge.providers.base import LlmReply, RecordingMissing
 from malloy_evals.ledger.run import Run
+from script_support import run_outcome
 
 DIAGNOSE = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
 CLUSTER_FAILURES = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "cluster_failures.py"
@@ -512,27 +514,24 @@ def test_skill_md_names_the_reply_file_the_host_provider_reads():
     assert "`<key>.reply.json`" in text and "writes `reply.json`" not in text
 
 
-def test_shipped_baseline_run_is_diagnosed_offline_with_table_codes(tmp_path, needs_node, capsys):
-    import shutil
-    import subprocess
-    import sys
-
+def test_shipped_baseline_run_is_diagnosed_offline_with_table_codes(tmp_path, needs_node):
     bookshop = paths.KIT_ROOT / "evals" / "bookshop"
     run_dir = tmp_path / "runs" / "baseline"
     shutil.copytree(bookshop / "runs" / "baseline", run_dir)
     report = tmp_path / "coverage.json"
     scripts = paths.KIT_ROOT / "skills" / "eval-answer" / "scripts"
-    for argv in ([scripts / "check_coverage.py", "--set", bookshop, "--model", bookshop / "model",
-                  "--reader", "replay", "--out", report],
-                 [scripts / "score_run.py", "--run", run_dir, "--set", bookshop, "--judge",
-                  "replay", "--local", "--coverage", report]):
-        done = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True,
-                              timeout=600, check=False)
-        assert done.returncode == 0, done.stderr[-2000:]
-    main = runpy.run_path(str(DIAGNOSE), run_name="diagnose")["main"]
-    assert main(["--run", str(run_dir), "--set", str(bookshop), "--diagnoser", "replay",
-                 "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    # Each script's main(argv) run in this process, as its command line runs it.
+    for script, argv in ((scripts / "check_coverage.py",
+                          ["--set", bookshop, "--model", bookshop / "model", "--reader", "replay",
+                           "--out", report]),
+                         (scripts / "score_run.py",
+                          ["--run", run_dir, "--set", bookshop, "--judge", "replay", "--local",
+                           "--coverage", report]),
+                         (DIAGNOSE, ["--run", run_dir, "--set", bookshop, "--diagnoser", "replay",
+                                     "--json"])):
+        done = run_outcome(script, [str(a) for a in argv], tmp_path)
+        assert done.code == 0, done.err[-2000:]
+    doc = json.loads(done.out)
     sel = doc["selection"]
     assert doc["undiagnosed"] == [] and doc["diagnosed"] == sel["failed"] > 0
     assert sel["failed"] + sel["passed"] + sel["retrieval_only"] + sel["excluded"] == sel["attempts"]

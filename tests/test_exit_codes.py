@@ -9,6 +9,7 @@ decided before anything is opened, 3 for a qid or sample the set or run does not
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,9 @@ class Base:
     runs: bool  # the docs say it runs here (else only parse mistakes on it: a server)
 
 
+_SET_UP: set[tuple[Path, str]] = set()  # (scratch copy, setup line) already run there
+
+
 def _base(script: Path, cwd: Path, must_have: str | None = None, *,
           runnable: bool = False) -> Base:
     """The first command line of the script's --help that parses in the scratch copy once its
@@ -84,8 +88,11 @@ def _base(script: Path, cwd: Path, must_have: str | None = None, *,
     a base may name the copies they make."""
     tried = []
     for cmd in docstring_commands(script):
-        if cmd.is_setup and run_setup(cmd, cwd).code != 0:
+        if not cmd.is_setup or (cwd, cmd.text) in _SET_UP:  # the copies it made are still there
+            continue
+        if run_setup(cmd, cwd).code != 0:
             pytest.fail(f"{cmd.where}: {cmd.text} fails in the scratch copy")
+        _SET_UP.add((cwd, cmd.text))
     for cmd in docstring_commands(script):
         found, argv = cmd.script()
         if found != script or (runnable and cmd.parse_only) \
@@ -121,19 +128,42 @@ def _cases(select) -> list:
     return params
 
 
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scratch copy of the kit for every usage error: a command line refused with exit 2 is
+    refused before anything is opened, so it writes nothing (_assert_usage_error checks that),
+    and the tests can share the copy."""
+    return make_scratch(tmp_path_factory.mktemp("usage"))
+
+
 @pytest.fixture
-def scratch(tmp_path: Path) -> Path:
+def own_scratch(tmp_path: Path) -> Path:
+    """A scratch copy of the kit for one test whose command runs past its command line."""
     return make_scratch(tmp_path)
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `root` (links to the kit not followed), with its size and mtime."""
+    found = {}
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            st = os.lstat(os.path.join(folder, name))
+            found[os.path.join(folder, name)] = (st.st_size, st.st_mtime_ns)
+    return found
 
 
 def _assert_usage_error(script: Path, base: Base, argv: list[str], cwd: Path,
                         said: str) -> None:
     """Exit 2, nothing on stdout, no traceback, and the message names the mistake (`said`), so
-    the test cannot pass on some other usage error. The script's main() runs (only parsing,
-    for a base that serves until stopped)."""
+    the test cannot pass on some other usage error; and nothing in the scratch copy written.
+    The script's main() runs (only parsing, for a base that serves until stopped)."""
+    before = _files(cwd)
     outcome = run_outcome(script, argv, cwd) if base.runs else parse_outcome(script, argv, cwd)
     shown = f"{script.name} {' '.join(argv)}"
     assert outcome.code == 2, f"{shown}: exit {outcome.code}, not 2\n{outcome.err}"
+    after = _files(cwd)
+    assert after == before, f"{shown}: refused, yet wrote " + ", ".join(
+        sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p)))
     assert said in outcome.err, f"{shown}: the message does not say {said!r}\n{outcome.err}"
     assert outcome.out == "" and "Traceback" not in outcome.err
 
@@ -313,16 +343,16 @@ def _qid_flags(script: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("script, flag", _cases(_qid_flags))
-def test_a_qid_the_set_or_run_does_not_have_is_exit_3_naming_it(script, flag, scratch,
+def test_a_qid_the_set_or_run_does_not_have_is_exit_3_naming_it(script, flag, own_scratch,
                                                                  needs_node):
     # Drift fixed: diagnose.py and check_coverage.py --only said 2; check_judge.py --only said 0
     # and calibrate_judge.py --only 3 without naming it.
     if any(flag in c.argv and not c.parse_only for c in docstring_commands(script)):
-        base = _base(script, scratch, flag, runnable=True)
+        base = _base(script, own_scratch, flag, runnable=True)
     else:  # an optional --only no example gives
-        base = _base(script, scratch, runnable=True)
+        base = _base(script, own_scratch, runnable=True)
     argv = _set_value(base, script, flag, "no_such_case")
-    outcome = run_outcome(script, argv, scratch)
+    outcome = run_outcome(script, argv, own_scratch)
     assert outcome.code == 3, f"{script.name} {' '.join(argv)}: exit {outcome.code}\n{outcome.err}"
     assert "no_such_case" in outcome.err and "Traceback" not in outcome.err
 
@@ -334,10 +364,10 @@ RECORDS_ATTEMPTS = {"record_attempt.py"}
 @pytest.mark.parametrize("script, flag", _cases(
     lambda s: [cli.SAMPLE] if _option(s, cli.SAMPLE) and cli.QID in _qid_flags(s)
     and s.name not in RECORDS_ATTEMPTS else []))
-def test_a_sample_the_run_does_not_have_is_exit_3(script, flag, scratch, needs_node):
-    base = _without(_base(script, scratch, cli.QID, runnable=True).argv,
+def test_a_sample_the_run_does_not_have_is_exit_3(script, flag, own_scratch, needs_node):
+    base = _without(_base(script, own_scratch, cli.QID, runnable=True).argv,
                     _option(script, cli.SAMPLE))
-    outcome = run_outcome(script, base + [cli.SAMPLE, "7"], scratch)
+    outcome = run_outcome(script, base + [cli.SAMPLE, "7"], own_scratch)
     assert outcome.code == 3, f"{script.name} {' '.join(base)} --sample 7: exit {outcome.code}\n{outcome.err}"
     assert "Traceback" not in outcome.err
 

@@ -8,20 +8,16 @@ import json
 import re
 import runpy
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from browser_support import screenshot, visit
-from conftest import node_runtime_missing_reason
 from malloy_evals.core.errors import EXIT_USAGE, KitError
 from malloy_evals.report import run_page
 from malloy_evals.report.html import pct
 from report_support import HOSTILE, SAMPLE_SET, SECRET, generated_run, hostile_run
 
 KIT = Path(__file__).resolve().parents[1]
-DEMO = KIT / "scripts" / "demo.py"
 REPORT = KIT / "skills" / "eval-answer" / "scripts" / "report.py"
 
 
@@ -31,16 +27,14 @@ def report_main(argv: list[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> dict:
-    """The demo run once into a scratch copy: its output, and each run's page and summary.json."""
-    if node_runtime_missing_reason() is not None:
+def demo(demo_run) -> dict:
+    """The session's demo run (conftest.demo_run): its output, and each run's page and
+    summary.json."""
+    if demo_run is None:
         return {}  # each test's needs_node fixture skips (or fails under CI) with the reason
-    scratch = tmp_path_factory.mktemp("demo")
-    proc = subprocess.run([sys.executable, str(DEMO), "--scratch", str(scratch), "--keep-going"],
-                          cwd=KIT, check=False, capture_output=True, text=True, timeout=600)
-    out: dict = {"proc": proc, "scratch": scratch}
+    out: dict = {"proc": demo_run.proc, "scratch": demo_run.scratch}
     for name in ("baseline", "leaky"):
-        run_dir = scratch / "runs" / name
+        run_dir = demo_run.scratch / "runs" / name
         out[name] = {"page": run_dir / "report.html",
                      "summary": json.loads((run_dir / "summary.json").read_text())}
     return out

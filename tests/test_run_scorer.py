@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,8 +15,16 @@ from malloy_evals.ledger.live import live_view
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.workflow import run_scorer as rs
+from script_support import Outcome, run_outcome
 
 KIT = Path(__file__).resolve().parents[1]
+SCORE_RUN = KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"
+
+
+def score_run_script(cwd: Path, *args: object) -> Outcome:
+    """score_run.py's main(argv) run in this process from `cwd`, as its command line runs it:
+    exit code, stdout and stderr (the process boundary is not what these tests check)."""
+    return run_outcome(SCORE_RUN, [str(a) for a in args], cwd)
 PINS = {"judge_version": 3, "rubric_sha": "a" * 64, "judge_prompt_sha": "b" * 64}
 
 
@@ -278,19 +284,16 @@ def test_score_run_script_scores_resumes_and_prints_one_json_document(needs_node
         {"why": "compared", "verdict": v, "confidence": 9, "column_pairing": {"n": "n"},
          "gold_status": "verified", "gold_note": ""}]}) + "\n"
         for q, v in (("q1", "match"), ("q2", "no_match"))))
-    argv = [sys.executable, str(KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"),
-            "--run", str(run.dir), "--set", str(set_dir), "--judge", f"hand:{replies}",
-            "--local", "--json"]
-    first = subprocess.run(argv, cwd=KIT, check=False, capture_output=True, text=True,
-                           timeout=300)
-    assert first.returncode == EXIT_OK, first.stderr
-    doc = json.loads(first.stdout)
+    argv = ["--run", run.dir, "--set", set_dir, "--judge", f"hand:{replies}", "--local", "--json"]
+    first = score_run_script(tmp_path, *argv)
+    assert first.code == EXIT_OK, first.err
+    doc = json.loads(first.out)
     # stdout is the one JSON document; the page's path goes to stderr (and into the document).
     assert doc["report_html"] == str(run.dir / "report.html")
-    assert f"report: {run.dir / 'report.html'}" in first.stderr.splitlines()
+    assert f"report: {run.dir / 'report.html'}" in first.err.splitlines()
     assert doc["headline"] == "pass rate 50.0% (1/2; 95% CI 9.5-90.5%)"
     assert doc["counts"]["scored"] == 2
-    assert len(re.findall(r"^\[\d/2\] q\d (match|no_match) \(\d+\.\ds\)$", first.stderr,
+    assert len(re.findall(r"^\[\d/2\] q\d (match|no_match) \(\d+\.\ds\)$", first.err,
                           re.MULTILINE)) == 2
     assert (run.dir / "artifacts" / "q1" / "_" / "prediction.csv").is_file()
     info = json.loads((run.dir / "run.json").read_text())
@@ -301,9 +304,8 @@ def test_score_run_script_scores_resumes_and_prints_one_json_document(needs_node
         "samples", "bookshop", "bookshop.malloy")
     assert info["servedRevision"].startswith("local-") and "mcpUrl" not in info
 
-    again = subprocess.run(argv, cwd=KIT, check=False, capture_output=True, text=True,
-                           timeout=300)
-    assert json.loads(again.stdout)["counts"]["skipped (current pins)"] == 2
+    again = score_run_script(tmp_path, *argv)
+    assert json.loads(again.out)["counts"]["skipped (current pins)"] == 2
 
 
 def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(needs_node, tmp_path):
@@ -322,13 +324,11 @@ def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(need
     run.append([{"kind": "attempt", "qid": q, "sample": None, "submitted": True,
                  "contaminated": False, "final_query": "run: orders -> {aggregate: n is count()}",
                  "answer_text": "2500"} for q in ("q1", "q2")])
-    base = [sys.executable, str(KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"),
-            "--run", str(run.dir), "--set", str(set_dir), "--judge", "host", "--local", "--json"]
+    base = ["--run", run.dir, "--set", set_dir, "--judge", "host", "--local", "--json"]
 
-    emit = subprocess.run([*base, "--emit"], cwd=KIT, check=False, capture_output=True,
-                          text=True, timeout=300)
-    assert emit.returncode == EXIT_OK, emit.stderr
-    assert json.loads(emit.stdout)["counts"]["not scored"] == 2
+    emit = score_run_script(tmp_path, *base, "--emit")
+    assert emit.code == EXIT_OK, emit.err
+    assert json.loads(emit.out)["counts"]["not scored"] == 2
     assert live_scores(run) == []
     judge_dir = run.dir / "artifacts" / "q1" / "_" / "judge"
     assert (judge_dir / "request.json").is_file()
@@ -336,10 +336,9 @@ def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(need
         {"why": "2500 equals the golden", "verdict": "match", "confidence": 9,
          "column_pairing": {"n": "n"}, "gold_status": "verified", "gold_note": ""}))
 
-    ingest = subprocess.run([*base, "--ingest"], cwd=KIT, check=False, capture_output=True,
-                            text=True, timeout=300)
-    assert ingest.returncode == EXIT_OK, ingest.stderr
-    doc = json.loads(ingest.stdout)
+    ingest = score_run_script(tmp_path, *base, "--ingest")
+    assert ingest.code == EXIT_OK, ingest.err
+    doc = json.loads(ingest.out)
     assert (doc["counts"]["scored"], doc["counts"]["not scored"]) == (1, 1)
     assert [(e["qid"], e["verdict"], e["judge_model"]) for e in live_scores(run)] == [
         ("q1", "match", "host")]
@@ -375,12 +374,11 @@ def test_mcp_url_credentials_never_reach_run_json_or_the_repair_commands(tiny, m
 def test_unreachable_mcp_url_error_names_the_server_without_its_credentials(tiny):
     run, es = tiny
     script = KIT / "skills" / "eval-answer" / "scripts" / "reexecute.py"
-    proc = subprocess.run([sys.executable, str(script), "--run", str(run.dir), "--set", str(es.dir),
-                           "--qid", "q1", "--mcp-url", CREDENTIAL_URL],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == EXIT_UNMEASURED
-    assert "127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
-    assert "Sup3rSecretPw" not in proc.stderr + proc.stdout and "abcdef123456" not in proc.stderr
+    proc = run_outcome(script, ["--run", str(run.dir), "--set", str(es.dir), "--qid", "q1",
+                                "--mcp-url", CREDENTIAL_URL], run.dir.parent)
+    assert proc.code == EXIT_UNMEASURED
+    assert "127.0.0.1:9" in proc.err and "Traceback" not in proc.err
+    assert "Sup3rSecretPw" not in proc.err + proc.out and "abcdef123456" not in proc.err
 
 
 # --------------------------------------------------------------------------- golden drift
@@ -412,17 +410,15 @@ def drift_env(tmp_path, q2_value):
     replies.write_text("".join(json.dumps({"key": f"drift-1.{q}._", "replies": [
         {"why": "compared", "verdict": "match", "confidence": 9, "column_pairing": {"n": "n"},
          "gold_status": "verified", "gold_note": None}]}) + "\n" for q in ("q1", "q2")))
-    argv = [sys.executable, str(KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"),
-            "--run", str(run.dir), "--set", str(set_dir), "--judge", f"hand:{replies}", "--local"]
+    argv = ["--run", str(run.dir), "--set", str(set_dir), "--judge", f"hand:{replies}", "--local"]
     return run, argv
 
 
 def test_score_run_refuses_a_run_whose_goldens_drifted_naming_every_one(needs_node, tmp_path):
     run, argv = drift_env(tmp_path, q2_value=599)
-    done = subprocess.run([*argv, "--json"], cwd=KIT, check=False, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 1, done.stderr
-    doc = json.loads(done.stdout)
+    done = score_run_script(tmp_path, *argv, "--json")
+    assert done.code == 1, done.err
+    doc = json.loads(done.out)
     assert [d["qid"] for d in doc["drifted"]] == ["q2"]
     assert doc["drifted"][0]["problems"] == ["n: golden 599, derived 600"]
     assert not any(e["kind"] == "score" for e in run.live())  # nothing was scored
@@ -434,19 +430,17 @@ def test_drift_is_still_reported_first_when_the_endpoint_cannot_start(needs_node
     # endpoint that does not answer (exit 1 naming the drift, not exit 3 about the endpoint).
     run, argv = drift_env(tmp_path, q2_value=599)
     argv = [a for a in argv if a != "--local"] + ["--mcp-url", "http://127.0.0.1:9/mcp"]
-    done = subprocess.run([*argv, "--json"], cwd=KIT, check=False, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 1, done.stderr
-    assert [d["qid"] for d in json.loads(done.stdout)["drifted"]] == ["q2"]
+    done = score_run_script(tmp_path, *argv, "--json")
+    assert done.code == 1, done.err
+    assert [d["qid"] for d in json.loads(done.out)["drifted"]] == ["q2"]
     assert not any(e["kind"] == "score" for e in run.live())  # nothing was scored
 
 
 def test_allow_drift_scores_anyway_and_the_headline_names_the_drift(needs_node, tmp_path):
     run, argv = drift_env(tmp_path, q2_value=599)
-    done = subprocess.run([*argv, "--allow-drift", "--json"], cwd=KIT, check=False,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+    done = score_run_script(tmp_path, *argv, "--allow-drift", "--json")
+    assert done.code == 0, done.err
+    doc = json.loads(done.out)
     assert doc["headline"].startswith("pass rate 100.0% (2/2;")
     assert "GOLDEN DRIFT in 1 case(s) (q2)" in doc["headline"]
     assert json.loads((run.dir / "run.json").read_text())["goldenDrift"] == ["q2"]
@@ -455,10 +449,9 @@ def test_allow_drift_scores_anyway_and_the_headline_names_the_drift(needs_node, 
 
 def test_goldens_that_re_derive_let_the_run_score_and_pin_no_drift(needs_node, tmp_path):
     run, argv = drift_env(tmp_path, q2_value=600)
-    done = subprocess.run([*argv, "--json"], cwd=KIT, check=False, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "GOLDEN DRIFT" not in json.loads(done.stdout)["headline"]
+    done = score_run_script(tmp_path, *argv, "--json")
+    assert done.code == 0, done.err
+    assert "GOLDEN DRIFT" not in json.loads(done.out)["headline"]
     assert json.loads((run.dir / "run.json").read_text())["goldenDrift"] == []
 
 
