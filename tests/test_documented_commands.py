@@ -74,7 +74,7 @@ def _served(spec: str) -> tuple[str, str, str]:
 
 @pytest.fixture(scope="module")
 def sample_endpoints() -> Iterator[Callable[[str], str | None]]:
-    """The MCP URL of an endpoint serving what `--package SPEC` names, when that is the sample
+    """The MCP URL of an endpoint serving what `--package ENV/PKG=DIR` names, when that is the sample
     set's model/ or model-candidate/ over its data (started on first use, stopped after the
     module), else None."""
     sample = load_set(KIT / "evals" / "bookshop")
