@@ -15,8 +15,10 @@ A `--local` command starts the kit's endpoint over the set's package (serve_loca
 stdio); here, where the commands run in this process, it connects instead to one endpoint per
 package for the module (serve_local.py over loopback HTTP), when its package and data are the
 sample set's own: the same real Malloy re-execution, without a Node runner pool compiled anew per
-command. Starting the endpoint per command is tested where it is the subject (test_reexecute,
-test_run_scorer, test_scoring, and the demo, which runs each step as its own process).
+command. Likewise the goldens' re-derivation (verify_goldens.py, promote_golden.py and the drift
+check of score_run.py) reads the sample set's truth package through one runtime for the module.
+Starting them per command is tested where it is the subject (test_reexecute, test_run_scorer,
+test_scoring, test_goldens, and the demo, which runs each step as its own process).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ import pytest
 from demo_support import DEMO, DEMO_ARGS
 from malloy_evals.answer import reexecute
 from malloy_evals.answer.harness.local import serve_model_http
+from malloy_evals.endpoint import runner
 from malloy_evals.endpoint.package import package_sha
+from malloy_evals.endpoint.runner import MalloyRuntime  # the class itself, never the patched name
 from malloy_evals.sets.eval_set import EvalSet, load_set
 from script_support import (
     KIT,
@@ -91,10 +95,49 @@ def sample_endpoints() -> Iterator[Callable[[str], str | None]]:
         yield url_for
 
 
+class _Kept:
+    """A runtime the module keeps: a command's close() leaves it running for the next."""
+
+    def __init__(self, runtime: MalloyRuntime) -> None:
+        self._runtime = runtime
+
+    def execute(self, *args, **kw) -> dict:
+        return self._runtime.execute(*args, **kw)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def sample_truth() -> Iterator[Callable[[Path], _Kept | None]]:
+    """A runtime over the sample set's truth package (started on first use, stopped after the
+    module) for a truth package with the same files and data, else None."""
+    truth = KIT / "evals" / "bookshop" / "truth"
+    key = _served(f"truth={truth}")
+    kept: list[MalloyRuntime] = []
+
+    def runtime_for(package_dir: Path) -> _Kept | None:
+        if _served(f"truth={Path(package_dir).resolve()}") != key:
+            return None
+        if not kept:
+            kept.append(MalloyRuntime(truth, allow=runner.default_allow(truth)))
+        return _Kept(kept[0])
+
+    yield runtime_for
+    for runtime in kept:
+        runtime.close()
+
+
 @pytest.fixture
-def shared_local(monkeypatch, sample_endpoints) -> None:
-    """`--local` connects to the module's endpoint for its package instead of starting one."""
+def shared_local(monkeypatch, sample_endpoints, sample_truth) -> None:
+    """`--local` connects to the module's endpoint for its package instead of starting one, and
+    the goldens are re-derived through the module's runtime over the sample's truth package."""
     real = reexecute.connect
+
+    def runtime(package_dir, allow=None, **kw):
+        return (not kw and sample_truth(package_dir)) or MalloyRuntime(package_dir, allow, **kw)
+
+    monkeypatch.setattr(runner, "MalloyRuntime", runtime)  # verify_goldens looks it up per call
 
     def connect(url=None, command=None, **kw):
         if command is not None and "--package" in command:

@@ -136,6 +136,10 @@ def test_opening_a_case_from_the_table_shows_its_evidence(needs_node, demo, brow
     section = v.page.locator("#attempt-bk_avg_price_paid")
     assert section.evaluate("e => e.open") is False
     v.page.click('#cases-table a[href="#attempt-bk_avg_price_paid"]')
+    # The page opens the section on `hashchange`, an event that follows the click: wait for it
+    # (a section that never opens fails here after the timeout).
+    v.page.wait_for_function("document.getElementById('attempt-bk_avg_price_paid').open",
+                             timeout=10_000)
     assert section.evaluate("e => e.open") is True
     text = section.inner_text()
     assert "What's the average price customers actually pay for a single copy?" in text
