@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
@@ -48,27 +49,38 @@ def _duck(sql: str) -> list[dict]:
 def http_server(tmp_path_factory):
     """serve_local.py --http on a free port, as a real subprocess; yields (process, base URL)."""
     _guard()
-    port = _free_port()
     log = (tmp_path_factory.mktemp("serve") / "stderr.log").open("w")
-    proc = subprocess.Popen([sys.executable, str(SERVE), "--package", f"samples/mini={MINI_MODEL}",
-                             "--http", str(port)], stdout=subprocess.DEVNULL, stderr=log)
+    proc, port = _serve_http("--package", f"samples/mini={MINI_MODEL}", stderr=log)
+    yield proc, f"http://127.0.0.1:{port}"
+    _stop(proc)
+    log.close()
+
+
+def _serve_http(*args: str, stderr: Any = subprocess.DEVNULL) -> tuple[subprocess.Popen, int]:
+    """serve_local.py ARGS --http on a free port, once it accepts connections."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(SERVE), *args, "--http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + 60
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return proc, port
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                pytest.fail(f"serve_local.py did not start (see {log.name})")
+                where = f" (see {stderr.name})" if hasattr(stderr, "name") else ""
+                pytest.fail(f"serve_local.py did not start{where}")
             time.sleep(0.1)
-    yield proc, f"http://127.0.0.1:{port}"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT, as Ctrl-C would; killed if it has not stopped within 10 s."""
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
-    log.close()
 
 
 @pytest.fixture(scope="module")
@@ -511,24 +523,9 @@ def test_serve_local_set_with_model_serves_the_candidate_package(tmp_path):
     cand = copy / "model-candidate"
     shutil.copytree(copy / "model", cand)
     (cand / "shop.malloy").write_text((cand / "shop.malloy").read_text() + "\n// candidate\n")
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVE), "--set", str(copy), "--model", str(cand),
-                             "--http", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc, port = _serve_http("--set", str(copy), "--model", str(cand))
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "did not start"
-                time.sleep(0.1)
         body = PublisherRest(f"http://127.0.0.1:{port}").package("samples", "mini")
         assert body["sourceContentSha"] == package_sha(cand) != package_sha(copy / "model")
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
