@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.judge.providers.base import LlmReply, LlmRequest
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.base import LlmReply, LlmRequest
 from malloy_evals.sets.eval_set import load_set
 
 MODEL_TEXT = """\

@@ -12,7 +12,7 @@ import pytest
 from harness_support import BOOKSHOP, KIT, answer, harness_lines, ledger, make_set, new_run
 from malloy_evals.answer.harness import api_loop
 from malloy_evals.answer.harness.plan import Budget
-from malloy_evals.judge.providers.prices import price_for
+from malloy_evals.llm.prices import price_for
 from malloy_evals.sets.eval_set import load_set
 
 MODEL = "claude-haiku-4-5"   # priced: $1 in, $5 out per million tokens

@@ -13,7 +13,7 @@ from malloy_evals.answer import authoring as C_authoring
 from malloy_evals.core import paths
 from malloy_evals.judge import calibration as C_calibration
 from malloy_evals.judge import doctrine as J_doctrine
-from malloy_evals.judge.providers.base import LlmReply, RecordingMissing
+from malloy_evals.llm.base import LlmReply, RecordingMissing
 from malloy_evals.sets.eval_set import load_set
 
 ENTRY = {
@@ -290,7 +290,7 @@ def test_a_broken_bookshop_recording_fails_closed_naming_the_fix(tmp_path):
 
 
 def test_author_tool_writes_recordings_that_replay_passes(tmp_path):
-    from malloy_evals.judge.providers.select import make_provider
+    from malloy_evals.llm.select import make_provider
 
     es = calib_set(tmp_path)
     replies = tmp_path / "replies.jsonl"

@@ -14,7 +14,7 @@ from malloy_evals.answer.coverage.reader import CaseCoverage, CoverageCase, Read
 from malloy_evals.answer.coverage.surface import ModelView
 from malloy_evals.core import cli, paths, schemas
 from malloy_evals.core.errors import KitError
-from malloy_evals.judge.providers.base import LlmReply, RecordingMissing
+from malloy_evals.llm.base import LlmReply, RecordingMissing
 
 CHECK_COVERAGE = paths.KIT_ROOT / "skills" / "eval-answer" / "scripts" / "check_coverage.py"
 BOOKSHOP = paths.KIT_ROOT / "evals" / "bookshop"
@@ -273,7 +273,7 @@ def test_missing_recording_leaves_the_case_undecided_and_nothing_decided_exits_3
 
 def test_host_emit_with_every_case_pending_exits_0_not_3(tmp_path):
     # Emitting the requests is what --emit is for, as in score_attempt and diagnose.
-    from malloy_evals.judge.providers.select import make_provider
+    from malloy_evals.llm.select import make_provider
 
     emitter = make_provider("host", role="coverage", set_dir=tmp_path, host_mode="emit",
                             host_dir=tmp_path / "host")
@@ -285,7 +285,7 @@ def test_host_emit_with_every_case_pending_exits_0_not_3(tmp_path):
 
 def test_host_emit_text_says_waiting_for_replies_not_exit_3(tmp_path):
     # Regression: the text said "(exit 3)" while the script exited 0 for a pending emit.
-    from malloy_evals.judge.providers.select import make_provider
+    from malloy_evals.llm.select import make_provider
 
     emitter = make_provider("host", role="coverage", set_dir=tmp_path, host_mode="emit",
                             host_dir=tmp_path / "host")
@@ -295,7 +295,7 @@ def test_host_emit_text_says_waiting_for_replies_not_exit_3(tmp_path):
 
 
 def test_one_pending_and_one_failed_case_still_exits_3():
-    from malloy_evals.judge.providers.base import HostReplyPending
+    from malloy_evals.llm.base import HostReplyPending
 
     reader = FakeReader({"cov.q1": [HostReplyPending("waiting")]})
     report = coverage_reader.measure([CoverageCase("q1", "Revenue?", []),

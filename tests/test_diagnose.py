@@ -17,8 +17,8 @@ from malloy_evals.diagnose import run as diagnose_run
 from malloy_evals.diagnose import selection as diagnose_selection
 from malloy_evals.diagnose.replies import Diagnosis, Undiagnosed
 from malloy_evals.diagnose.selection import Bucketed
-from malloy_evals.judge.providers.base import LlmReply, RecordingMissing
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.base import LlmReply, RecordingMissing
 from script_support import run_outcome
 
 DIAGNOSE = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
@@ -466,7 +466,7 @@ def test_bucketed_is_plain_data():
 
 def _host(set_dir):
     """host(mode): a provider factory for diagnose_run, a host diagnoser in that mode."""
-    from malloy_evals.judge.providers.select import make_provider
+    from malloy_evals.llm.select import make_provider
 
     def host(mode):
         return lambda d: make_provider("host", role="diagnose", set_dir=set_dir, host_mode=mode,

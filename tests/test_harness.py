@@ -37,8 +37,8 @@ from malloy_evals.answer.harness.plan import (
     run_spend,
 )
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.judge.providers.select import make_provider
 from malloy_evals.ledger.live import live_view
+from malloy_evals.llm.select import make_provider
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.workflow.run_scorer import score_run
 

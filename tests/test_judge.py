@@ -12,8 +12,8 @@ from malloy_evals.core import paths
 from malloy_evals.judge import doctrine as J_doctrine
 from malloy_evals.judge import packet as J_packet
 from malloy_evals.judge import verdict as J_verdict
-from malloy_evals.judge.providers.base import LlmReply
 from malloy_evals.ledger import artifacts as J_artifacts
+from malloy_evals.llm.base import LlmReply
 from malloy_evals.sets.eval_set import golden_value, load_set
 
 VERSIONS = paths.SKILLS_DIR / "eval-judge" / "reference" / "doctrine-versions.json"

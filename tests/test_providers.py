@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from judge_support import error_body, message_body, messages_server, verdict
 from malloy_evals.core import cli, paths
 from malloy_evals.core.errors import UsageError
-from malloy_evals.judge.providers.base import (
+from malloy_evals.llm.base import (
     BudgetExhausted,
     DryRun,
     HostReplyPending,
@@ -22,8 +22,8 @@ from malloy_evals.judge.providers.base import (
     RecordingMissing,
     RecordingStale,
 )
-from malloy_evals.judge.providers.prices import cost_usd, price_for
-from malloy_evals.judge.providers.select import add_provider_arguments, make_provider, pinned_model
+from malloy_evals.llm.prices import cost_usd, price_for
+from malloy_evals.llm.select import add_provider_arguments, make_provider, pinned_model
 
 SCHEMA = {"type": "object", "properties": {"verdict": {"type": "string"}},
           "required": ["verdict"], "additionalProperties": False}
@@ -394,7 +394,7 @@ def test_script_without_host_flags_neither_offers_host_nor_asks_for_flags_it_lac
     # calibrate_judge / check_judge have no --emit / --ingest: their help must not list `host`,
     # and choosing it must not ask for flags the script does not accept.
     from malloy_evals.core import cli
-    from malloy_evals.judge.providers.select import add_provider_arguments
+    from malloy_evals.llm.select import add_provider_arguments
 
     p = cli.parser(None)
     add_provider_arguments(p, "--judge", host=False)
@@ -420,7 +420,7 @@ def test_anthropic_without_a_key_is_unmeasured_naming_the_variable_not_a_traceba
 # ---------------------------------------------------------------- reading free-text replies
 
 def test_last_json_object_skips_malloy_braces_and_finds_a_wrapped_key():
-    from malloy_evals.judge.providers.base import json_objects, last_json_object
+    from malloy_evals.llm.base import json_objects, last_json_object
 
     text = ('I checked `run: orders -> { group_by: status }` first.\n'
             '{"note": "draft", "inner": {"verdict": "no_match"}}\n'
@@ -432,7 +432,7 @@ def test_last_json_object_skips_malloy_braces_and_finds_a_wrapped_key():
 
 
 def test_json_objects_survive_a_reply_nested_without_end():
-    from malloy_evals.judge.providers.base import json_objects
+    from malloy_evals.llm.base import json_objects
 
     hostile = '{"a": ' * 5000 + '1' + '}' * 5000 + ' {"verdict": "no_match"}'
     assert json_objects(hostile, "verdict")[-1] == {"verdict": "no_match"}

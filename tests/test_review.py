@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from judge_support import make_run, make_set, verdict, write_prediction
 from malloy_evals.core.errors import InputError
 from malloy_evals.judge.calibration import check_regressions
-from malloy_evals.judge.providers.hand import HandProvider
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.hand import HandProvider
 from malloy_evals.report.figures import summarize
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.sets.importer import import_set

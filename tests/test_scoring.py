@@ -23,9 +23,9 @@ from malloy_evals.answer.scoring import judge_recording_key, score_attempt
 from malloy_evals.core import paths
 from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.judge import doctrine as J_doctrine
-from malloy_evals.judge.providers.base import BudgetExhausted, RecordingMissing, RecordingStale
-from malloy_evals.judge.providers.select import make_provider
 from malloy_evals.ledger import artifacts as J_artifacts
+from malloy_evals.llm.base import BudgetExhausted, RecordingMissing, RecordingStale
+from malloy_evals.llm.select import make_provider
 from malloy_evals.sets.eval_set import load_set
 
 GOOD_SQL = "run: order_items -> { aggregate: revenue }"

@@ -16,9 +16,9 @@ from malloy_evals.judge.calibration import (
     render_calibration,
     render_regressions,
 )
-from malloy_evals.judge.providers.hand import HandProvider
-from malloy_evals.judge.providers.replay import RecordingProvider
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.hand import HandProvider
+from malloy_evals.llm.replay import RecordingProvider
 from malloy_evals.sets.eval_set import EvalSet
 
 

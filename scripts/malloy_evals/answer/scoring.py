@@ -22,11 +22,11 @@ from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
-from malloy_evals.judge.providers.base import DryRun, HostReplyPending, Provider
 from malloy_evals.ledger.artifacts import PredictionView, read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import check_qid, sample_segment
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.base import DryRun, HostReplyPending, Provider
 from malloy_evals.sets.eval_set import EvalSet, load_set
 
 

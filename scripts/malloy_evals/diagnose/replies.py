@@ -10,7 +10,7 @@ from typing import Any
 
 from malloy_evals.core import codes, vocab
 from malloy_evals.diagnose.selection import ROLE
-from malloy_evals.judge.providers.base import LlmRequest
+from malloy_evals.llm.base import LlmRequest
 
 CASE_SYSTEM_TEMPLATE = """\
 You diagnose ONE failed answer of an evaluation over a Malloy semantic model: decide the cause code

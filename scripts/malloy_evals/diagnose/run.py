@@ -38,7 +38,10 @@ from malloy_evals.diagnose.selection import (
     Selection,
     select_cases,
 )
-from malloy_evals.judge.providers.base import (
+from malloy_evals.ledger.events import AttemptKey, attempt_key, effective_verdict
+from malloy_evals.ledger.live import LiveView
+from malloy_evals.ledger.run import Run
+from malloy_evals.llm.base import (
     DryRun,
     HostReplyPending,
     LlmReply,
@@ -46,11 +49,8 @@ from malloy_evals.judge.providers.base import (
     Provider,
     last_json_object,
 )
-from malloy_evals.judge.providers.host import HostProvider
-from malloy_evals.judge.providers.select import provider_stats
-from malloy_evals.ledger.events import AttemptKey, attempt_key, effective_verdict
-from malloy_evals.ledger.live import LiveView
-from malloy_evals.ledger.run import Run
+from malloy_evals.llm.host import HostProvider
+from malloy_evals.llm.select import provider_stats
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
 # An --ingest that found no reply for a request: that case is undiagnosed (exit 3 when no case

@@ -21,10 +21,10 @@ from malloy_evals.core.jsonl import read_objects
 from malloy_evals.judge.decision import evaluate, golden_gate
 from malloy_evals.judge.doctrine import judge_prompt_sha, load_doctrine
 from malloy_evals.judge.packet import Submission
-from malloy_evals.judge.providers.base import DryRun, Provider
-from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.judge.verdict import load_agreement_phrases
 from malloy_evals.ledger.artifacts import PredictionView
+from malloy_evals.llm.base import DryRun, Provider
+from malloy_evals.llm.select import provider_stats
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 CANNED = ("empty", "echo", "vague", "known_wrong", "subtle_wrong", "injection", "stuffed",

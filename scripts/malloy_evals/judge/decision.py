@@ -22,7 +22,10 @@ from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
 from malloy_evals.judge.doctrine import Doctrine, judge_prompt_sha, judge_version_pin, load_doctrine
 from malloy_evals.judge.packet import Submission, build_packet, build_request, source_definitions
-from malloy_evals.judge.providers.base import (
+from malloy_evals.judge.verdict import call_judge, post_process
+from malloy_evals.ledger.artifacts import PredictionView
+from malloy_evals.ledger.run import Run
+from malloy_evals.llm.base import (
     BudgetExhausted,
     HostReplyPending,
     PlacedProvider,
@@ -30,10 +33,7 @@ from malloy_evals.judge.providers.base import (
     ProviderError,
     RecordingMissing,
 )
-from malloy_evals.judge.providers.select import pinned_model
-from malloy_evals.judge.verdict import call_judge, post_process
-from malloy_evals.ledger.artifacts import PredictionView
-from malloy_evals.ledger.run import Run
+from malloy_evals.llm.select import pinned_model
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 # Every golden status but `verified` stops an attempt before the judge (a missing status is verified).

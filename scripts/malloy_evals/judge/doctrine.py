@@ -16,7 +16,7 @@ from typing import Any
 from malloy_evals.core import cli, paths
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS
-from malloy_evals.judge.providers.base import canonical_json, sha256_text
+from malloy_evals.llm.base import canonical_json, sha256_text
 
 SKILL = "eval-judge"
 DOCTRINE_START = "<!-- doctrine:start -->"

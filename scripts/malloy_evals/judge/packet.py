@@ -15,8 +15,8 @@ from malloy_evals.judge.doctrine import (
     Doctrine,
     prompt_version,
 )
-from malloy_evals.judge.providers.base import LlmRequest
 from malloy_evals.ledger.artifacts import PredictionView
+from malloy_evals.llm.base import LlmRequest
 from malloy_evals.sets.eval_set import Case
 
 ROW_CAP = 200                  # rows shown to the judge, golden and prediction alike

@@ -18,7 +18,7 @@ from malloy_evals.core.vocab import GOLD_STATUSES, JUDGE_VERDICTS, is_contaminat
 from malloy_evals.core.words import shown
 from malloy_evals.judge.doctrine import SKILL
 from malloy_evals.judge.packet import normalise, skeleton
-from malloy_evals.judge.providers.base import LlmReply, LlmRequest, Provider, json_objects
+from malloy_evals.llm.base import LlmReply, LlmRequest, Provider, json_objects
 
 AGREEMENT_FILE = paths.SKILLS_DIR / SKILL / "reference" / "agreement-phrases.md"
 

@@ -34,11 +34,11 @@ from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.decision import golden_gate
-from malloy_evals.judge.providers.base import Provider
-from malloy_evals.judge.providers.select import provider_stats
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.base import Provider
+from malloy_evals.llm.select import provider_stats
 from malloy_evals.report.figures import (
     RunSummary,
     attempt_label,

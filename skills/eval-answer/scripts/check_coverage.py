@@ -32,7 +32,7 @@ from malloy_evals.answer.coverage.reader import (
     render_text,
 )
 from malloy_evals.core import cli
-from malloy_evals.judge.providers import select as providers
+from malloy_evals.llm import select as providers
 
 
 def build_parser() -> cli.ScriptParser:

@@ -38,7 +38,7 @@ from malloy_evals.answer.harness.harness import HarnessOptions, render_text, run
 from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
 from malloy_evals.core import cli
 from malloy_evals.core.errors import UsageError
-from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
+from malloy_evals.llm.prices import PRICES_PATH, price_for
 
 
 def _answerer(args: argparse.Namespace) -> str | None:

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
-from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
+from malloy_evals.llm.select import add_provider_arguments, provider_from_args
 from malloy_evals.workflow.run_scorer import DriftRefusal, render_refusal, render_text, score_run
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 from malloy_evals.core import cli
 from malloy_evals.diagnose.run import diagnose_run, render_text
 from malloy_evals.diagnose.selection import SPLITS, verdicts_problem
-from malloy_evals.judge.providers import select as providers
+from malloy_evals.llm import select as providers
 
 
 def build_parser() -> cli.ScriptParser:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 from malloy_evals.answer.scoring import render_score, score_attempt_at
 from malloy_evals.core import cli
 from malloy_evals.judge.doctrine import add_judge_retries
-from malloy_evals.judge.providers.select import add_provider_arguments, provider_from_args
+from malloy_evals.llm.select import add_provider_arguments, provider_from_args
 
 
 def build_parser() -> cli.ScriptParser:

@@ -25,13 +25,13 @@ from malloy_evals.answer.retrieval import expected_groups
 from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.core.words import shown
-from malloy_evals.judge.providers.base import (
+from malloy_evals.llm.base import (
     HostReplyPending,
     LlmRequest,
     Provider,
     last_json_object,
 )
-from malloy_evals.judge.providers.select import provider_stats
+from malloy_evals.llm.select import provider_stats
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
 ROLE = "coverage"

@@ -32,8 +32,8 @@ from malloy_evals.endpoint.mcp_client import (
     McpProtocolError,
     connect,
 )
-from malloy_evals.judge.providers.anthropic import RETRY_STATUS, AnthropicProvider, status_text
-from malloy_evals.judge.providers.prices import Price, cost_usd, price_for
+from malloy_evals.llm.anthropic import RETRY_STATUS, AnthropicProvider, status_text
+from malloy_evals.llm.prices import Price, cost_usd, price_for
 
 MAX_TOKENS = 4096          # per model call
 CALL_TIMEOUT_S = 120.0     # one Messages API call, within the attempt's own deadline

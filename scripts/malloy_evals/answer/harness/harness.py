@@ -52,9 +52,9 @@ from malloy_evals.core.errors import (
 from malloy_evals.core.redact import Redactor, redact
 from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
-from malloy_evals.judge.providers.prices import PRICES_PATH, price_for
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.prices import PRICES_PATH, price_for
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
 STDERR_TAIL_CHARS = 4000     # of a failed try's stderr, kept in harness.jsonl

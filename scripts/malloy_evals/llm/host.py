@@ -11,7 +11,7 @@ from typing import Any
 
 from malloy_evals.core import files, jsonl
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.judge.providers.base import (
+from malloy_evals.llm.base import (
     HOST_SOURCE,
     HostReplyPending,
     LlmReply,

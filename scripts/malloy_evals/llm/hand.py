@@ -9,7 +9,7 @@ from typing import Any
 
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.jsonl import read_objects
-from malloy_evals.judge.providers.base import (
+from malloy_evals.llm.base import (
     HAND_AUTHORED,
     LlmReply,
     LlmRequest,

@@ -15,7 +15,7 @@ from typing import Any
 
 from malloy_evals.core import files, jsonl
 from malloy_evals.core.errors import InputError
-from malloy_evals.judge.providers.base import (
+from malloy_evals.llm.base import (
     LlmReply,
     LlmRequest,
     Provider,

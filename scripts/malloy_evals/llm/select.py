@@ -10,11 +10,11 @@ from typing import Any
 
 from malloy_evals.core import cli
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.judge.providers.anthropic import AnthropicProvider, CallStats, unpriced_cap
-from malloy_evals.judge.providers.base import ROLES, Provider
-from malloy_evals.judge.providers.hand import HandProvider
-from malloy_evals.judge.providers.host import HostProvider
-from malloy_evals.judge.providers.replay import RecordingProvider, ReplayProvider
+from malloy_evals.llm.anthropic import AnthropicProvider, CallStats, unpriced_cap
+from malloy_evals.llm.base import ROLES, Provider
+from malloy_evals.llm.hand import HandProvider
+from malloy_evals.llm.host import HostProvider
+from malloy_evals.llm.replay import RecordingProvider, ReplayProvider
 
 KINDS = ("anthropic", "replay", "host", "hand")
 RECORD_WITH_REPLAY = "--record records a live provider; it cannot wrap replay"

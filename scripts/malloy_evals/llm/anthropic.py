@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from malloy_evals.core.errors import UnmeasuredError, UsageError
-from malloy_evals.judge.providers.base import (
+from malloy_evals.llm.base import (
     STRUCTURED_TOOL,
     BudgetExhausted,
     DryRun,
@@ -25,7 +25,7 @@ from malloy_evals.judge.providers.base import (
     ProviderError,
     canonical_json,
 )
-from malloy_evals.judge.providers.prices import PRICES_PATH, Price, cost_usd, load_prices, price_for
+from malloy_evals.llm.prices import PRICES_PATH, Price, cost_usd, load_prices, price_for
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 
