@@ -16,7 +16,7 @@ from malloy_evals.core import commands
 from malloy_evals.core.errors import KitError
 from malloy_evals.core.redact import redact
 
-ROLES = ("judge", "coverage", "diagnose")
+ROLES = ("judge", "coverage", "diagnose", "improve")
 HAND_AUTHORED = "hand-authored"
 HOST_SOURCE = "host"
 

@@ -168,6 +168,8 @@ def render_compare_page(doc: Mapping[str, Any], *, base_pages: Sequence[tuple[st
     ]), id="delta"))
     parts.append(_band(doc))
     parts.append(_targets(doc, base_pages, candidate_pages))
+    if isinstance(doc.get("change"), Mapping):
+        parts.append(_change(doc["change"]))
     parts.append(_flips(doc, fixed, broken, moved, base_pages, candidate_pages))
     return page(f"comparison: {verdict}", el("main", parts), description=verdict)
 
@@ -188,6 +190,17 @@ def _band(doc: Mapping[str, Any]) -> Html:
     return el("section", el("h2", "Noise band"), el("p", decision, id="band-decision"),
               definition_list([(k, shown(v)) for k, v in fields
                                if not isinstance(v, (Mapping, list))]), id="band")
+
+
+def _change(change: Mapping[str, Any]) -> Html:
+    """The model change under comparison (eval-improve's gate): its decision and its diff."""
+    items = [(k, shown(change.get(k))) for k in ("decision", "candidate", "digest")
+             if change.get(k) is not None]
+    reasons = [str(x) for x in change.get("reasons") or []]
+    return el("section", el("h2", "The model change"), definition_list(items),
+              el("ul", [el("li", x) for x in reasons]) if reasons else "",
+              el("div", el("pre", str(change.get("diff") or "(no textual difference)"),
+                           id="change-diff"), class_="scroll"), id="change")
 
 
 def _targets(doc: Mapping[str, Any], base_pages: Sequence[tuple[str, str]],
