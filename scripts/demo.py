@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     if all(c == 0 for c in codes.values()) or args.keep_going:
         codes[LIVE_RUN] = live_leg(scratch)
 
+    if codes.get("compare") == 0:
+        codes["improve"] = improve_leg(scratch, runs_dir)
+
     print(f"\nscratch folder: {scratch} (RESULTS.md, summary.json, report.html and events.jsonl "
           "per run; noise-band.json; compare/COMPARE.md, compare.json, compare.html)")
     pages = [runs_dir / name / PAGE for name in (*RUNS, LIVE_RUN)]
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if not clean:
         return 1
     print(f"demo finished in {time.monotonic() - started:.0f}s")
-    return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) + 2 else 3
+    return 0 if all(c == 0 for c in codes.values()) and len(codes) == len(RUNS) + 3 else 3
 
 
 def compare_leg(scratch: Path, runs_dir: Path) -> int:
@@ -270,6 +273,63 @@ def compare_leg(scratch: Path, runs_dir: Path) -> int:
                                      "--candidate", str(runs_dir / "candidate"),
                                      "--set", rel(SET_DIR), "--band", str(band),
                                      "--targets", TARGETS, "--out", str(scratch / "compare")])
+
+
+# ---------------------------------------------------------------------------------------------
+# eval-improve: the loop closed on the baseline's refunds issue (skills/eval-improve/SKILL.md)
+
+IMPROVE = KIT / "skills" / "eval-improve" / "scripts" / "improve.py"
+IMPROVE_ASSETS = SET_DIR / "improve"  # the drafts (hand-authored) and the scripted answerer's plan
+REFUNDS_ISSUE = "baseline:refund-rule-unwritten-for-returned-orders"
+# (journal, hand-authored draft, gate run id: names the judge recordings, expected decision)
+CHANGES = (("harmful", "harmful-drafts.jsonl", "improve-harmful", "rollback"),
+           ("refunds", "drafts.jsonl", "improve-refunds", "accept"))
+
+
+def improve_leg(scratch: Path, runs_dir: Path) -> int:
+    """Close the loop on the refunds issue in a scratch copy of the set: a deliberately harmful
+    change (it also counts returned orders as sales) is gated and rolled back, then the change the
+    candidate model holds is gated and accepted. The drafts are hand-authored (hand:FILE), the
+    answers are the scripted answerer's, made now on each candidate, and the judge's replies are
+    hand-authored recordings."""
+    print(f"\n{'=' * 30} improve: the refunds issue, gated {'=' * 30}", flush=True)
+    started = time.monotonic()
+    set_copy = scratch / "bookshop"
+    if set_copy.exists():
+        shutil.rmtree(set_copy)
+    shutil.copytree(SET_DIR, set_copy, ignore=shutil.ignore_patterns("runs", "transcripts"))
+    answerer = (f"{sys.executable} {SCRIPTED} --mcp-config {{mcp_config}} --question-file "
+                f"{{question_file}} --max-turns {{max_turns}} --plan {IMPROVE_ASSETS / 'answerer-plan.json'}")
+    for name, draft, run_id, expected in CHANGES:
+        journal = scratch / "improve" / name
+        if journal.exists():
+            shutil.rmtree(journal)
+        candidate = set_copy / f"model-{name}"
+        if candidate.exists():
+            shutil.rmtree(candidate)
+        steps = [
+            ["start", "--set", str(set_copy), "--run", str(runs_dir / "baseline"),
+             "--issue", REFUNDS_ISSUE, "--journal", str(journal)],
+            ["draft", "--journal", str(journal), "--drafter",
+             f"hand:{IMPROVE_ASSETS / draft}", "--out", str(candidate)],
+            ["gate", "--journal", str(journal), "--candidate-model", str(candidate),
+             "--band", str(scratch / "noise-band.json"), "--judge", "replay",
+             "--answerer-cmd", answerer, "--guard", "3", "--run-id", run_id, "--parallel", "2"],
+        ]
+        for argv in steps:
+            code = run_step(f"improve {argv[0]}", [sys.executable, str(IMPROVE), *argv])
+            gate_rejected = argv[0] == "gate" and code == 1 and expected == "rollback"
+            if code != 0 and not gate_rejected:
+                return code
+        code = run_step(f"improve {expected}", [sys.executable, str(IMPROVE), expected,
+                                                "--journal", str(journal)])
+        if code != 0:
+            return code
+    print(f"(improve: the drafts are hand-authored ({rel(IMPROVE_ASSETS)}), the answers were made "
+          "just now by the scripted answerer on each candidate, the verdicts replay "
+          "hand-authored judge recordings (improve-*.json); the loop took "
+          f"{time.monotonic() - started:.0f}s)", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
