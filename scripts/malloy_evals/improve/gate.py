@@ -145,12 +145,13 @@ def _mean_cost(base_run: Run) -> tuple[float | None, str]:
     priced attempt)."""
     view = base_run.view()
     attempts = view.attempts()
-    answer = [a.get("cost_usd") for a in attempts if isinstance(a.get("cost_usd"), (int, float))]
-    judge = []
+    answer: list[float] = [float(a["cost_usd"]) for a in attempts
+                           if isinstance(a.get("cost_usd"), (int, float))]
+    judge: list[float] = []
     for a in attempts:
         score = view.score(base_run.key(a["qid"], a.get("sample")))
         if score and isinstance(score.get("judge_cost_usd"), (int, float)):
-            judge.append(score["judge_cost_usd"])
+            judge.append(float(score["judge_cost_usd"]))
     if not answer and not judge:
         return None, "the baseline run records no dollars per attempt"
     mean = (sum(answer) / len(answer) if answer else 0.0) + (sum(judge) / len(judge) if judge else 0.0)

@@ -66,7 +66,7 @@ def text_files(folder: Path) -> dict[str, str]:
 def unified_diff(before: Path, after: Path) -> str:
     """The change from `before` to `after` as a unified diff over their text files."""
     a, b = text_files(before), text_files(after)
-    chunks = []
+    chunks: list[str] = []
     for rel in sorted(set(a) | set(b)):
         if a.get(rel) == b.get(rel):
             continue

@@ -220,29 +220,34 @@ def accept(journal_dir: str | Path) -> StepResult:
     if candidate.resolve() != model_dir.resolve():
         if now_model not in (digest, s["checkpoint"]["digest"]):
             return StepResult("accept", str(journal.dir), journal.stage(), False,
-                              [f"the model folder {model_dir} changed since the checkpoint "
-                               f"(digest {now_model[:12]}); it holds work the gate never saw"])
+                              [(f"the model folder {model_dir} changed since the checkpoint "
+                               f"(digest {now_model[:12]}); it holds work the gate never saw")])
         if not candidate.is_dir() or folder_digest(candidate) != digest:
             return StepResult("accept", str(journal.dir), journal.stage(), False,
-                              [f"the candidate {candidate} changed since the gate (digest "
-                               f"{digest[:12]} gated); gate it again"])
+                              [(f"the candidate {candidate} changed since the gate (digest "
+                               f"{digest[:12]} gated); gate it again")])
         if now_model != digest:
             restore_into(candidate, model_dir)
     elif now_model != digest:
         return StepResult("accept", str(journal.dir), journal.stage(), False,
-                          [f"the model changed since the gate (digest {now_model[:12]}, gated "
-                           f"{digest[:12]}); gate it again"])
+                          [(f"the model changed since the gate (digest {now_model[:12]}, gated "
+                           f"{digest[:12]}); gate it again")])
     repo = git_repo(model_dir)
     commit = repo.commit(f"eval-improve: {s['issue']['issue_id']} fixed "
                          f"({decided['summary']})") if repo else None
     run = Run.open(s["baseline_run"]["dir"])
-    status = run.append_event({"kind": "issue_status", "issue_id": s["issue"]["issue_id"],
-                               "status": "fixed",
-                               "passing_attempt_ids": decided.get("passing_attempt_ids") or []})
+    passing = decided.get("passing_attempt_ids") or []
+    # An accept interrupted after it marked the issue finds its own mark and does not mark twice.
+    status = next((e for e in reversed(run.view().events) if e.get("kind") == "issue_status"
+                   and e.get("issue_id") == s["issue"]["issue_id"] and e.get("status") == "fixed"
+                   and (e.get("passing_attempt_ids") or []) == passing), None)
+    if status is None:
+        status = run.append_event({"kind": "issue_status", "issue_id": s["issue"]["issue_id"],
+                                   "status": "fixed", "passing_attempt_ids": passing})
     event = journal.append({"kind": "accepted", "change_id": proposed["event_id"],
                             "digest": digest, "git_commit": commit,
                             "issue_status_event_id": status["event_id"],
-                            "passing_attempt_ids": decided.get("passing_attempt_ids") or []})
+                            "passing_attempt_ids": passing})
     return StepResult("accept", str(journal.dir), journal.stage(), True, [], event)
 
 
@@ -268,9 +273,9 @@ def rollback(journal_dir: str | Path) -> StepResult:
     now_model = folder_digest(model_dir)
     if now_model not in known:
         return StepResult("rollback", str(journal.dir), journal.stage(), False,
-                          [f"the model folder {model_dir} changed since the gate (digest "
+                          [(f"the model folder {model_dir} changed since the gate (digest "
                            f"{now_model[:12]}, none the journal knows): restoring would lose that "
-                           "work; save it elsewhere first"])
+                           "work; save it elsewhere first")])
     if now_model != want:
         restore_into(checkpoint, model_dir)
     restored = folder_digest(model_dir)
@@ -296,7 +301,8 @@ def render_step(r: StepResult) -> str:
     d = r.details
     if r.step == "start":
         cp = d.get("checkpoint") or {}
-        where = f"git commit {cp.get('git_commit')[:12]}" if cp.get("git_commit") else "a copy"
+        commit = cp.get("git_commit")
+        where = f"git commit {str(commit)[:12]}" if commit else "a copy"
         return (f"started {d['issue']['issue_id']}{again}: journal {r.journal}; model "
                 f"{d['model_dir']} checkpointed as {where} (digest {cp.get('digest', '')[:12]})\n"
                 f"targets: {', '.join(d['issue']['qids'])}\n"

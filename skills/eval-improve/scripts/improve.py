@@ -16,10 +16,11 @@ only what the journal says is left):
   accept    the gated change into model/ (and a commit), the issue marked fixed (exit 1 refused)
   rollback  model/ restored to the checkpoint byte for byte (exit 1 refused)
 
-Examples (a copy of the sample set whose baseline is scored and diagnosed; the refunds issue;
-the scripted answerer with hand-authored judge replies, as make demo runs it):
+Examples (a copy of the sample set, its baseline scored and diagnosed, the refunds issue, a
+hand-authored draft, and the gate planned for the scripted answerer as make demo runs it):
   mkdir -p runs && rm -rf runs/imp && cp -r evals/bookshop runs/imp
-  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/imp/runs/baseline --set runs/imp --judge replay --local
+  .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set runs/imp --model runs/imp/model --reader replay --out runs/imp-coverage.json
+  .venv/bin/python skills/eval-answer/scripts/score_run.py --run runs/imp/runs/baseline --set runs/imp --judge replay --local --coverage runs/imp-coverage.json
   .venv/bin/python skills/eval-diagnose/scripts/diagnose.py --run runs/imp/runs/baseline --set runs/imp --diagnoser replay
   .venv/bin/python skills/eval-improve/scripts/improve.py start --set runs/imp --run runs/imp/runs/baseline --issue baseline:refund-rule-unwritten-for-returned-orders --journal runs/imp/journal
   .venv/bin/python skills/eval-improve/scripts/improve.py draft --journal runs/imp/journal --drafter hand:evals/bookshop/improve/drafts.jsonl --out runs/imp/model-refunds
