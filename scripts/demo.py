@@ -319,7 +319,10 @@ def improve_leg(scratch: Path, runs_dir: Path) -> int:
         for argv in steps:
             code = run_step(f"improve {argv[0]}", [sys.executable, str(IMPROVE), *argv])
             gate_rejected = argv[0] == "gate" and code == 1 and expected == "rollback"
-            if code != 0 and not gate_rejected:
+            if gate_rejected:
+                print("(the gate rejected the harmful change, exit 1, as it should: it is rolled "
+                      "back)", flush=True)
+            elif code != 0:
                 return code
         code = run_step(f"improve {expected}", [sys.executable, str(IMPROVE), expected,
                                                 "--journal", str(journal)])

@@ -70,8 +70,8 @@ def test_a_guard_case_broken_beyond_the_band_is_rejected_even_with_the_target_fi
     rows = [_row("t", "no_match", "match"), _row("g1", "match", "no_match")]
     d = decide(rows, ["t"], _band(3, ["x", "y", "z"]))
     assert d.decision == REJECT and d.broken_beyond == ["g1"]
-    assert d.reasons == ["broke g1: pass in the baseline, fail on the candidate, and the A/A "
-                         "runs never saw it flip: beyond the band"]
+    assert d.reasons == [("broke g1: pass in the baseline, fail on the candidate, and the A/A "
+                         "runs never saw it flip: beyond the band")]
 
 
 def test_a_noisy_guard_case_broken_within_the_band_is_accepted():
