@@ -76,7 +76,16 @@ def build_parser(path: Path) -> argparse.ArgumentParser:
 
 
 def option_strings(path: Path) -> set[str]:
-    return {s for a in build_parser(path)._actions for s in a.option_strings}
+    """Every flag the script takes, its subcommands' included (improve.py start --set ...)."""
+    found: set[str] = set()
+    parsers = [build_parser(path)]
+    while parsers:
+        parser = parsers.pop()
+        for action in parser._actions:
+            found.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    return found
 
 
 @dataclass(frozen=True)
