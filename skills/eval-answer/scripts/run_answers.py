@@ -33,27 +33,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.answer.harness.command import check_template
-from malloy_evals.answer.harness.harness import HarnessOptions, render_text, run_answers
+from malloy_evals.answer.harness.harness import (
+    HarnessOptions,
+    answerer_problem,
+    render_text,
+    run_answers,
+)
 from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
 from malloy_evals.core import cli
-from malloy_evals.core.errors import UsageError
-from malloy_evals.llm.prices import PRICES_PATH, price_for
 
 
 def _answerer(args: argparse.Namespace) -> str | None:
-    """Who answers, decided with the command line: a known answerer, a usable command template,
-    and a cost cap only on a priced model."""
-    try:
-        spec = parse_answerer(args.answerer, args.answerer_cmd)
-        if spec.kind == "command":
-            check_template(spec.template or "", Path.cwd())
-    except UsageError as exc:
-        return str(exc)
-    if args.max_cost_usd is not None and spec.kind == "anthropic" and price_for(spec.model) is None:
-        return (f"--max-cost-usd needs a priced model; {spec.model!r} is not in "
-                f"{PRICES_PATH.name} (add its row, or drop the cap)")
-    return None
+    return answerer_problem(args.answerer, args.answerer_cmd, args.max_cost_usd)
 
 
 def build_parser() -> cli.ScriptParser:

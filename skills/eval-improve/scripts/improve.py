@@ -39,10 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.answer.harness.command import check_template
+from malloy_evals.answer.harness.harness import answerer_problem
 from malloy_evals.answer.harness.plan import parse_answerer
 from malloy_evals.core import cli
-from malloy_evals.core.errors import UsageError
 from malloy_evals.improve.checks import check_change, render_check
 from malloy_evals.improve.draft import draft_change, render_draft
 from malloy_evals.improve.gate import GateOptions, render_gate, run_gate
@@ -60,12 +59,9 @@ def _journal(p: argparse.ArgumentParser) -> None:
 def _answerer_check(args: argparse.Namespace) -> str | None:
     if getattr(args, "subcommand", None) != "gate":
         return None
-    try:
-        spec = parse_answerer(args.answerer, args.answerer_cmd)
-        if spec.kind == "command":
-            check_template(spec.template or "", Path.cwd())
-    except UsageError as exc:
-        return str(exc)
+    problem = answerer_problem(args.answerer, args.answerer_cmd, args.max_cost_usd)
+    if problem:
+        return problem
     if args.band is None and not args.aa_runs:
         return "the gate needs the A/A band: --band FILE, or --aa-runs RUN RUN"
     return None

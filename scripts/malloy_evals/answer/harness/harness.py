@@ -35,6 +35,7 @@ from malloy_evals.answer.harness.plan import (
     HarnessLog,
     PlannedAttempt,
     attempt_label,
+    parse_answerer,
     plan_attempts,
     render_prompt,
     run_spend,
@@ -300,6 +301,23 @@ def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
     except KitError as exc:
         raise UnmeasuredError(f"the MCP endpoint {url} did not answer: {exc}") from None
     return tools
+
+
+def answerer_problem(answerer: str | None, answerer_cmd: str | None,
+                     max_cost_usd: float | None) -> str | None:
+    """Who answers, decided with the command line (exit 2 when this says why not): a known
+    answerer, a usable command template, and a cost cap only on a priced model. run_answers.py
+    and improve.py gate decide it here."""
+    try:
+        spec = parse_answerer(answerer, answerer_cmd)
+        if spec.kind == "command":
+            command.check_template(spec.template or "", Path.cwd())
+    except UsageError as exc:
+        return str(exc)
+    if max_cost_usd is not None and spec.kind == "anthropic" and price_for(spec.model) is None:
+        return (f"--max-cost-usd needs a priced model; {spec.model!r} is not in "
+                f"{PRICES_PATH.name} (add its row, or drop the cap)")
+    return None
 
 
 def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOptions,
