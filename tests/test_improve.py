@@ -136,10 +136,11 @@ def test_significant_digits_as_written():
 # start / accept / rollback on copies of the sample set
 
 
-def _set_copy(tmp_path: Path, *, git: bool) -> tuple[Path, Path]:
+def _set_copy(tmp_path: Path, *, git: bool, recordings: bool = False) -> tuple[Path, Path]:
     """A copy of the sample set with its recorded baseline run, the refunds issue filed open."""
     copy = tmp_path / "bookshop"
-    shutil.copytree(SET, copy, ignore=shutil.ignore_patterns("transcripts", "recordings"))
+    skip = ("transcripts",) if recordings else ("transcripts", "recordings")
+    shutil.copytree(SET, copy, ignore=shutil.ignore_patterns(*skip))
     run = copy / "runs" / "baseline"
     Run.open(run).append([
         {"kind": "issue", "issue_id": ISSUE, "qids": ["bk_refunded_amount"],
@@ -329,3 +330,57 @@ def test_demo_accepts_the_refunds_change_the_candidate_model_holds(needs_node, d
     page = Path(gate["compare_dir"]) / "compare.html"
     assert "refunded_amount" in page.read_text()  # the diff is on the comparison page
     assert "accepted" in demo_run.proc.stdout and "the loop took" in demo_run.proc.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# A gate interrupted after answering resumes: nothing answered twice, then the decision.
+
+
+def test_a_gate_interrupted_before_scoring_resumes_where_its_journal_stopped(
+        tmp_path, needs_node, monkeypatch):
+    from malloy_evals.improve import gate as gate_mod
+    from malloy_evals.improve.draft import draft_change
+    from malloy_evals.llm.hand import HandProvider
+    from malloy_evals.llm.select import make_provider
+    from malloy_evals.report.arms import load_arm
+    from malloy_evals.workflow.run_scorer import score_run
+
+    copy, run = _set_copy(tmp_path, git=False, recordings=True)
+    judge = make_provider("replay", role="judge", set_dir=copy)
+    score_run(run, copy, judge=judge, local=True, progress=lambda _m: None)
+    band = json.loads((KIT / "reference" / "examples" / "noise_band.example.json").read_text())
+    band["judge"] = {k: None for k in band["judge"]}  # no pins to hold against this judge
+    (tmp_path / "band.json").write_text(json.dumps(band))
+    steps.start(copy, run, ISSUE, tmp_path / "j")
+    # The demo's own draft, so the candidate is the model the judge recordings were made for.
+    cand = copy / "model-refunds"
+    draft_change(tmp_path / "j", HandProvider(SET / "improve" / "drafts.jsonl"), cand)
+    arm = load_arm("base", [run], load_set(copy))
+    seed = next(s for s in range(200)
+                if guard_sample(arm, ["bk_refunded_amount"], 1, s) == ["bk_total_revenue"])
+    plan = json.dumps(str(SET / "improve" / "answerer-plan.json"))
+    options = gate_mod.GateOptions(
+        answerer=gate_mod.AnswererSpec(
+            "command", template=f"{json.dumps(str(KIT / '.venv' / 'bin' / 'python'))} "
+            f"{json.dumps(str(KIT / 'scripts' / 'scripted_answerer.py'))} --mcp-config "
+            "{mcp_config} --question-file {question_file} --plan " + plan),
+        judge=judge, judge_spec="replay", band=tmp_path / "band.json", guard=1, seed=seed,
+        run_id="improve-refunds")
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(gate_mod, "score_run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gate_mod.run_gate(tmp_path / "j", cand, options, progress=lambda _m: None)
+    assert Journal.open(tmp_path / "j").stage() == "proposed"  # answered, not yet decided
+    monkeypatch.setattr(gate_mod, "score_run", score_run)
+    result = gate_mod.run_gate(tmp_path / "j", cand, options, progress=lambda _m: None)
+    assert (result.decision, result.reasons) == (ACCEPT, [])
+    journal = Journal.open(tmp_path / "j")
+    assert [e["kind"] for e in journal.events] == ["improve_started", "change_proposed",
+                                                   "gate_decided"]
+    gate_run = Run.open(journal.latest("gate_decided")["run_dir"])
+    assert sorted(a["qid"] for a in gate_run.view().attempts()) == ["bk_refunded_amount",
+                                                                    "bk_total_revenue"]
+    again = gate_mod.run_gate(tmp_path / "j", cand, options, progress=lambda _m: None)
+    assert again.resumed and again.decision == ACCEPT
