@@ -384,3 +384,24 @@ def test_a_gate_interrupted_before_scoring_resumes_where_its_journal_stopped(
                                                                     "bk_total_revenue"]
     again = gate_mod.run_gate(tmp_path / "j", cand, options, progress=lambda _m: None)
     assert again.resumed and again.decision == ACCEPT
+
+
+def test_the_gate_runs_the_checks_first_and_rejects_before_spending(tmp_path, needs_node):
+    from malloy_evals.improve import gate as gate_mod
+    from malloy_evals.llm.hand import HandProvider
+
+    copy, run = _set_copy(tmp_path, git=False)
+    steps.start(copy, run, ISSUE, tmp_path / "j")
+    cand = _candidate(copy, "model-cheat")
+    f = cand / "bookshop.malloy"
+    f.write_text(f.read_text().replace(REFUNDS, REFUNDS.replace(
+        "sum(line_amount) { where: orders.status = 'returned' }", "7845.21")))
+    (tmp_path / "replies.jsonl").write_text("")
+    options = gate_mod.GateOptions(answerer=gate_mod.AnswererSpec("command", template="false"),
+                                   judge=HandProvider(tmp_path / "replies.jsonl"),
+                                   judge_spec="hand", band=tmp_path / "no-band.json")
+    result = gate_mod.run_gate(tmp_path / "j", cand, options, progress=lambda _m: None)
+    assert result.decision == REJECT and result.exit_code == 1
+    assert any("7845.21, the golden figure of bk_refunded_amount" in r for r in result.reasons)
+    decided = Journal.open(tmp_path / "j").latest("gate_decided")
+    assert decided["run_dir"] is None and not (tmp_path / "j" / "gates").exists()
