@@ -14,6 +14,9 @@ Then the live leg: run_answers.py puts four questions to the kit's scripted answ
 (scripts/scripted_answerer.py, no model: it really calls get_context and execute_query over MCP)
 through the local endpoint, records each attempt, and score_run.py scores them; only the judge's
 replies are recordings (hand-authored, evals/bookshop/recordings/judge/_authored.live.jsonl).
+Last, the improve leg (eval-improve, improve.py) closes the loop on the baseline's refunds issue
+in a scratch copy of the set: a deliberately harmful change is gated and rolled back, then the
+change model-candidate/ holds is gated and accepted (hand-authored drafts and judge replies).
 The checkout is left as it was; the scratch folder and the pages are printed so RESULTS.md,
 summary.json, report.html, COMPARE.md and the ledgers can be read afterwards.
 
