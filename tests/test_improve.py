@@ -405,3 +405,16 @@ def test_the_gate_runs_the_checks_first_and_rejects_before_spending(tmp_path, ne
     assert any("7845.21, the golden figure of bk_refunded_amount" in r for r in result.reasons)
     decided = Journal.open(tmp_path / "j").latest("gate_decided")
     assert decided["run_dir"] is None and not (tmp_path / "j" / "gates").exists()
+
+
+def test_check_reads_an_edit_made_in_model_itself_against_the_checkpoint(tmp_path, needs_node):
+    copy, run = _set_copy(tmp_path, git=False)
+    steps.start(copy, run, ISSUE, tmp_path / "j")
+    model = copy / "model" / "bookshop.malloy"
+    model.write_text(model.read_text().replace(ANCHOR, REFUNDS + ANCHOR))
+    argv = ["check", "--set", str(copy), "--candidate-model", str(copy / "model"), "--json"]
+    alone = run_outcome(IMPROVE, argv)
+    assert alone.code == 1 and "the model unchanged" in alone.out  # model/ against itself
+    journaled = run_outcome(IMPROVE, [*argv, "--journal", str(tmp_path / "j")])
+    assert journaled.code == 0, journaled.out
+    assert "+    refunded_amount is sum(line_amount)" in json.loads(journaled.out)["diff"]

@@ -227,7 +227,9 @@ def check_change(eval_set: EvalSet, candidate: Path, *,
     notes = []
     if not diff:
         if folder_digest(before) == folder_digest(candidate):
-            reasons.append("the candidate is the model unchanged: there is no change to gate")
+            reasons.append("the candidate is the model unchanged: there is no change to gate "
+                           "(an edit made in model/ itself is read against the improve "
+                           "journal's checkpoint)")
         else:
             notes.append("the change touches no text file the diff reads (only binary or "
                          "unreadable files differ)")

@@ -228,6 +228,9 @@ def accept(journal_dir: str | Path) -> StepResult:
                                f"{digest[:12]} gated); gate it again")])
         if now_model != digest:
             restore_into(candidate, model_dir)
+            if folder_digest(model_dir) != digest:
+                raise InputError(model_dir, None, "the candidate could not be copied into it "
+                                                  "byte for byte; nothing was committed")
     elif now_model != digest:
         return StepResult("accept", str(journal.dir), journal.stage(), False,
                           [(f"the model changed since the gate (digest {now_model[:12]}, gated "

@@ -148,8 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.emit(drafted, as_json=args.json, render=render_draft)
         return drafted.exit_code
     if args.subcommand == "check":
-        digests = Journal.open(args.journal).started["set_digests"] if args.journal else None
-        checked = check_change(load_set(args.set_dir), args.candidate_model, started=digests)
+        # With the journal, the change is read against the checkpoint (an in-place edit of
+        # model/ is then a change too) and the set against the digests start recorded.
+        started = Journal.open(args.journal).started if args.journal else None
+        checked = check_change(
+            load_set(args.set_dir), args.candidate_model,
+            started=started["set_digests"] if started else None,
+            baseline_model=args.journal / started["checkpoint"]["copy"] if started else None)
         cli.emit(checked, as_json=args.json, render=render_check)
         return checked.exit_code
     if args.subcommand == "gate":
