@@ -78,7 +78,7 @@ def sha256_text(text: str) -> str:
 class LlmRequest:
     """One model call, independent of the provider that answers it."""
 
-    role: str                   # "judge" | "coverage" | "diagnose"
+    role: str                   # "judge" | "coverage" | "diagnose" | "improve"
     key: str                    # recording key, e.g. "<runId>.<qid>.<sample>", "calib.<qid>.<answer>"
     system: str                 # the cached system block (for the judge: the doctrine)
     messages: list[dict]        # Messages API messages
