@@ -165,6 +165,8 @@ class TwoPhase(Protocol):
     def folder(self) -> Path | None: ...  # where requests no attempt folder was placed for go
 
     def place(self, key: str, folder: Path, root: Path | None = None) -> None: ...
+    # ^ this key's request is `folder/request.json` and its reply `folder/reply.json` (an
+    #   attempt's judge folder, inside the run `root`, which writes never leave through a link)
 
     def emitter(self) -> Provider: ...  # this cycle's emit phase: a request first asked at ingest
 
