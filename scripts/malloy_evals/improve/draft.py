@@ -19,7 +19,7 @@ from malloy_evals.core import paths
 from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.improve.journal import Journal, slug
 from malloy_evals.improve.model import copy_folder, folder_digest, text_files, unified_diff
-from malloy_evals.llm.base import LlmRequest, Provider, sha256_text
+from malloy_evals.llm.base import LlmRequest, NoReply, Provider, ask, sha256_text
 
 PROMPT_FILE = "drafter-prompt.md"
 EVIDENCE_FILE = "evidence.json"
@@ -117,6 +117,7 @@ class DraftResult:
     source: str          # who drafted: a model id, hand-authored, host
     summary: str
     diff: str
+    written: bool = True   # False: no reply yet (host emit / ingest) or a dry run
     exit_code: int = 0
 
 
@@ -131,7 +132,12 @@ def draft_change(journal_dir: str | Path, provider: Provider, out: str | Path) -
                          "(edit the model in place by hand, not through a draft)")
     if target.exists() and any(target.iterdir()):
         raise UsageError(f"--out {target}: exists and is not empty")
-    reply = provider.complete(build_request(journal))
+    reply = ask(provider, build_request(journal))
+    if isinstance(reply, NoReply):
+        # A host's emit (the request waits beside the journal), an ingest with no reply yet, or
+        # a dry run: nothing is written, and that is not a failure.
+        return DraftResult(str(journal.dir), str(target), "", provider.spec, reply.why, "",
+                           written=False)
     edits = _edits(reply.data if reply.data is not None else _parse(reply.text))
     if isinstance(edits, str):
         raise InputError(None, None, f"the drafter's reply is refused: {edits}")
@@ -150,6 +156,8 @@ def _parse(text: str) -> Any:
 
 
 def render_draft(r: DraftResult) -> str:
+    if not r.written:
+        return f"no draft written ({r.summary})"
     lines = [f"draft by {r.source} written to {r.out} (digest {r.digest[:12]}): {r.summary}"]
     lines += ["  " + x for x in r.diff.splitlines()]
     lines.append(f"next: improve.py check, then improve.py gate --candidate-model {r.out}")
