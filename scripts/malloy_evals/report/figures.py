@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import retrieval
-from malloy_evals.core import commands, jsonl
+from malloy_evals.core import commands, jsonl, seal
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import InputError, KitError
@@ -489,6 +489,7 @@ def summarize_events(
         # gives, and the headline must not read as if they did.
         headline += (f"; GOLDEN DRIFT in {len(drift)} case(s) ({', '.join(drift)}): scored "
                      "against goldens that no longer re-derive")
+    headline = seal.sealed_headline(headline, [(str(info.get("runId") or run_dir), info)])
 
     retrieval_figures = _retrieval_figures(retrieval_rows)
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None

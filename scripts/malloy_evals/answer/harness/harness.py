@@ -571,13 +571,15 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
     cap = options.max_output_mb << 20
     env = isolation.child_environment(os.environ, ctx.protected, space.workdir)
     argv = _command_argv(ctx, planned, space)
+    wrapper = None
     if ctx.policy is not None:
         # The values go to bwrap through its environment, never its command line (which every
         # process of the machine can read); bwrap hands exactly these to the answerer.
         env = sandbox.sandbox_environment(os.environ, ctx.policy.env_names,
                                           path_value=env.get("PATH"), workdir=space.workdir)
-        argv = ctx.policy.argv(argv, workdir=space.workdir, inputs=space.question_file.parent)
-    child = command.run_child(argv, cwd=space.workdir, env=env,
+        wrapper = [ctx.policy.bwrap, *ctx.policy.options(workdir=space.workdir,
+                                                          inputs=space.question_file.parent)]
+    child = command.run_child(argv, cwd=space.workdir, env=env, wrapper=wrapper,
                               timeout=options.timeout, stdout_path=space.stdout,
                               stderr_path=space.stderr, max_stdout_bytes=cap)
     scan = command.scan_stream(space.stdout)

@@ -88,9 +88,10 @@ def bwrap_version(bwrap: str) -> str:
     """`0.8.0`: the version bwrap reports, checked by making one throwaway sandbox with the
     namespaces every attempt gets (a kernel that refuses them fails here, exit 3)."""
     try:
-        said = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30)
+        said = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30,
+                              check=False)
         probe = subprocess.run([bwrap, "--ro-bind", "/", "/", *NAMESPACE_FLAGS, "--", "true"],
-                               capture_output=True, text=True, timeout=30)
+                               capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         raise UnmeasuredError(f"{bwrap} could not be run ({exc}); {INSTALL_HINT}") from None
     words = said.stdout.split()
@@ -358,9 +359,11 @@ class SandboxPolicy:
         """run.json's `sandbox`: `bwrap 0.8.0 sha256:<digest of the allow-list>`."""
         return f"bwrap {self.version} sha256:{self.digest}"
 
-    def argv(self, command: Sequence[str], *, workdir: Path, inputs: Path) -> list[str]:
-        """bwrap's command line for one attempt running `command` in `workdir`."""
-        out = [self.bwrap]
+    def options(self, *, workdir: Path, inputs: Path) -> list[str]:
+        """bwrap's options for one attempt in `workdir` (the command follows them, after `--`).
+        `command.run_child` hands them over through `--args FD`: the sandbox's pid 1, whose
+        command line the answerer can read, then shows the answerer's own command, no more."""
+        out: list[str] = []
         for folder in self.system:
             out += ["--ro-bind", folder, folder]
         for target, link in self.links:
@@ -372,8 +375,13 @@ class SandboxPolicy:
             out += (["--tmpfs", mask] if os.path.isdir(mask)
                     else ["--ro-bind", "/dev/null", mask])
         out += ["--ro-bind", str(inputs), str(inputs), "--bind", str(workdir), str(workdir),
-                "--chdir", str(workdir), *NAMESPACE_FLAGS, "--", *command]
+                "--chdir", str(workdir), *NAMESPACE_FLAGS]
         return out
+
+    def argv(self, command: Sequence[str], *, workdir: Path, inputs: Path) -> list[str]:
+        """The whole bwrap command line for one attempt (for people and benchmarks; the
+        harness passes the options through a pipe instead)."""
+        return [self.bwrap, *self.options(workdir=workdir, inputs=inputs), "--", *command]
 
 
 def system_binds() -> tuple[list[str], list[tuple[str, str]]]:
