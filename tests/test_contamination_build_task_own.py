@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from contamination_support import bash, check, read, rules, use, write
-
 from malloy_evals.checks.contamination.build import build_commands, build_file_and_folder
 
 # ---------------------------------------------------------------- build files

@@ -124,7 +124,9 @@ os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value
     run = new_run(tmp_path, BOOKSHOP, "cc1")
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
                              bookshop_mcp_url, "--only", "bk_total_revenue", "--answerer",
-                             "claude-code:claude-sonnet-4-5", "--max-turns", "12"], capsys)
+                             "claude-code:claude-sonnet-4-5", "--max-turns", "12",
+                             "--no-sandbox"],  # the stand-in logs to, and runs from, tmp_path
+                            capsys)
     assert code == 0, err
     argv = json.loads(log.read_text())
     question = load_set(BOOKSHOP).case("bk_total_revenue").question
