@@ -290,6 +290,15 @@ def test_a_sandbox_bind_holding_a_set_a_run_or_evals_is_refused_with_exit_2(tmp_
     fine = tmp_path / "tools"
     fine.mkdir()
     assert sandbox.check_sandbox_binds([fine], [set_dir, run.dir]) == [fine.resolve()]
+    # The answer key under another name: a lone copy of cases.jsonl, or a hard link to it.
+    (fine / "sub").mkdir()
+    os.link(set_dir / "cases.jsonl", fine / "sub" / "notes.txt")
+    with pytest.raises(UsageError, match="hard link"):
+        sandbox.check_sandbox_binds([fine], [set_dir, run.dir])
+    (fine / "sub" / "notes.txt").unlink()
+    (fine / "cases.jsonl").write_text("{}\n")
+    with pytest.raises(UsageError, match="holds a set"):
+        sandbox.check_sandbox_binds([fine], [set_dir, run.dir])
 
 
 def test_pass_env_names_are_checked_and_added_to_the_allow_list():
@@ -403,3 +412,16 @@ def test_the_scripted_answerer_works_sealed_and_the_kit_is_hidden(needs_node, tm
     bound = start["allow_list"]["program"] + start["allow_list"]["extra"]
     assert str(paths.LIBRARY_DIR) in bound
     assert not any(str(paths.EVALS_DIR).startswith(b) for b in bound + start["allow_list"]["system"])
+
+
+def test_the_api_loop_has_no_program_to_seal_so_sandbox_flags_are_refused(tmp_path, capsys,
+                                                                         monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
+    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
+    run = new_run(tmp_path, set_dir, "api1")
+    for flags in (["--no-sandbox"], ["--sandbox-bind", str(tmp_path)]):
+        code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
+                                  "--answerer", "anthropic:claude-sonnet-4-5", *flags], capsys)
+        assert code == 2 and flags[0] in err and "in-process" in err, err
+    assert ledger(run) == []
+

@@ -56,7 +56,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Interpreters whose first file argument is the program (the script) they run.
 _INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|node|nodejs|deno|bun|perl[0-9.]*|"
                           r"ruby[0-9.]*|php[0-9.]*|Rscript|bash|sh|dash|zsh|ksh|lua[0-9.]*)$")
-# What marks a folder as a set or a run (never bound, never reachable through a bind).
+# A set's and a run's files: a folder holding any of them is never bound, nor any folder above.
 SET_MARKERS = ("set.json", "cases.jsonl")
 RUN_MARKERS = ("run.json",)
 # The kit's library, as a script of the kit's own (the scripted answerer) imports it: its code,
@@ -237,21 +237,42 @@ def _within(path: Path, folder: Path) -> bool:
 
 
 def _marked(folder: Path) -> str | None:
-    """`a set` / `a run` when `folder` holds a set's or a run's marker file."""
-    if all((folder / m).is_file() for m in SET_MARKERS):
+    """`a set` / `a run` when `folder` holds any of a set's or a run's files."""
+    if any((folder / m).is_file() for m in SET_MARKERS):
         return "a set"
     if any((folder / m).is_file() for m in RUN_MARKERS):
         return "a run"
     return None
 
 
-def exposure(path: Path, protected: Sequence[Path], *, walk: bool) -> str | None:
+def protected_inodes(protected: Sequence[Path]) -> frozenset[tuple[int, int]]:
+    """(device, inode) of every file in the protected folders (up to WALK_LIMIT entries each):
+    a hard link to one, under any name and anywhere, is the same file."""
+    out: set[tuple[int, int]] = set()
+    for root in protected:
+        seen = 0
+        for folder, _dirs, names in os.walk(root):
+            for name in names:
+                seen += 1
+                try:
+                    st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+                except OSError:
+                    continue
+                out.add((st.st_dev, st.st_ino))
+            if seen > WALK_LIMIT:
+                break
+    return frozenset(out)
+
+
+def exposure(path: Path, protected: Sequence[Path], *, walk: bool,
+             inodes: frozenset[tuple[int, int]] = frozenset()) -> str | None:
     """Why binding `path` would show the answerer what it must not see, or None.
 
     It would when `path` holds a protected folder (the kit's evals/, the set, the run) or lies
-    inside one, when it or a folder above it is a set or a run, or (`walk`) when a set or a run
-    is found anywhere below it (searched up to WALK_LIMIT entries; a bigger folder is refused:
-    bind a narrower one)."""
+    inside one; when it or a folder above it holds a set's or a run's file (set.json,
+    cases.jsonl, run.json); when it is a hard link to a protected file (`inodes`); or (`walk`)
+    when any of these is found anywhere below it (searched up to WALK_LIMIT entries; a bigger
+    folder is refused: bind a narrower one)."""
     path = path.resolve()
     for p in protected:
         if _within(p, path):
@@ -261,7 +282,13 @@ def exposure(path: Path, protected: Sequence[Path], *, walk: bool) -> str | None
     for folder in [path, *path.parents] if path.is_dir() else list(path.parents):
         kind = _marked(folder)
         if kind is not None:
-            return f"{folder} is {kind}"
+            return f"{folder} holds {kind}'s files"
+    if path.is_file():
+        if path.name in SET_MARKERS + RUN_MARKERS:
+            return f"it is a set's or a run's file ({path.name})"
+        st = path.stat()
+        if (st.st_dev, st.st_ino) in inodes:
+            return "it is a hard link to a file of the set or the run"
     if not walk or not path.is_dir():
         return None
     seen = 0
@@ -276,9 +303,13 @@ def exposure(path: Path, protected: Sequence[Path], *, walk: bool) -> str | None
         if seen > WALK_LIMIT:
             return (f"it holds more than {WALK_LIMIT} entries, too many to check for a set or a "
                     "run (bind a narrower folder)")
-        names = {e.name for e in entries}
-        if set(SET_MARKERS) <= names or set(RUN_MARKERS) & names:
-            return f"it contains {_marked(Path(folder)) or 'a set or a run'} at {folder}"
+        for e in entries:
+            if e.name in SET_MARKERS + RUN_MARKERS:
+                return f"it contains a set's or a run's file at {e.path}"
+            if inodes and e.is_file(follow_symlinks=False):
+                st = e.stat(follow_symlinks=False)
+                if (st.st_dev, st.st_ino) in inodes:
+                    return f"it contains a hard link to a file of the set or the run at {e.path}"
         stack += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
     return None
 
@@ -287,13 +318,14 @@ def check_sandbox_binds(binds: Sequence[str | Path], protected: Sequence[Path]) 
     """The --sandbox-bind paths, resolved; each must exist and show no set, run or evals/
     (UsageError, exit 2, naming the path)."""
     out: list[Path] = []
+    inodes = protected_inodes(protected) if binds else frozenset()
     for given in binds:
         path = Path(given)
         if not path.is_absolute():
             raise UsageError(f"--sandbox-bind {given}: give an absolute path")
         if not path.exists():
             raise UsageError(f"--sandbox-bind {given}: no such file or folder")
-        why = exposure(path, protected, walk=True)
+        why = exposure(path, protected, walk=True, inodes=inodes)
         if why is not None:
             raise UsageError(f"--sandbox-bind {given}: refused, {why}; the answerer must never "
                              "see a set, a run or the kit's evals/")
@@ -385,8 +417,13 @@ class SandboxPolicy:
 
 
 def system_binds() -> tuple[list[str], list[tuple[str, str]]]:
-    """The system folders present here, and the merged-usr links to recreate."""
+    """The system folders present here, and the merged-usr links to recreate. A resolver
+    configuration that is a link out of /etc (systemd-resolved's /run/...) comes with them, so
+    the answerer can still look up the model API's name."""
     folders = [d for d in SYSTEM_DIRS if os.path.isdir(d)]
+    resolv = os.path.realpath("/etc/resolv.conf")
+    if os.path.isfile(resolv) and not any(_within(Path(resolv), Path(d)) for d in folders):
+        folders.append(resolv)
     links: list[tuple[str, str]] = []
     for name in SYSTEM_LINKS:
         if os.path.islink(name):
@@ -401,8 +438,9 @@ def make_policy(bwrap: str, version: str, *, program: Sequence[Path], extra: Seq
     """The run's policy. A program path that would expose a protected folder is a UsageError
     (exit 2); a protected folder (or the attempts' temporary folder) that happens to lie inside a
     system folder or a bound program folder is hidden under an empty one."""
+    inodes = protected_inodes(protected)
     for item in program:
-        why = exposure(item, protected, walk=False)
+        why = exposure(item, protected, walk=False, inodes=inodes)
         if why is not None:
             raise UsageError(f"the answerer's program {item} cannot be given to the sandbox: "
                              f"{why}")
