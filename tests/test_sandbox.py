@@ -1,9 +1,10 @@
-"""The sealed attempt (skills/eval-answer/reference/harness.md, "Sealed"): an answerer that tries
+"""The sealed attempt (skills/eval-hs.answer/reference/harness.md, "Sealed"): an answerer that tries
 every escape it can think of reaches none of them; --no-sandbox marks every headline UNSEALED;
 without a working bwrap the run refuses to start."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -15,19 +16,8 @@ import time
 import uuid
 from pathlib import Path
 
+import harness_support as hs
 import pytest
-from harness_support import (
-    BOOKSHOP,
-    KIT,
-    RUN_ANSWERS,
-    SCRIPTED,
-    answer,
-    harness_lines,
-    ledger,
-    make_set,
-    new_run,
-    scripted_cmd,
-)
 from malloy_evals.answer.harness import sandbox
 from malloy_evals.core import paths, seal
 from malloy_evals.core.errors import UnmeasuredError, UsageError
@@ -50,18 +40,14 @@ def wait_until(check, what: str, ceiling: float = 60.0) -> None:
 
 def live_with(marker: str) -> list[int]:
     """Host processes (not zombies) whose command line holds `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmd and state not in ("Z", "X") and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return found
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if (marker.encode() in cmdline.read_bytes() and state not in "ZX"
+                    and cmdline.parent.name != str(os.getpid())):
+                pids.append(int(cmdline.parent.name))
+    return pids
 
 
 # The escaping answerer: plain Python, no kit code. It writes stream-json with one text block
@@ -164,8 +150,8 @@ def reports(run: Run) -> list[dict]:
 
 def test_an_answerer_trying_every_escape_reaches_none_of_them(
         needs_node, tmp_path, capsys, monkeypatch, bookshop_mcp_url):
-    set_dir = make_set(tmp_path, {"bk_total_revenue": None, "bk_revenue_2024": None})
-    run = new_run(tmp_path, set_dir, "esc1")
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None, "bk_revenue_2024": None})
+    run = hs.new_run(tmp_path, set_dir, "esc1")
     # Another attempt's folder, as a parallel attempt would leave it, with its question.
     decoy = tmp_path.parent / f"malloy-evals-attempt-decoy{uuid.uuid4().hex[:6]}"
     decoy.mkdir()
@@ -176,16 +162,16 @@ def test_an_answerer_trying_every_escape_reaches_none_of_them(
     marker = "i22-grandchild-" + uuid.uuid4().hex
     targets = [str(set_dir / "cases.jsonl"), str(set_dir), str(set_dir / "truth"),
                str(run.dir), str(run.dir / "harness.jsonl"), str(run.dir / "run.json"),
-               str(KIT / "evals" / "bookshop" / "cases.jsonl"), str(KIT / "evals"), str(KIT),
+               str(hs.KIT / "evals" / "bookshop" / "cases.jsonl"), str(hs.KIT / "evals"), str(hs.KIT),
                str(decoy), str(decoy / "question.txt"), "/root", "/work", str(tmp_path)]
     writes = [str(run.dir / "events.jsonl"), str(run.dir / "pwned.txt"),
-              str(KIT / "evals" / "pwned.txt"), str(KIT / ".venv" / "pwned.txt"),
-              str(SCRIPTED.parent / "pwned.txt")]
+              str(hs.KIT / "evals" / "pwned.txt"), str(hs.KIT / ".venv" / "pwned.txt"),
+              str(hs.SCRIPTED.parent / "pwned.txt")]
     cmd = escape_program(tmp_path, targets=targets, writes=writes, marker=marker,
                          needles=["run_answers", "pytest ", "--ro-bind", str(run.dir), str(set_dir),
-                                  str(KIT / "evals")])
+                                  str(hs.KIT / "evals")])
     try:
-        code, doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
+        code, doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
                                  bookshop_mcp_url, "--parallel", "2", "--answerer-cmd", cmd],
                                 capsys)
     finally:
@@ -195,7 +181,7 @@ def test_an_answerer_trying_every_escape_reaches_none_of_them(
     assert doc["sandbox"].startswith("bwrap ") and doc["unsealed"] is False
     got = reports(run)
     assert len(got) == 2
-    allow = next(t for t in harness_lines(run) if t["event"] == "start")["allow_list"]
+    allow = next(t for t in hs.harness_lines(run) if t["event"] == "start")["allow_list"]
     bound = allow["program"] + allow["extra"]
     for r in got:
         # Its own /proc: a handful of its own processes, none of the harness's.
@@ -216,23 +202,23 @@ def test_an_answerer_trying_every_escape_reaches_none_of_them(
         assert r["neighbours"] == []
         assert r["grandchild"] is True   # it did start, inside
     # Nothing it wrote landed anywhere, and the grandchild died with the attempt.
-    assert not (run.dir / "pwned.txt").exists() and not (KIT / "evals" / "pwned.txt").exists()
-    assert not (KIT / ".venv" / "pwned.txt").exists()
-    assert [e["kind"] for e in ledger(run)].count("score") == 0
+    assert not (run.dir / "pwned.txt").exists() and not (hs.KIT / "evals" / "pwned.txt").exists()
+    assert not (hs.KIT / ".venv" / "pwned.txt").exists()
+    assert [e["kind"] for e in hs.ledger(run)].count("score") == 0
     wait_until(lambda: not live_with(marker), "the setsid grandchild to be gone")
 
 
 def test_kill_9_of_the_harness_mid_attempt_leaves_no_answerer_process(
         needs_node, tmp_path, bookshop_mcp_url):
-    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
-    run = new_run(tmp_path, set_dir, "kill1")
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "kill1")
     marker = "i22-orphan-" + uuid.uuid4().hex
     # It starts its setsid grandchild, then waits forever: the harness is killed meanwhile.
     cmd = escape_program(tmp_path, targets=[], writes=[], needles=[], marker=marker,
                          hold="time.sleep(3600)")
-    proc = subprocess.Popen([sys.executable, str(RUN_ANSWERS), "--run", str(run.dir), "--set",
+    proc = subprocess.Popen([sys.executable, str(hs.RUN_ANSWERS), "--run", str(run.dir), "--set",
                              str(set_dir), "--mcp-url", bookshop_mcp_url, "--answerer-cmd", cmd],
-                            cwd=KIT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=hs.KIT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         wait_until(lambda: live_with(marker), "the answerer's grandchild to start", ceiling=120)
@@ -248,10 +234,10 @@ def test_kill_9_of_the_harness_mid_attempt_leaves_no_answerer_process(
 # ---------------------------------------------------------------- the allow-list
 
 def test_program_binds_of_a_venv_script_are_the_venv_its_python_the_script_and_the_library():
-    binds = sandbox.program_binds("command", sys.executable, [str(SCRIPTED), "--x"])
+    binds = sandbox.program_binds("command", sys.executable, [str(hs.SCRIPTED), "--x"])
     venv = Path(sys.prefix).resolve()
     base = Path(sys.base_prefix).resolve()
-    assert venv in binds and SCRIPTED.resolve() in binds
+    assert venv in binds and hs.SCRIPTED.resolve() in binds
     assert any(base == b or base.is_relative_to(b) for b in binds)
     assert paths.LIBRARY_DIR in binds and paths.SCHEMAS_DIR in binds
     # Never the kit itself, its evals/ or its tests.
@@ -275,22 +261,22 @@ def test_program_binds_of_a_node_cli_are_its_install_folder_and_the_node_prefix(
 
 
 def test_a_sandbox_bind_holding_a_set_a_run_or_evals_is_refused_with_exit_2(tmp_path, capsys):
-    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
-    run = new_run(tmp_path, set_dir, "sb1")
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "sb1")
     elsewhere = tmp_path / "deep" / "er"
     elsewhere.mkdir(parents=True)
-    copy = make_set(elsewhere, {"bk_total_revenue": None}, name="copied")
-    for path in (tmp_path, set_dir, run.dir, KIT, KIT / "evals", tmp_path / "deep",
+    copy = hs.make_set(elsewhere, {"bk_total_revenue": None}, name="copied")
+    for path in (tmp_path, set_dir, run.dir, hs.KIT, hs.KIT / "evals", tmp_path / "deep",
                  copy / "cases.jsonl"):
-        code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
-                                  "--sandbox-bind", str(path), "--answerer-cmd", scripted_cmd()],
+        code, _doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
+                                  "--sandbox-bind", str(path), "--answerer-cmd", hs.scripted_cmd()],
                                  capsys)
         assert code == 2 and f"--sandbox-bind {path}" in err, (path, err)
     assert not (run.dir / "harness.jsonl").exists()
     fine = tmp_path / "tools"
     fine.mkdir()
     assert sandbox.check_sandbox_binds([fine], [set_dir, run.dir]) == [fine.resolve()]
-    # The answer key under another name: a lone copy of cases.jsonl, or a hard link to it.
+    # The hs.answer key under another name: a lone copy of cases.jsonl, or a hard link to it.
     (fine / "sub").mkdir()
     os.link(set_dir / "cases.jsonl", fine / "sub" / "notes.txt")
     with pytest.raises(UsageError, match="hard link"):
@@ -316,18 +302,18 @@ def test_pass_env_names_are_checked_and_added_to_the_allow_list():
 
 def test_a_passed_variable_reaches_the_sealed_answerer_and_nothing_else_does(
         needs_node, tmp_path, capsys, monkeypatch, bookshop_mcp_url):
-    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
-    run = new_run(tmp_path, set_dir, "pe1")
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "pe1")
     monkeypatch.setenv("I22_PASSED", SECRET)
     monkeypatch.setenv("I22_KEPT_OUT", SECRET)
     cmd = escape_program(tmp_path, targets=[], writes=[], needles=[], marker="i22-pe-" + uuid.uuid4().hex)
-    code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
+    code, _doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
                               bookshop_mcp_url, "--pass-env", "I22_PASSED", "--answerer-cmd", cmd],
                              capsys)
     assert code == 0, err
     [r] = reports(run)
     assert "I22_PASSED" in r["env_names"] and "I22_KEPT_OUT" not in r["env_names"]
-    start = next(line for line in harness_lines(run) if line["event"] == "start")
+    start = next(line for line in hs.harness_lines(run) if line["event"] == "start")
     assert "I22_PASSED" in start["allow_list"]["env"]
     assert Run.open(run.dir).info["sandbox"] == start["sandbox"]
 
@@ -345,27 +331,27 @@ def test_without_bwrap_on_path_the_sandbox_cannot_start():
 ])
 def test_a_missing_or_broken_bwrap_refuses_with_exit_3_unless_no_sandbox(
         tmp_path, capsys, monkeypatch, bwrap, words):
-    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
-    run = new_run(tmp_path, set_dir, "nb1")
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "nb1")
     monkeypatch.setenv(sandbox.BWRAP_ENV, bwrap)
-    code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
-                              "--answerer-cmd", scripted_cmd()], capsys)
+    code, _doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
+                              "--answerer-cmd", hs.scripted_cmd()], capsys)
     assert code == 3 and words in err and "--no-sandbox" in err
     assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
-    assert ledger(run) == [] and "sandbox" not in Run.open(run.dir).info
+    assert hs.ledger(run) == [] and "sandbox" not in Run.open(run.dir).info
 
 
 # ---------------------------------------------------------------- --no-sandbox: UNSEALED
 
 def test_no_sandbox_marks_the_run_and_every_headline_unsealed(
         needs_node, tmp_path, monkeypatch, bookshop_mcp_url):
-    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
-    run = new_run(tmp_path, set_dir, "uns1")
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "uns1")
     monkeypatch.setenv(sandbox.BWRAP_ENV, "/nonexistent/bwrap")  # not needed unsealed
-    done = subprocess.run([sys.executable, str(RUN_ANSWERS), "--run", str(run.dir), "--set",
+    done = subprocess.run([sys.executable, str(hs.RUN_ANSWERS), "--run", str(run.dir), "--set",
                            str(set_dir), "--mcp-url", bookshop_mcp_url, "--no-sandbox",
-                           "--answerer-cmd", scripted_cmd()],
-                          cwd=KIT, capture_output=True, text=True, timeout=600, check=False)
+                           "--answerer-cmd", hs.scripted_cmd()],
+                          cwd=hs.KIT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     lines = (done.stderr + done.stdout).strip().splitlines()
     err_lines = done.stderr.strip().splitlines()
@@ -382,7 +368,7 @@ def test_no_sandbox_marks_the_run_and_every_headline_unsealed(
     page = Path(run_page.write_run_page(run.dir, set_dir).path).read_text()
     assert "UNSEALED" in page.split('id="headline"', 1)[1][:400]
     # The comparison: its verdict and headline (COMPARE.md, compare.json) and its page.
-    baseline = BOOKSHOP / "runs" / "baseline"
+    baseline = hs.BOOKSHOP / "runs" / "baseline"
     c = compare.compare_arms(load_arm("base", [baseline], eval_set),
                              load_arm("candidate", [run.dir], eval_set), set_name=eval_set.name)
     assert "UNSEALED" in c.verdict and c.headline[0].startswith("UNSEALED")
@@ -390,7 +376,7 @@ def test_no_sandbox_marks_the_run_and_every_headline_unsealed(
     doc = c.to_json()
     assert "UNSEALED" in compare_page.render_compare_page(doc).split('id="verdict"', 1)[1][:800]
     # A run answered sealed (or by hand) reads as before.
-    assert "UNSEALED" not in figures.summarize(Run.open(baseline), load_set(BOOKSHOP)).headline
+    assert "UNSEALED" not in figures.summarize(Run.open(baseline), load_set(hs.BOOKSHOP)).headline
 
 
 def test_a_run_once_answered_unsealed_stays_unsealed(tmp_path):
@@ -402,13 +388,13 @@ def test_a_run_once_answered_unsealed_stays_unsealed(tmp_path):
 
 def test_the_scripted_answerer_works_sealed_and_the_kit_is_hidden(needs_node, tmp_path, capsys,
                                                                   bookshop_mcp_url):
-    run = new_run(tmp_path, BOOKSHOP, "sc1")
-    code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
+    run = hs.new_run(tmp_path, hs.BOOKSHOP, "sc1")
+    code, doc, err = hs.answer(["--run", str(run.dir), "--set", str(hs.BOOKSHOP), "--mcp-url",
                              bookshop_mcp_url, "--only", "bk_total_revenue",
-                             "--answerer-cmd", scripted_cmd()], capsys)
+                             "--answerer-cmd", hs.scripted_cmd()], capsys)
     assert code == 0, err
     assert doc["recorded"] == 1 and doc["sandbox"].startswith("bwrap ")
-    start = next(line for line in harness_lines(run) if line["event"] == "start")
+    start = next(line for line in hs.harness_lines(run) if line["event"] == "start")
     bound = start["allow_list"]["program"] + start["allow_list"]["extra"]
     assert str(paths.LIBRARY_DIR) in bound
     assert not any(str(paths.EVALS_DIR).startswith(b) for b in bound + start["allow_list"]["system"])
@@ -417,11 +403,11 @@ def test_the_scripted_answerer_works_sealed_and_the_kit_is_hidden(needs_node, tm
 def test_the_api_loop_has_no_program_to_seal_so_sandbox_flags_are_refused(tmp_path, capsys,
                                                                          monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
-    set_dir = make_set(tmp_path, {"bk_total_revenue": None})
-    run = new_run(tmp_path, set_dir, "api1")
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "api1")
     for flags in (["--no-sandbox"], ["--sandbox-bind", str(tmp_path)]):
-        code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
+        code, _doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
                                   "--answerer", "anthropic:claude-sonnet-4-5", *flags], capsys)
         assert code == 2 and flags[0] in err and "in-process" in err, err
-    assert ledger(run) == []
+    assert hs.ledger(run) == []
 
