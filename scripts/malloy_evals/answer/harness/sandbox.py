@@ -167,7 +167,8 @@ def program_binds(kind: str, program: str | Path, args: Sequence[str] = (), *,
 
     `kind` is the answerer spec's kind (`claude-code`, `command`); `program` is its executable as
     resolved (the `claude` path, or the command's first word); `args` are the words after it.
-    An executable is bound by its real path; a script's interpreter (its `#!` line, or an
+    An executable is bound by its real path (and by the path it was named by, when a link
+    lies on the way: the command runs it by that name); a script's interpreter (its `#!` line, or an
     interpreter named as the command) by its prefix or virtual environment, and the script file
     itself. For `claude-code` the CLI's install folder (the package holding its real path) comes
     too, and the Node runtime its `#!` names. A script inside the kit's scripts/ folder also gets
@@ -177,7 +178,7 @@ def program_binds(kind: str, program: str | Path, args: Sequence[str] = (), *,
     if named is None:
         raise UsageError(f"the answerer's program {program} is not found (on PATH or as a path)")
     real = named.resolve()
-    binds = [real]
+    binds = [real, named]
     scripts: list[Path] = []
     bang = _shebang(real)
     if bang:
@@ -185,12 +186,12 @@ def program_binds(kind: str, program: str | Path, args: Sequence[str] = (), *,
         found = _resolve(interp, search_path)
         if found is not None:
             binds += [found.resolve(), *_interpreter_binds(found, search_path)]
-        scripts.append(real)
+        scripts += [real, named]
     elif _INTERPRETER.match(real.name) or _INTERPRETER.match(named.name):
         binds += _interpreter_binds(named, search_path)
         script = next((a for a in args if not a.startswith("-")), None)
         if script is not None and os.path.isfile(script):
-            scripts.append(Path(script).resolve())
+            scripts += [Path(script).resolve(), Path(script).absolute()]
     if kind == "claude-code":
         package = _nearest_with(real.parent, "package.json")
         binds.append(package if package is not None else real.parent)
