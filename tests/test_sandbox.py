@@ -258,6 +258,11 @@ def test_program_binds_of_a_node_cli_are_its_install_folder_and_the_node_prefix(
     assert not any(b == tmp_path / "node_modules" for b in binds)
     shell = Path("/bin/sh").resolve()
     assert any(shell.is_relative_to(b) for b in binds)  # its #! interpreter's prefix
+    # Inside, it runs by the name it was given, a link to where its files really are.
+    pol = sandbox.make_policy("/usr/bin/bwrap", "0.8.0", program=binds, extra=[], protected=[],
+                              temp_base=Path("/tmp"), env_names=[])
+    assert (str(package / "cli.js"), str(bin_dir / "claude")) in pol.program_links
+    assert str(package) in pol.program and str(bin_dir / "claude") not in pol.program
 
 
 def test_a_sandbox_bind_holding_a_set_a_run_or_evals_is_refused_with_exit_2(tmp_path, capsys):

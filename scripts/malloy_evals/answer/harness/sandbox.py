@@ -369,15 +369,17 @@ class SandboxPolicy:
     version: str
     system: tuple[str, ...]               # folders bound read-only at the same path
     links: tuple[tuple[str, str], ...]    # (target, link) recreated inside
-    program: tuple[str, ...]              # the answerer's program, read-only
+    program: tuple[str, ...]              # the answerer's program, read-only, by real path
     extra: tuple[str, ...]                # --sandbox-bind, read-only
     masks: tuple[str, ...]                # protected paths inside a bound folder: hidden
     env_names: tuple[str, ...]
+    program_links: tuple[tuple[str, str], ...] = ()  # (target, link): how the program is named
 
     def allow_list(self) -> dict[str, object]:
         """The allow-list as data (harness.jsonl's start line holds it; the digest is of it)."""
         return {"system": list(self.system), "links": [list(x) for x in self.links],
                 "program": list(self.program), "extra": list(self.extra),
+                "program_links": [list(x) for x in self.program_links],
                 "masks": list(self.masks), "env": list(self.env_names),
                 "tmp": SANDBOX_TMP, "home": SANDBOX_HOME, "namespaces": list(NAMESPACE_FLAGS),
                 "attempt": ["inputs read-only", "workdir read-write"]}
@@ -404,6 +406,8 @@ class SandboxPolicy:
         out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP, "--dir", SANDBOX_HOME]
         for item in (*self.program, *self.extra):
             out += ["--ro-bind", item, item]
+        for target, link in self.program_links:
+            out += ["--symlink", target, link]
         for mask in self.masks:
             out += (["--tmpfs", mask] if os.path.isdir(mask)
                     else ["--ro-bind", "/dev/null", mask])
@@ -438,7 +442,10 @@ def make_policy(bwrap: str, version: str, *, program: Sequence[Path], extra: Seq
                 protected: Sequence[Path], temp_base: Path, env_names: Sequence[str]) -> SandboxPolicy:
     """The run's policy. A program path that would expose a protected folder is a UsageError
     (exit 2); a protected folder (or the attempts' temporary folder) that happens to lie inside a
-    system folder or a bound program folder is hidden under an empty one."""
+    system folder or a bound program folder is hidden under an empty one. Program paths are
+    bound by their real paths; one named through a link (`node_modules/.bin/claude`, a folder
+    linked into a scratch copy) gets that link recreated inside, so the program runs by the
+    name it was given and still finds its files where they really are."""
     inodes = protected_inodes(protected)
     for item in program:
         why = exposure(item, protected, walk=False, inodes=inodes)
@@ -446,13 +453,29 @@ def make_policy(bwrap: str, version: str, *, program: Sequence[Path], extra: Seq
             raise UsageError(f"the answerer's program {item} cannot be given to the sandbox: "
                              f"{why}")
     folders, links = system_binds()
-    bound = [Path(f).resolve() for f in folders] + list(program) + list(extra)
+    real = _distinct(p.resolve() for p in program)
+    inside = [Path(f).resolve() for f in folders] + real + [Path(x) for _t, x in links]
+    named = {}
+    for p in program:
+        first = _first_link(p.absolute())
+        if first is not None and not any(_within(first, b) for b in inside):
+            named[str(first)] = os.path.realpath(first)
+    bound = [Path(f).resolve() for f in folders] + real + list(extra)
     hidden = list(protected)
     if temp_base.resolve() != Path(SANDBOX_TMP):
         hidden.append(temp_base.resolve())
     masks = sorted({str(p) for p in hidden if p.exists()
                     and any(_within(p, b) and p != b for b in bound)})
     return SandboxPolicy(bwrap=bwrap, version=version, system=tuple(folders), links=tuple(links),
-                         program=tuple(str(p) for p in program),
+                         program=tuple(str(p) for p in real),
                          extra=tuple(str(p) for p in extra), masks=tuple(masks),
-                         env_names=tuple(env_names))
+                         env_names=tuple(env_names),
+                         program_links=tuple((t, k) for k, t in sorted(named.items())))
+
+
+def _first_link(path: Path) -> Path | None:
+    """The first component of an absolute path that is a symbolic link, or None."""
+    for part in [*reversed(path.parents), path][1:]:
+        if part.is_symlink():
+            return part
+    return None
