@@ -167,8 +167,9 @@ def program_binds(kind: str, program: str | Path, args: Sequence[str] = (), *,
 
     `kind` is the answerer spec's kind (`claude-code`, `command`); `program` is its executable as
     resolved (the `claude` path, or the command's first word); `args` are the words after it.
-    An executable is bound by its real path (and by the path it was named by, when a link
-    lies on the way: the command runs it by that name); a script's interpreter (its `#!` line, or an
+    An executable is bound by its real path (the path it was named by comes too: make_policy
+    recreates the link on the way inside, since the command runs it by that name); a script's
+    interpreter (its `#!` line, or an
     interpreter named as the command) by its prefix or virtual environment, and the script file
     itself. For `claude-code` the CLI's install folder (the package holding its real path) comes
     too, and the Node runtime its `#!` names. A script inside the kit's scripts/ folder also gets
