@@ -38,7 +38,6 @@ from malloy_evals.checks.contamination.touches import (
 )
 from malloy_evals.checks.toollog import ToolUse
 
-
 # A tool that starts a subagent (Claude Code's Task, an Agent tool) with a prompt.
 _SUBAGENT_WORDS = frozenset({"task", "agent", "subagent"})
 
