@@ -272,7 +272,7 @@ def test_a_sandbox_bind_holding_a_set_a_run_or_evals_is_refused_with_exit_2(tmp_
     elsewhere.mkdir(parents=True)
     copy = hs.make_set(elsewhere, {"bk_total_revenue": None}, name="copied")
     for path in (tmp_path, set_dir, run.dir, hs.KIT, hs.KIT / "evals", tmp_path / "deep",
-                 copy / "cases.jsonl"):
+                 copy / "cases.jsonl", Path("/proc/1"), Path("/dev/shm"), Path("/tmp")):
         code, _doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
                                   "--sandbox-bind", str(path), "--answerer-cmd", hs.scripted_cmd()],
                                  capsys)
@@ -281,6 +281,10 @@ def test_a_sandbox_bind_holding_a_set_a_run_or_evals_is_refused_with_exit_2(tmp_
     fine = tmp_path / "tools"
     fine.mkdir()
     assert sandbox.check_sandbox_binds([fine], [set_dir, run.dir]) == [fine.resolve()]
+    (tmp_path / "room" / "attempts").mkdir(parents=True)
+    with pytest.raises(UsageError, match="every attempt's folder"):
+        sandbox.check_sandbox_binds([tmp_path / "room"], [set_dir],
+                                    temp_base=tmp_path / "room" / "attempts")
     # The hs.answer key under another name: a lone copy of cases.jsonl, or a hard link to it.
     (fine / "sub").mkdir()
     os.link(set_dir / "cases.jsonl", fine / "sub" / "notes.txt")

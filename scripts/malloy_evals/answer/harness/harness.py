@@ -439,7 +439,9 @@ def _check_sandbox_flags(options: HarnessOptions, protected: list[Path]) -> list
                          "process tools; there is no program to seal (it needs neither flag)")
     if not options.sandbox and options.sandbox_binds:
         raise UsageError("--sandbox-bind goes with a sealed run; drop it or drop --no-sandbox")
-    return sandbox.check_sandbox_binds(options.sandbox_binds, protected)
+    return sandbox.check_sandbox_binds(options.sandbox_binds, protected,
+                                       temp_base=isolation.temp_base(
+                                           isolation.protected_paths(*protected)))
 
 
 def _policy(options: HarnessOptions, claude: str | None, protected: list[str],

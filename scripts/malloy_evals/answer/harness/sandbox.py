@@ -62,6 +62,7 @@ RUN_MARKERS = ("run.json",)
 # The kit's library, as a script of the kit's own (the scripted answerer) imports it: its code,
 # and the schemas it reads its vocabularies from at import. Neither holds a set, a run or a key.
 KIT_LIBRARY = (paths.LIBRARY_DIR, paths.SCHEMAS_DIR)
+KERNEL_DIRS = ("/proc", "/sys", "/dev")   # never bound from the host, whatever asks
 WALK_LIMIT = 100_000          # entries a --sandbox-bind folder is searched for a set or a run
 
 
@@ -316,9 +317,21 @@ def exposure(path: Path, protected: Sequence[Path], *, walk: bool,
     return None
 
 
-def check_sandbox_binds(binds: Sequence[str | Path], protected: Sequence[Path]) -> list[Path]:
-    """The --sandbox-bind paths, resolved; each must exist and show no set, run or evals/
-    (UsageError, exit 2, naming the path)."""
+def kernel_view(path: Path) -> str | None:
+    """Why a path under /proc, /sys or /dev is never given: the host's processes (their
+    environments, their folders through /proc/PID/root) and devices, past every other rule."""
+    real = path.resolve()
+    for top in KERNEL_DIRS:
+        if _within(real, Path(top)) or _within(Path(top), real):
+            return f"{top} is the host's own (its processes, their files and environments)"
+    return None
+
+
+def check_sandbox_binds(binds: Sequence[str | Path], protected: Sequence[Path],
+                        temp_base: Path | None = None) -> list[Path]:
+    """The --sandbox-bind paths, resolved; each must exist, show no set, run or evals/, hold
+    none of the attempts' folders (`temp_base`) and no part of /proc, /sys or /dev (UsageError,
+    exit 2, naming the path)."""
     out: list[Path] = []
     inodes = protected_inodes(protected) if binds else frozenset()
     for given in binds:
@@ -327,7 +340,9 @@ def check_sandbox_binds(binds: Sequence[str | Path], protected: Sequence[Path]) 
             raise UsageError(f"--sandbox-bind {given}: give an absolute path")
         if not path.exists():
             raise UsageError(f"--sandbox-bind {given}: no such file or folder")
-        why = exposure(path, protected, walk=True, inodes=inodes)
+        why = kernel_view(path) or exposure(path, protected, walk=True, inodes=inodes)
+        if why is None and temp_base is not None and _within(temp_base.resolve(), path.resolve()):
+            why = f"it contains {temp_base}, where every attempt's folder is made"
         if why is not None:
             raise UsageError(f"--sandbox-bind {given}: refused, {why}; the answerer must never "
                              "see a set, a run or the kit's evals/")
@@ -449,7 +464,7 @@ def make_policy(bwrap: str, version: str, *, program: Sequence[Path], extra: Seq
     name it was given and still finds its files where they really are."""
     inodes = protected_inodes(protected)
     for item in program:
-        why = exposure(item, protected, walk=False, inodes=inodes)
+        why = kernel_view(item) or exposure(item, protected, walk=False, inodes=inodes)
         if why is not None:
             raise UsageError(f"the answerer's program {item} cannot be given to the sandbox: "
                              f"{why}")
