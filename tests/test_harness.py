@@ -160,7 +160,7 @@ def test_timeout_records_a_truncated_attempt_and_kills_the_whole_process_group(
     pids = tmp_path / "pids.txt"
     run = new_run(tmp_path, BOOKSHOP, "to1")
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
-                             bookshop_mcp_url, "--only", "bk_total_revenue", "--timeout", "4",
+                             bookshop_mcp_url, "--only", "bk_total_revenue", "--timeout", "15",
                              "--no-sandbox",  # unsealed: the group kill alone must end them
                              "--answerer-cmd", scripted_cmd("--mode hang", f"--pid-file {pids}")],
                             capsys)
