@@ -15,7 +15,7 @@ import pytest
 from browser_support import screenshot, visit
 from malloy_evals.core.errors import EXIT_UNMEASURED
 from malloy_evals.report import compare_page as cp
-from malloy_evals.report import run_page
+from malloy_evals.workflow.outputs import RunOutputs
 from report_support import SAMPLE_SET
 
 KIT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def arms(tmp_path) -> tuple[Path, Path, Path]:
     base, candidate = tmp_path / "runs" / "base", tmp_path / "runs" / "candidate"
     for target in (base, candidate):
         shutil.copytree(SAMPLE_SET / "runs" / "baseline", target)
-        run_page.write_run_page(target, SAMPLE_SET)
+        RunOutputs.load(target, SAMPLE_SET).write()
     return base, candidate, tmp_path / "comparisons" / "c1"
 
 

@@ -190,10 +190,19 @@ def host_emit(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | 
 
 
 def score_run(run_dir: str | Path, set_dir: str | Path | None, *,
-              endpoint: str | None = None) -> Command:
-    """Score a run (its unscored attempts), the judge left to the reader."""
+              endpoint: str | None = None, judge_spec: str | None = None) -> Command:
+    """Score a run (its unscored attempts and stale scores), with the judge that scored it
+    (`judge_spec`), else the judge left to the reader. A host judge's first step is --emit."""
+    judge = [judge_spec or PROVIDER] + (["--emit"] if judge_spec == "host" else [])
     return command("score_run", cli.RUN, _place(run_dir), cli.SET, _set(set_dir), "--judge",
-                   PROVIDER, *_endpoint_args(endpoint))
+                   *judge, *_endpoint_args(endpoint))
+
+
+def host_ingest(run_dir: str | Path, set_dir: str | Path | None, *,
+                endpoint: str | None = None) -> Command:
+    """Score the attempts whose host replies are in (the step after --judge host --emit)."""
+    return command("score_run", cli.RUN, _place(run_dir), cli.SET, _set(set_dir), "--judge",
+                   "host", "--ingest", *_endpoint_args(endpoint))
 
 
 def verify_goldens(set_dir: str | Path | None) -> Command:
