@@ -85,6 +85,8 @@ PRINTED = [
     pytest.param(commands.score_run(RUN, SET, judge_spec="host", endpoint="--local"),
                  id="score-run-host"),
     pytest.param(commands.host_ingest(RUN, SET, endpoint="--local"), id="host-ingest"),
+    pytest.param(commands.answer_run(RUN, SET), id="answer-run"),
+    pytest.param(commands.record_first(RUN, SET), id="record-first"),
     pytest.param(commands.verify_goldens(SET), id="verify-goldens"),
     pytest.param(commands.validate_set(SET), id="validate-set"),
     pytest.param(commands.promote_all(SET), id="promote-all"),

@@ -326,3 +326,70 @@ def test_comparison_page_names_both_arms_their_pins_and_the_set_in_words():
     assert "McNemar" in html and "p=1.00" in html and "10000 paired resamples, seed 20240601" in html
     for raw in ("max_flips", "mean_flips", "measured_at", "bootstrap_seed", "mcnemar_p"):
         assert raw not in html, raw
+
+
+# --- messages that say what to do next ------------------------------------------------------
+
+
+def test_new_run_prints_the_command_that_answers_it(tmp_path):
+    done = run_outcome(SCRIPTS / "new_run.py", ["--set", str(KIT / "evals" / "bookshop"),
+                                                "--out", str(tmp_path / "r"),
+                                                "--answerer-model", "m"])
+    assert done.code == 0, done.err
+    assert "run_answers.py --run" in done.out and "--answerer <answerer>" in done.out
+    assert "record_attempt.py --run" in done.out
+
+
+def test_an_empty_run_says_how_to_record_or_answer_and_is_not_complete(tmp_path):
+    s = figures.summarize_events({"runId": "r"}, [], run_dir="runs/r", set_dir="evals/bookshop")
+    assert (s.status, s.pass_rate, s.exit_code) == ("partial", None, EXIT_UNMEASURED)
+    assert s.headline.startswith("PARTIAL: no attempt recorded yet; no pass rate")
+    assert "record_attempt.py --run runs/r" in s.headline
+    assert s.partial is not None and "run_answers.py --run runs/r" in s.partial.command
+
+
+def test_replay_without_recordings_says_so_once_naming_host_and_hand(scored):
+    from malloy_evals.llm.base import RecordingMissing
+    from malloy_evals.workflow import run_scorer as rs
+
+    run, set_dir = scored
+    lines: list[str] = []
+
+    def no_recording(run_, es, qid, sample):
+        raise RecordingMissing(f"replay/{qid}.json: no recording for {qid}; re-record it")
+
+    outcomes = rs.score_attempts(run, outputs_of(run, set_dir).eval_set, no_recording, {},
+                                 rescore=True, progress=lines.append)
+    assert [o.action for o in outcomes] == ["failed"] * 3
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("3 of 3 attempt(s) have no recorded judge reply (first: replay/")
+    assert "--judge host --emit" in lines[0] and "--judge hand:FILE" in lines[0]
+
+
+def test_an_anthropic_judge_without_a_key_fails_before_any_re_execution(scored, monkeypatch):
+    from malloy_evals.core.errors import UnmeasuredError
+    from malloy_evals.llm.anthropic import AnthropicProvider
+    from malloy_evals.workflow import run_scorer as rs
+
+    run, set_dir = scored
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_endpoint(*args, **kwargs):
+        raise AssertionError("the endpoint was opened: re-execution started without a key")
+
+    monkeypatch.setattr(rs, "open_endpoint", no_endpoint)
+    with pytest.raises(UnmeasuredError, match="needs ANTHROPIC_API_KEY"):
+        rs.score_run(outputs_of(run, set_dir), judge=AnthropicProvider("claude-sonnet-4-5"),
+                     local=True)
+
+
+def test_the_relative_path_hint_keeps_the_virtual_environments_path(tmp_path):
+    from malloy_evals.answer.harness.command import check_template
+    from malloy_evals.core.errors import UsageError
+
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    with pytest.raises(UsageError) as refused:
+        check_template(".venv/bin/python agent.py {question_file}", tmp_path)
+    assert f"write it as {tmp_path / '.venv' / 'bin' / 'python'}" in str(refused.value)

@@ -95,6 +95,12 @@ class AnthropicProvider:
             raise UsageError(problem)
         self._batcher = _Batcher(self, batch_poll_seconds, batch_window_seconds) if batch else None
 
+    def ready(self) -> None:
+        """Fail now, before a caller re-executes or spends anything, when no call could be made
+        (no key in the environment); a dry run needs none."""
+        if not self.dry_run:
+            self.client()
+
     # The SDK client is built lazily so --dry-run and --help never need a key.
     def client(self) -> Any:
         if self._client is None:

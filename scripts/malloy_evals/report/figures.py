@@ -534,7 +534,15 @@ def summarize_events(
                                         judge_spec=judge_spec)
         partial = Partial(unscored=unscored, stale=stale, awaiting_host=awaiting,
                           command=str(finish))
-    if incomplete is None and partial is not None:
+    if not rows:
+        # An empty run has measured nothing: it says how to fill it, never "pass rate n/a".
+        partial = Partial(unscored=[], stale=[], awaiting_host=[],
+                          command=str(commands.answer_run(run_dir, set_dir)))
+        headline = (f"PARTIAL: no attempt recorded yet; no pass rate (answer the run with "
+                    f"run_answers.py, or record an answer with "
+                    f"{commands.record_first(run_dir, set_dir)})")
+        shown_rate = None
+    elif incomplete is None and partial is not None:
         current = len(rows) - len(unscored) - len(stale)
         scored_part = (f"over the {current} attempt(s) scored under current pins only: "
                        f"{rate.text.replace('pass rate ', '', 1)}" if current

@@ -36,7 +36,7 @@ from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.decision import golden_gate
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.base import Provider
+from malloy_evals.llm.base import Provider, RecordingMissing
 from malloy_evals.llm.select import provider_stats
 from malloy_evals.report.figures import STATUS_PARTIAL, RunSummary, attempt_label
 from malloy_evals.report.markdown import render_markdown, summary_json
@@ -199,6 +199,7 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
     total = len(attempts)
     lock = threading.Lock()
     done = 0
+    missing: list[str] = []  # why each attempt had no recorded judge reply
 
     def report(qid: str, sample: Any, text: str, seconds: float) -> None:
         nonlocal done
@@ -229,6 +230,13 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
             why = (f"re-scored: stale pins {', '.join(stale)}" if stale
                    else f"re-scored ({action})")
             event = run.supersede([old] if old is not None else [], [event], why).events[0]
+        except RecordingMissing as exc:
+            # Said once for the whole pass below: the same fix for every attempt.
+            elapsed = time.monotonic() - started
+            with lock:
+                missing.append(str(exc))
+            return AttemptOutcome(qid, sample, "failed", None, None, elapsed, error=str(exc),
+                                  stale_pins=stale)
         except KitError as exc:
             elapsed = time.monotonic() - started
             report(qid, sample, f"error: {exc}", elapsed)
@@ -248,7 +256,19 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
         for f in as_completed(futures):
             outcomes.append(f.result())
     outcomes.sort(key=lambda o: (o.qid, -1 if o.sample is None else o.sample))
+    if missing:
+        progress(no_recordings_line(len(missing), total, missing[0]))
     return outcomes
+
+
+def no_recordings_line(n: int, total: int, first: str) -> str:
+    """ONE line for every attempt replay found no recording for (not one per attempt): how many,
+    the first, and the judges that need no recording."""
+    return (f"{n} of {total} attempt(s) have no recorded judge reply (first: "
+            f"{first.split(';', 1)[0]}). Judge them without a key with --judge host --emit (a "
+            "host agent's subagent writes each reply, then --judge host --ingest) or --judge "
+            "hand:FILE (replies a person wrote); or record them: --judge anthropic:<model> "
+            "--record (needs ANTHROPIC_API_KEY)")
 
 
 def outcome_counts(outcomes: list[AttemptOutcome]) -> dict[str, int]:
@@ -348,6 +368,9 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
     the run's modelSha."""
 
     cli.require_one_endpoint(mcp_url, local)
+    ready = getattr(judge, "ready", None)
+    if callable(ready):
+        ready()  # a judge that cannot be called (no key) fails before any re-execution
     run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
     run_dir, set_dir = outputs.run_label, outputs.set_label
     qids = [str(a.get("qid")) for a in select_attempts(view.attempts(), only, Path(run.dir))]
