@@ -553,11 +553,7 @@ def summarize_events(
         headline = rate.text
         shown_rate = rate
     drift = [str(q) for q in (info.get("goldenDrift") or [])]
-    if drift:
-        # Scored with --allow-drift: the figures rest on goldens the truth package no longer
-        # gives, and the headline must not read as if they did.
-        headline += (f"; GOLDEN DRIFT in {len(drift)} case(s) ({', '.join(drift)}): scored "
-                     "against goldens that no longer re-derive")
+    headline += "".join(f"; {mark}" for mark in headline_marks(info))
 
     retrieval_figures = _retrieval_figures(retrieval_rows)
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
@@ -582,6 +578,19 @@ def summarize_events(
         golden_drift=drift,
         judges=judges, open_issues=open_issues(events), partial=partial, stale=stale,
     )
+
+
+def headline_marks(info: Mapping[str, Any]) -> list[str]:
+    """What every headline carries after its figures, from run.json: the words that say the
+    figures rest on something nobody defends. THE one place such a word is added."""
+    marks = []
+    drift = [str(q) for q in (info.get("goldenDrift") or [])]
+    if drift:
+        # Scored with --allow-drift: the figures rest on goldens the truth package no longer
+        # gives, and the headline must not read as if they did.
+        marks.append(f"GOLDEN DRIFT in {len(drift)} case(s) ({', '.join(drift)}): scored "
+                     "against goldens that no longer re-derive")
+    return marks
 
 
 def partial_counts(p: Partial) -> str:
