@@ -580,6 +580,19 @@ def summarize_events(
     )
 
 
+PARTIAL_NOTE = ("Not every attempt has a verdict under the current pins: no pass rate is given "
+                "until the run is finished.")
+
+
+def partial_lines(p: Partial) -> list[tuple[str, str]]:
+    """What a partial run owes, as (what, `count: labels`) lines: RESULTS.md and the page both
+    list exactly these."""
+    owed = (("unscored", p.unscored), ("awaiting host replies", p.awaiting_host),
+            ("stale (judged against an older golden)", p.stale))
+    return [(what, f"{len(labels)}" + (f": {', '.join(labels)}" if labels else ""))
+            for what, labels in owed]
+
+
 def headline_marks(info: Mapping[str, Any]) -> list[str]:
     """What every headline carries after its figures, from run.json: the words that say the
     figures rest on something nobody defends. THE one place such a word is added."""

@@ -10,7 +10,13 @@ from malloy_evals.core import commands, files
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
 from malloy_evals.core.words import number_or_na
-from malloy_evals.report.figures import CaseRow, RunSummary, attempt_label
+from malloy_evals.report.figures import (
+    PARTIAL_NOTE,
+    CaseRow,
+    RunSummary,
+    attempt_label,
+    partial_lines,
+)
 
 
 def _pct(x: float | None) -> str:
@@ -94,17 +100,9 @@ def render_markdown(s: RunSummary) -> str:
         out.append(f"Warning: {w}.")
 
     if s.partial:
-        p = s.partial
-        out += ["", "## PARTIAL", ""]
-        out.append("Not every attempt has a verdict under the current pins: no pass rate is given "
-                   "until the run is finished.")
-        out.append("")
-        out.append(f"- unscored: {len(p.unscored)}" + (f" ({', '.join(p.unscored)})"
-                                                        if p.unscored else ""))
-        out.append(f"- awaiting host replies: {len(p.awaiting_host)}"
-                   + (f" ({', '.join(p.awaiting_host)})" if p.awaiting_host else ""))
-        out.append(f"- stale: {len(p.stale)}" + (f" ({', '.join(p.stale)})" if p.stale else ""))
-        out += ["", "Finish it with:", "", "```bash", p.command, "```"]
+        out += ["", "## PARTIAL", "", PARTIAL_NOTE, ""]
+        out += [f"- {what}: {counted}" for what, counted in partial_lines(s.partial)]
+        out += ["", "Finish it with:", "", "```bash", s.partial.command, "```"]
 
     if s.incomplete:
         inc = s.incomplete

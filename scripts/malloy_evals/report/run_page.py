@@ -28,11 +28,13 @@ from malloy_evals.report.attempt_section import (
 from malloy_evals.report.charts import Bar, bar_chart
 from malloy_evals.report.details import redacted
 from malloy_evals.report.figures import (
+    PARTIAL_NOTE,
     STATUS_COMPLETE,
     VERDICT_ORDER,
     CaseRow,
     RunSummary,
     attempt_label,
+    partial_lines,
 )
 from malloy_evals.report.html import (
     Html,
@@ -171,17 +173,8 @@ def _partial(s: RunSummary) -> Html:
     p = s.partial
     assert p is not None
     return el("section", el("h2", "PARTIAL: no pass rate"),
-              el("p", "Not every attempt has a verdict under the current pins: no pass rate is "
-                      "given until the run is finished. Their answers, queries and tool calls are "
-                      "shown below."),
-              definition_list([
-                  ("unscored", f"{len(p.unscored)}" + (f": {', '.join(p.unscored)}"
-                                                       if p.unscored else "")),
-                  ("awaiting host replies", f"{len(p.awaiting_host)}" + (
-                      f": {', '.join(p.awaiting_host)}" if p.awaiting_host else "")),
-                  ("stale (judged against an older golden)", f"{len(p.stale)}" + (
-                      f": {', '.join(p.stale)}" if p.stale else "")),
-              ]),
+              el("p", f"{PARTIAL_NOTE} Their answers, queries and tool calls are shown below."),
+              definition_list(partial_lines(p)),
               el("p", "Finish it with:"), el("pre", p.command), id="not-scored", class_="alert")
 
 
