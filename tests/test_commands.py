@@ -32,6 +32,8 @@ FILLED = {
     "<match|near_match|no_match>": "no_match",
     "<why>": "counts shipped orders only",
     "<name>": "Dana Reyes",
+    "<answerer>": "claude-code",
+    "<transcript.jsonl>": "evals/bookshop/transcripts/baseline/bk_total_revenue.jsonl",
 }
 
 

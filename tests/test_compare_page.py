@@ -82,7 +82,8 @@ def test_verdict_line_and_figures_are_the_documents():
     html = _render(DOC)
     assert f'id="verdict">{escape(VERDICT)}</p>' in html
     assert "+12.5 points (95% CI +3.1 to +21.9)" in html
-    assert "40.0%" in html and "52.5%" in html and "1234" in html and "0.625" in html
+    # McNemar's p as the verdict line prints it (issue 25: statistics as the headline shows them).
+    assert "40.0%" in html and "52.5%" in html and "1234" in html and "p=0.63" in html
 
 
 def test_flip_table_orders_fixed_broken_moved_then_unchanged():

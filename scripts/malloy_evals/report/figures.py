@@ -707,7 +707,7 @@ def awaiting_host_replies(run: Run, view: LiveView) -> frozenset[AttemptKey]:
     scores = view.latest("score")
     waiting = set()
     for key in view.latest("attempt"):
-        if key in scores or not well_formed_key({"qid": key.qid, "sample": key.sample}):
+        if key in scores:
             continue
         try:
             if JudgeArtifacts(run, key.qid, key.sample).pending_host_folder() is not None:
