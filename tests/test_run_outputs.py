@@ -393,3 +393,21 @@ def test_the_relative_path_hint_keeps_the_virtual_environments_path(tmp_path):
     with pytest.raises(UsageError) as refused:
         check_template(".venv/bin/python agent.py {question_file}", tmp_path)
     assert f"write it as {tmp_path / '.venv' / 'bin' / 'python'}" in str(refused.value)
+
+
+def test_a_missing_package_in_the_answerer_is_named_not_called_an_unreachable_server(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"malloy": {"type": "http",
+                                                            "url": "http://127.0.0.1:9/mcp"}}}))
+    question = tmp_path / "q.txt"
+    question.write_text("How many orders?")
+    # -S: an interpreter without site-packages, as a system python without the kit's packages.
+    done = subprocess.run([sys.executable, "-S", str(KIT / "scripts" / "scripted_answerer.py"),
+                           "--mcp-config", str(config), "--question-file", str(question)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "the Python package 'mcp' is missing in" in done.stderr
+    assert "cannot reach the MCP server" not in done.stderr
