@@ -411,3 +411,38 @@ def test_a_missing_package_in_the_answerer_is_named_not_called_an_unreachable_se
     assert done.returncode == 2
     assert "the Python package 'mcp' is missing in" in done.stderr
     assert "cannot reach the MCP server" not in done.stderr
+
+
+def test_ctrl_c_of_run_answers_is_an_interruption_with_the_command_that_resumes(
+        needs_node, tmp_path, bookshop_mcp_url):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from harness_support import harness_lines, new_run, scripted_cmd
+
+    run = new_run(tmp_path, KIT / "evals" / "bookshop", "int1")
+    pids = tmp_path / "pids.txt"
+    child = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "run_answers.py"), "--run", str(run.dir), "--set",
+         str(KIT / "evals" / "bookshop"), "--mcp-url", bookshop_mcp_url, "--only",
+         "bk_total_revenue", "--timeout", "600",
+         "--answerer-cmd", scripted_cmd("--mode hang", f"--pid-file {pids}")],
+        cwd=KIT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300  # a generous ceiling: the answerer is running, hung
+        while not (pids.is_file() and pids.read_text().strip()):
+            assert child.poll() is None and time.monotonic() < deadline, "the answerer never started"
+            time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        _out, err = child.communicate(timeout=300)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130
+    assert "interrupted: the attempts recorded so far are kept; the same command resumes" in err
+    assert "run_answers.py --run" in err and "harness failure" not in err
+    lines = harness_lines(run)
+    assert [t["outcome"] for t in lines if t["event"] == "try"] in ([], ["interrupted"])
+    assert [t["kind"] for t in lines if t["event"] == "stop"] == ["interrupted"]
