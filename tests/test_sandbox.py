@@ -22,9 +22,10 @@ from malloy_evals.answer.harness import sandbox
 from malloy_evals.core import paths, seal
 from malloy_evals.core.errors import UnmeasuredError, UsageError
 from malloy_evals.ledger.run import Run
-from malloy_evals.report import compare, compare_page, figures, markdown, run_page
+from malloy_evals.report import compare, compare_page, figures
 from malloy_evals.report.arms import load_arm
 from malloy_evals.sets.eval_set import load_set
+from malloy_evals.workflow.outputs import RunOutputs
 
 SECRET = "i22-secret-" + uuid.uuid4().hex
 
@@ -369,12 +370,11 @@ def test_no_sandbox_marks_the_run_and_every_headline_unsealed(
     info = Run.open(run.dir).info
     assert info["sandbox"] == seal.NO_SANDBOX
     eval_set = load_set(set_dir)
-    summary = figures.summarize(Run.open(run.dir), eval_set)
-    assert summary.headline.startswith("UNSEALED")
-    md, js = markdown.write_results(run.dir, summary)
-    assert "**UNSEALED" in md.read_text()
-    assert json.loads(js.read_text())["headline"].startswith("UNSEALED")
-    page = Path(run_page.write_run_page(run.dir, set_dir).path).read_text()
+    written = RunOutputs.load(run.dir, set_dir).write()  # RESULTS.md, summary.json, report.html
+    assert written.summary.headline.startswith("UNSEALED")
+    assert "**UNSEALED" in Path(written.results_md).read_text()
+    assert json.loads(Path(written.summary_json).read_text())["headline"].startswith("UNSEALED")
+    page = Path(written.page.path).read_text()
     assert "UNSEALED" in page.split('id="headline"', 1)[1][:400]
     # The comparison: its verdict and headline (COMPARE.md, compare.json) and its page.
     baseline = hs.BOOKSHOP / "runs" / "baseline"
