@@ -12,7 +12,8 @@ model change help? measure_noise.py measures the A/A band from the two baseline 
 scratch folder, and compare_runs.py compares the candidate with the baseline against that band.
 Then the live leg: run_answers.py puts four questions to the kit's scripted answerer
 (scripts/scripted_answerer.py, no model: it really calls get_context and execute_query over MCP)
-through the local endpoint, records each attempt, and score_run.py scores them; only the judge's
+through the local endpoint, each attempt sealed in bubblewrap (without bwrap the leg stops with
+exit 3 saying how to install it), records each attempt, and score_run.py scores them; only the judge's
 replies are recordings (hand-authored, evals/bookshop/recordings/judge/_authored.live.jsonl).
 Last, the improve leg (eval-improve, improve.py) closes the loop on the baseline's refunds issue
 in a scratch copy of the set: a deliberately harmful change is gated and rolled back, then the
@@ -282,7 +283,7 @@ def compare_leg(scratch: Path, runs_dir: Path) -> int:
 # eval-improve: the loop closed on the baseline's refunds issue (skills/eval-improve/SKILL.md)
 
 IMPROVE = KIT / "skills" / "eval-improve" / "scripts" / "improve.py"
-IMPROVE_ASSETS = SET_DIR / "improve"  # the drafts (hand-authored) and the scripted answerer's plan
+IMPROVE_ASSETS = SET_DIR / "improve"  # the hand-authored drafts
 REFUNDS_ISSUE = "baseline:refund-rule-unwritten-for-returned-orders"
 # (journal, hand-authored draft, gate run id: names the judge recordings, expected decision)
 CHANGES = (("harmful", "harmful-drafts.jsonl", "improve-harmful", "rollback"),
@@ -301,8 +302,10 @@ def improve_leg(scratch: Path, runs_dir: Path) -> int:
     if set_copy.exists():
         shutil.rmtree(set_copy)
     shutil.copytree(SET_DIR, set_copy, ignore=shutil.ignore_patterns("runs", "transcripts"))
+    # The scripted answerer's built-in plan holds the cases the gates ask (it runs sealed: it
+    # reads nothing of the kit's evals/).
     answerer = (f"{sys.executable} {SCRIPTED} --mcp-config {{mcp_config}} --question-file "
-                f"{{question_file}} --max-turns {{max_turns}} --plan {IMPROVE_ASSETS / 'answerer-plan.json'}")
+                "{question_file} --max-turns {max_turns}")
     for name, draft, run_id, expected in CHANGES:
         journal = scratch / "improve" / name
         if journal.exists():

@@ -15,7 +15,8 @@ Modes, for testing the harness (--mode, or `[scripted:MODE]` anywhere in the que
 answer (default), hang (waits forever, ignoring SIGTERM, with a sleeping child), crash (exits 1
 mid-session), flood (endless output), error (a result line reporting an API error), noise (lines
 that are not JSON), read (reads --read PATH, or `[scripted:read=PATH]`, with a Read tool use it
-reports, then answers). --env-out FILE writes the cwd, its entries and the environment it got.
+reports, whether or not the file could be read, then answers). --env-out FILE writes the cwd, its
+entries and the environment it got (a path the answerer can write: run it with --no-sandbox).
 
 Examples (run_answers.py --answerer-cmd runs it for you; by hand, serve the model first, and write
 mcp.json as {"mcpServers": {"malloy": {"type": "http", "url": "http://127.0.0.1:4040/mcp"}}}):
@@ -70,6 +71,20 @@ BOOKSHOP_PLAN: dict[str, dict[str, str]] = {
         "refuse": "The model cannot answer this: it records what customers paid for each copy "
                   "(unit_price) and the books' list prices, but nothing about what the books "
                   "cost the shop, so there is no cost to subtract and no margin to compute.",
+    },
+    # The cases eval-improve's demo gate asks besides the four above (targets and guard).
+    "What is the average list price of a book in our catalogue?": {
+        "search": "average list price of a book",
+        "query": "run: books -> { aggregate: avg_list_price }",
+        "answer": "The average catalogue list price of a book is ${value:,.2f} (the plain average of list_price over the catalogue).",
+    },
+    "Are sales growing? Compare the first half of 2025 with the first half of 2024.": {
+        "search": "revenue by order date",
+        "query": "run: order_items -> { where: (orders.order_date >= @2024-01-01 and orders.order_date < @2024-07-01) or (orders.order_date >= @2025-01-01 and orders.order_date < @2025-07-01); group_by: order_year is year(orders.order_date); aggregate: revenue; order_by: order_year }",
+        "answer": "Yes, sales are growing: revenue from January to June of each year, by order date:\n\n{table}",
+    },
+    "How much money have we refunded to customers for returned orders?": {
+        "search": "refunded amount for returned orders",
     },
 }
 
@@ -239,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = connect(url=_mcp_url(args.mcp_config, args.server), timeout=60)
         tools = client.list_tools()
+    except ModuleNotFoundError as exc:  # the interpreter, not the server: say which package
+        print(f"scripted_answerer: the Python package {exc.name!r} is missing in "
+              f"{sys.executable}; run the answerer with the kit's .venv/bin/python",
+              file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - a stand-in reports and exits like a CLI would
         print(f"scripted_answerer: cannot reach the MCP server: {exc}", file=sys.stderr)
         return 2
@@ -255,10 +275,15 @@ def main(argv: list[str] | None = None) -> int:
             while True:
                 time.sleep(60)
         if mode == "read" and read_path is not None:
-            text = read_path.read_text(encoding="utf-8", errors="replace")
+            # Reported whether or not it could be read (sealed, the set is not there to read):
+            # the attempt is what it tried, as Claude Code's Read reports a missing file.
+            try:
+                text, failed = read_path.read_text(encoding="utf-8", errors="replace"), False
+            except OSError as exc:
+                text, failed = f"cannot read {read_path}: {exc.strerror}", True
             session.say([{"type": "tool_use", "id": "toolu_scripted_read", "name": "Read",
                           "input": {"file_path": str(read_path)}}])
-            writer.tool_results([{"tool_use_id": "toolu_scripted_read", "is_error": False,
+            writer.tool_results([{"tool_use_id": "toolu_scripted_read", "is_error": failed,
                                   "content": [{"type": "text", "text": text[:200]}]}])
         _answer(session, question, plan)
         return 0

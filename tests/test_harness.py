@@ -40,6 +40,7 @@ from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.ledger.live import live_view
 from malloy_evals.llm.select import make_provider
 from malloy_evals.sets.eval_set import load_set
+from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.run_scorer import score_run
 
 
@@ -93,7 +94,7 @@ def test_scripted_answerer_through_the_local_endpoint_is_recorded_and_scored(
     replies.write_text("".join(json.dumps({"key": f"loop1.{q}._", "replies": [verdict("match")]})
                                + "\n" for q in qids.split(",")))
     judge = make_provider(f"hand:{replies}", role="judge", set_dir=BOOKSHOP)
-    scored = score_run(run.dir, BOOKSHOP, judge=judge, judge_spec=f"hand:{replies}",
+    scored = score_run(RunOutputs.load(run.dir, BOOKSHOP), judge=judge, judge_spec=f"hand:{replies}",
                        mcp_url=bookshop_mcp_url, progress=lambda _m: None)
     verdicts = {o.qid: o.verdict for o in scored.outcomes}
     # The 2024 answer filtered by ship_date: the case's mustNotUse vetoes the judge's match.
@@ -124,7 +125,9 @@ os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value
     run = new_run(tmp_path, BOOKSHOP, "cc1")
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
                              bookshop_mcp_url, "--only", "bk_total_revenue", "--answerer",
-                             "claude-code:claude-sonnet-4-5", "--max-turns", "12"], capsys)
+                             "claude-code:claude-sonnet-4-5", "--max-turns", "12",
+                             "--no-sandbox"],  # the stand-in logs to, and runs from, tmp_path
+                            capsys)
     assert code == 0, err
     argv = json.loads(log.read_text())
     question = load_set(BOOKSHOP).case("bk_total_revenue").question
@@ -158,7 +161,8 @@ def test_timeout_records_a_truncated_attempt_and_kills_the_whole_process_group(
     pids = tmp_path / "pids.txt"
     run = new_run(tmp_path, BOOKSHOP, "to1")
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
-                             bookshop_mcp_url, "--only", "bk_total_revenue", "--timeout", "4",
+                             bookshop_mcp_url, "--only", "bk_total_revenue", "--timeout", "15",
+                             "--no-sandbox",  # unsealed: the group kill alone must end them
                              "--answerer-cmd", scripted_cmd("--mode hang", f"--pid-file {pids}")],
                             capsys)
     assert code == 0, err
@@ -268,7 +272,8 @@ def test_the_answerer_runs_in_an_empty_folder_with_the_kit_and_set_filtered_out(
     seen = tmp_path / "seen.json"
     run = new_run(tmp_path, set_dir, "env1")
     code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
-                              bookshop_mcp_url, "--answerer-cmd", scripted_cmd(f"--env-out {seen}")],
+                              bookshop_mcp_url, "--no-sandbox",  # the unsealed deny-list
+                              "--answerer-cmd", scripted_cmd(f"--env-out {seen}")],
                              capsys)
     assert code == 0, err
     got = json.loads(seen.read_text())

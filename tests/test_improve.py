@@ -343,11 +343,12 @@ def test_a_gate_interrupted_before_scoring_resumes_where_its_journal_stopped(
     from malloy_evals.llm.hand import HandProvider
     from malloy_evals.llm.select import make_provider
     from malloy_evals.report.arms import load_arm
+    from malloy_evals.workflow.outputs import RunOutputs
     from malloy_evals.workflow.run_scorer import score_run
 
     copy, run = _set_copy(tmp_path, git=False, recordings=True)
     judge = make_provider("replay", role="judge", set_dir=copy)
-    score_run(run, copy, judge=judge, local=True, progress=lambda _m: None)
+    score_run(RunOutputs.load(run, copy), judge=judge, local=True, progress=lambda _m: None)
     band = json.loads((KIT / "reference" / "examples" / "noise_band.example.json").read_text())
     band["judge"] = {k: None for k in band["judge"]}  # no pins to hold against this judge
     (tmp_path / "band.json").write_text(json.dumps(band))
@@ -358,12 +359,11 @@ def test_a_gate_interrupted_before_scoring_resumes_where_its_journal_stopped(
     arm = load_arm("base", [run], load_set(copy))
     seed = next(s for s in range(200)
                 if guard_sample(arm, ["bk_refunded_amount"], 1, s) == ["bk_total_revenue"])
-    plan = json.dumps(str(SET / "improve" / "answerer-plan.json"))
     options = gate_mod.GateOptions(
         answerer=gate_mod.AnswererSpec(
             "command", template=f"{json.dumps(str(KIT / '.venv' / 'bin' / 'python'))} "
             f"{json.dumps(str(KIT / 'scripts' / 'scripted_answerer.py'))} --mcp-config "
-            "{mcp_config} --question-file {question_file} --plan " + plan),
+            "{mcp_config} --question-file {question_file}"),
         judge=judge, judge_spec="replay", band=tmp_path / "band.json", guard=1, seed=seed,
         run_id="improve-refunds")
 

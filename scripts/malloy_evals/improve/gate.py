@@ -33,8 +33,9 @@ from malloy_evals.report.arms import FIXED, PASS, Arm, CaseRow, load_arm
 from malloy_evals.report.compare import Comparison, compare_runs, write_outputs
 from malloy_evals.report.compare_page import write_compare_page
 from malloy_evals.report.noise import NoiseBand, measure_noise, read_band
-from malloy_evals.report.run_page import PAGE_FILE, write_run_page
+from malloy_evals.report.run_page import PAGE_FILE
 from malloy_evals.sets.eval_set import EvalSet, load_set
+from malloy_evals.workflow.outputs import RunOutputs, outputs_writer
 from malloy_evals.workflow.run_scorer import DriftRefusal, score_run
 
 ACCEPT, REJECT = "accept", "reject"
@@ -316,8 +317,10 @@ def run_gate(journal_dir: str | Path, candidate: str | Path, options: GateOption
     if answered.exit_code != EXIT_OK:
         raise UnmeasuredError(f"the gate's answers stopped: {answered.stopped or 'see '}"
                               f"{run_dir / 'harness.jsonl'}")
-    scored = score_run(run_dir, eval_set.dir, judge=options.judge, judge_spec=options.judge_spec,
-                       local=True, model_dir=cand, progress=progress)
+    # The gate's run is scored through its outputs' owner, with the candidate as its model.
+    scored = score_run(RunOutputs.load(run_dir, eval_set.dir, model_dir=cand),
+                       judge=options.judge, judge_spec=options.judge_spec, local=True,
+                       progress=progress)
     if isinstance(scored, DriftRefusal):
         raise UnmeasuredError("the gate could not score: goldens drifted from the truth package")
 
@@ -351,9 +354,10 @@ def _write_comparison(comparison: Comparison, out: Path, eval_set: EvalSet, base
                       candidate: Path) -> None:
     """COMPARE.md, compare.json and compare.html; the page also shows the change's diff."""
     write_outputs(out, comparison)
+    write = outputs_writer(eval_set.dir)
     for run in (base_dir, run_dir):
         if not (run / PAGE_FILE).is_file():
-            write_run_page(run, eval_set.dir)
+            write(run)  # the flip table links into each arm's page
     change = {"decision": decision.decision, "candidate": str(candidate), "digest": digest,
               "diff": diff, "reasons": decision.reasons or [decision.summary]}
     write_compare_page({**comparison.to_json(), "change": change}, out, [base_dir], [run_dir])

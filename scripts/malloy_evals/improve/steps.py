@@ -27,6 +27,7 @@ from malloy_evals.improve.model import (
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import EvalSet, load_set
+from malloy_evals.workflow.outputs import RunOutputs
 
 # Owners whose issues a model change may fix (the cause-code table's model owner).
 MODEL_OWNERS = ("model",)
@@ -247,6 +248,8 @@ def accept(journal_dir: str | Path) -> StepResult:
     if status is None:
         status = run.append_event({"kind": "issue_status", "issue_id": s["issue"]["issue_id"],
                                    "status": "fixed", "passing_attempt_ids": passing})
+    # The baseline's outputs say which issues are open: rewritten by their one owner.
+    RunOutputs.load(run.dir, Path(s["set_dir"])).write()
     event = journal.append({"kind": "accepted", "change_id": proposed["event_id"],
                             "digest": digest, "git_commit": commit,
                             "issue_status_event_id": status["event_id"],

@@ -26,7 +26,7 @@ hand-authored draft, and the gate planned for the scripted answerer as make demo
   .venv/bin/python skills/eval-improve/scripts/improve.py start --set runs/imp --run runs/imp/runs/baseline --issue baseline:refund-rule-unwritten-for-returned-orders --journal runs/imp/journal
   .venv/bin/python skills/eval-improve/scripts/improve.py draft --journal runs/imp/journal --drafter hand:evals/bookshop/improve/drafts.jsonl --out runs/imp/model-refunds
   .venv/bin/python skills/eval-improve/scripts/improve.py check --set runs/imp --candidate-model runs/imp/model-refunds --journal runs/imp/journal
-  .venv/bin/python skills/eval-improve/scripts/improve.py gate --journal runs/imp/journal --candidate-model runs/imp/model-refunds --aa-runs runs/imp/runs/baseline runs/imp/runs/baseline-2 --judge replay --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file} --plan $PWD/evals/bookshop/improve/answerer-plan.json" --guard 3 --run-id improve-refunds --dry-run
+  .venv/bin/python skills/eval-improve/scripts/improve.py gate --journal runs/imp/journal --candidate-model runs/imp/model-refunds --aa-runs runs/imp/runs/baseline runs/imp/runs/baseline-2 --judge replay --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}" --guard 3 --run-id improve-refunds --dry-run
   .venv/bin/python skills/eval-improve/scripts/improve.py rollback --journal runs/imp/journal
 """
 
