@@ -183,14 +183,14 @@ def _map_ranked(qid: str, golden: dict[str, Any], mapped: list[str], calls: list
         golden["ordered"] = True
         golden["value"] = [{k: v for k, v in row.items() if k != column}
                            for row in golden["value"]]
-        ranked[qid] = (f"{column!r} is the order (ordered: true); the canonical query does not "
+        ranked[str(qid)] = (f"{column!r} is the order (ordered: true); the canonical query does not "
                        "return it, so it was dropped from the compared columns")
         calls.append(f"{qid}: rows carry a {column!r} column 1..n in order that the canonical "
                      "query does not return; read as the order (ordered: true) and dropped from "
                      "the compared columns")
     elif "ordered" not in golden:
         golden["ordered"] = True
-        ranked[qid] = f"{column!r} read as ranked (ordered: true); the canonical query returns it"
+        ranked[str(qid)] = f"{column!r} read as ranked (ordered: true); the canonical query returns it"
         calls.append(f"{qid}: rows carry a {column!r} column 1..n in order; read as ranked "
                      "(ordered: true), so verify_goldens compares them in order")
 

@@ -134,7 +134,8 @@ def _read_csv(path: Path, text: str) -> list[ListedQuestion]:
 
 def qid_for(question: str, taken: set[str]) -> str:
     """A qid from the question's first significant words, unique among `taken` (lower-cased)."""
-    words = [w for w in re.findall(r"[a-z0-9]+", question.lower()) if w not in _STOP]
+    plain = re.sub(r"['\u2019]", "", question.lower())  # shop's -> shops
+    words = [w for w in re.findall(r"[a-z0-9]+", plain) if w not in _STOP]
     base = ("q_" + "_".join(words[:_QID_WORDS]))[:100] if words else "q"
     qid, n = base, 1
     while qid.lower() in taken:

@@ -26,6 +26,7 @@ Examples (the kit's own small public-format set, from its tests; then questions 
 of the sample set):
   .venv/bin/python skills/eval-answer/scripts/import_set.py --from tests/fixtures/public_loop/set --out runs/nursery
   .venv/bin/python skills/eval-answer/scripts/import_set.py --from tests/fixtures/public_loop/set --out runs/nursery2 --json
+  mkdir -p runs
   cp -r evals/bookshop runs/qset
   .venv/bin/python skills/eval-answer/scripts/import_set.py --questions tests/fixtures/questions/questions.csv --set runs/qset
 """
