@@ -110,6 +110,8 @@ def check_set_with_model(set_dir: str | Path) -> FolderReport:
         eval_set = load_set(set_dir)
     except InputError:
         return report
+    if not any(_names_given(case) for case in eval_set.cases.values()):
+        return report
     names = read_model_names(eval_set.model_dir, eval_set.target_model_path)
     model = eval_set.target_model_path
     if isinstance(names, ModelDoesNotCompile):
@@ -257,6 +259,14 @@ def _compile_names(folder: Path, model_path: str | None) -> ModelNames | str:
         return ModelDoesNotCompile(f"{first.get('path', '?')} does not compile: "
                                    f"{first.get('message', '?')}")
     return ModelNames.from_runner(surface, Definitions.from_runner(raw, model_path), model_path)
+
+
+def _names_given(case: Case) -> bool:
+    """Whether a case names anything of the model: expected entities or must-not-use entries."""
+    ee = case.raw.get("expectedEntities")
+    ids = any(ee.get(k) for k in ("required", "requiredAnyOf", "acceptable")) \
+        if isinstance(ee, dict) else False
+    return bool(ids or case.must_not_use or case.must_not_use_allowed_in)
 
 
 def _entity_problems(case: Case, names: ModelNames, model: str) -> list[LineProblem]:
