@@ -14,7 +14,6 @@ import pytest
 from judge_support import FakeProvider, make_run, verdict, write_prediction
 from malloy_evals.answer.scoring import score_attempt
 from malloy_evals.checks import model_definitions
-from malloy_evals.checks import model_definitions
 from malloy_evals.checks.model_definitions import check_set_with_model, read_definitions
 from malloy_evals.checks.must_not_use import Definitions
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow

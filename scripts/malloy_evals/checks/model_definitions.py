@@ -270,7 +270,7 @@ def _names_given(case: Case) -> bool:
 
 
 def _entity_problems(case: Case, names: ModelNames, model: str) -> list[LineProblem]:
-    out = []
+    out: list[LineProblem] = []
     ee = case.raw.get("expectedEntities")
     if not isinstance(ee, dict):
         return out

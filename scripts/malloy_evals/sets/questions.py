@@ -33,8 +33,9 @@ FROM_LIST_TAG = "from-question-list"
 NO_GOLDEN_TAG = "no-golden"
 MAX_GOLDEN_ROWS = 200     # a golden derived from a query keeps at most this many rows
 _QID_WORDS = 6
-_STOP = frozenset("a an and are by did do does for from how in is it of on our the to was we were "
-                  "what which who".split())
+_STOP = frozenset({"a", "an", "and", "are", "by", "did", "do", "does", "for", "from", "how", "in",
+                   "is", "it", "of", "on", "our", "the", "to", "was", "we", "were", "what",
+                   "which", "who"})
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,4}[.)])\s+(?:\[[ xX]\]\s+)?(?P<text>\S.*)$")
 
 
