@@ -57,6 +57,9 @@ def build_parser() -> cli.ScriptParser:
                            help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})")
     p.add_argument("--allow-different-judge", action="store_true",
                    help="compare although the judge pins differ (said in every output)")
+    p.add_argument("--allow-different-retrieval", action="store_true",
+                   help="compare although the arms were answered against different get_context "
+                        "retrieval modes or Publisher versions (said in every output)")
     p.add_argument("--only-common-cases", action="store_true",
                    help="compare only the cases both arms attempted with the same golden "
                         "revision and question (said in every output)")
@@ -77,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           resamples=args.resamples,
                           allow_different_judge=args.allow_different_judge,
                           only_common_cases=args.only_common_cases,
-                          fail_on_regression=args.fail_on_regression)
+                          fail_on_regression=args.fail_on_regression,
+                          allow_different_retrieval=args.allow_different_retrieval)
     cli.emit(result, as_json=args.json, render=render_text)
     if args.out is not None:
         page = write_comparison_pages(result, args.out, args.set_dir, args.base, args.candidate)
