@@ -22,6 +22,12 @@ absolute):
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs `claude` (Claude Code) on PATH
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --mcp-url https://publisher.example.com/mcp --mcp-header Authorization=PUBLISHER_TOKEN --publisher-version 0.0.1 --answerer claude-code   # needs a hosted Publisher, PUBLISHER_TOKEN='Bearer ...' and `claude`
+
+A hosted Publisher behind a token: --mcp-header NAME=ENV_VAR sends the header NAME with the value
+of the environment variable ENV_VAR on every request (the value never goes on the command line,
+into run.json, the ledger or any log; the answerer's MCP configuration refers to it as ${ENV_VAR}
+and the answerer gets the variable).
 """
 
 from __future__ import annotations
@@ -92,6 +98,10 @@ def build_parser() -> cli.ScriptParser:
     cli.add_count_argument(p, "--max-output-mb", default=64,
                            help="a command's stdout beyond this stops it: a harness failure "
                                 "(default 64)")
+    p.add_argument("--publisher-version", metavar="VERSION", default=None,
+                   help="the version the endpoint must report (its MCP serverInfo); another one "
+                        "stops the run before any answerer starts (exit 3). The reported version "
+                        "is recorded in run.json as publisherVersion either way")
     cli.add_check(p, _answerer)
     cli.add_json_flag(p)
     return p
@@ -105,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         only=args.only, redo=args.redo, split=args.split, parallel=args.parallel,
         max_turns=args.max_turns, timeout=args.timeout, max_cost_usd=args.max_cost_usd,
         prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
-        max_output_mb=args.max_output_mb)
+        max_output_mb=args.max_output_mb, publisher_version=args.publisher_version)
     result = run_answers(args.run, args.set_dir, options)
     cli.emit(result, as_json=args.json, render=render_text)
     return result.exit_code
