@@ -302,8 +302,8 @@ def attribute(*, failed: bool, verdict: str | None, coverage: str | None, covera
         means = ("the set names what the model does not have" if owner == "dataset" else
                  "the model has it, but get_context does not return it even asked by its name")
         return ("unfindable", "dataset" if owner == "dataset" else "get_context/model", owner,
-                f"missing {', '.join(lost)}: unfindable (check_findable): {means}; a set or model "
-                "problem, not the answerer's")
+                (f"missing {', '.join(lost)}: unfindable (check_findable): {means}; a set or "
+                 "model problem, not the answerer's"))
     in_model = in_model or {}
     present = [e for e, held in in_model.items() if held]
     if cls == "gap" and not present:
