@@ -1,6 +1,6 @@
 """import_set --questions: a list of questions people wrote, made provisional cases of a set.
 
-Three shapes are read (reference/authoring.md): a CSV with a `question` column and optional
+Three shapes are read (README.md, "Write your first set"): a CSV with a `question` column and optional
 `golden_query` and `notes` columns; a markdown file whose list items (`- `, `* `, `+ `, `1. `,
 `1) `, with or without a `[ ]` box) are the questions; or plain text, one question per line.
 Blank lines and lines starting with `#` (headings, comments) are never questions.
