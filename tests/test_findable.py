@@ -4,14 +4,13 @@ set's or the model's, and retrieval attribution says so."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import node_runtime_missing_reason
+from conftest import skip_without_node
 from malloy_evals.answer import findable, retrieval
 
 KIT = Path(__file__).resolve().parents[1]
@@ -35,11 +34,7 @@ def planted_set(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(planted_set):
-    reason = node_runtime_missing_reason()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set, so runtime tests must run: {reason}")
-        pytest.skip(reason)
+    skip_without_node()
     done = subprocess.run([sys.executable, str(SCRIPT), "--set", str(planted_set), "--local",
                            "--only", "bk_total_revenue,bk_gross_bookings", "--json"],
                           capture_output=True, text=True, cwd=KIT, check=False)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_without_node
 from hosted_support import bearer_proxy
 from test_mcp_server import _serve_http, _stop
 
@@ -22,12 +23,7 @@ VAR = "MALLOY_PUB_AUTH"                  # not secret-named either
 
 @pytest.fixture(scope="module")
 def hosted(tmp_path_factory):
-    from conftest import node_runtime_missing_reason
-    reason = node_runtime_missing_reason()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set, so runtime tests must run: {reason}")
-        pytest.skip(reason)
+    skip_without_node()
     proc, port = _serve_http("--set", str(KIT / "evals" / "bookshop"))
     try:
         with bearer_proxy(port, TOKEN) as (proxy_port, seen):
@@ -73,10 +69,11 @@ def test_a_value_on_the_command_line_is_refused_before_anything_runs(flag, why):
     assert TOKEN not in done.stderr
 
 
-def test_an_unset_variable_and_a_header_with_local_are_usage_errors():
-    unset = _run(str(SCRIPTS / "check_findable.py"), "--set", "evals/bookshop", "--mcp-url",
-                 "http://127.0.0.1:9/mcp", "--mcp-header", f"Authorization={VAR}", env_value=None)
-    assert unset.returncode == 2 and f"{VAR} is not set" in unset.stderr
+def test_an_unset_variable_cannot_measure_and_a_header_with_local_is_a_usage_error(hosted):
+    url, _ = hosted
+    unset = _run(str(SCRIPTS / "check_findable.py"), "--set", "evals/bookshop", "--mcp-url", url,
+                 "--mcp-header", f"Authorization={VAR}", env_value=None)
+    assert unset.returncode == 3 and f"${VAR}, which is not set" in unset.stderr
     local = _run(str(SCRIPTS / "check_findable.py"), "--set", "evals/bookshop", "--local",
                  "--mcp-header", f"Authorization={VAR}")
     assert local.returncode == 2 and "--mcp-header goes with --mcp-url" in local.stderr

@@ -25,7 +25,7 @@ from typing import Any
 
 from malloy_evals.answer.reexecute import QueryEndpoint, open_endpoint
 from malloy_evals.answer.retrieval import delivery_route, expected_groups
-from malloy_evals.core import cli
+from malloy_evals.core import cli, files
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, KitError
 from malloy_evals.core.vocab import split_entity_id
 from malloy_evals.endpoint.context_payload import ranked_summary
@@ -175,8 +175,9 @@ def check_case(qid: str, question: str, expected: dict[str, Any] | None,
 
 
 def check_findable(set_dir: str | Path, *, mcp_url: str | None = None, local: bool = False,
-                   qids: list[str] | None = None) -> FindableReport:
-    """check_findable.py: every case of the set (or `qids`) against the endpoint."""
+                   qids: list[str] | None = None, out: str | Path | None = None) -> FindableReport:
+    """check_findable.py: every case of the set (or `qids`) against the endpoint; the JSON report
+    also written to `out` when given."""
     eval_set = load_set(Path(set_dir))
     cli.check_known(qids, eval_set.cases, where=Path(set_dir) / "cases.jsonl")
     cases = [c for c in eval_set.cases.values() if not qids or c.qid in qids]
@@ -192,7 +193,11 @@ def check_findable(set_dir: str | Path, *, mcp_url: str | None = None, local: bo
                 results.append(found)
                 cli.progress(f"{case.qid}: {found.status}")
         label = endpoint.label
-    return FindableReport(str(set_dir), label, results, skipped)
+    report = FindableReport(str(set_dir), label, results, skipped)
+    if out is not None:
+        path = Path(out)
+        files.replace(path, cli.dumps(report) + "\n", path.parent)
+    return report
 
 
 def render_text(r: FindableReport) -> str:

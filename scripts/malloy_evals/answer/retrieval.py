@@ -482,20 +482,24 @@ def _decode(line: bytes, number: int, torn: bool) -> tuple[dict[str, Any] | None
     return decode_line(line, number, torn)
 
 
-def read_unfindable(path: str | Path) -> dict[str, str]:
-    """{entity id: owner} from a check_findable.py --json report (--findable)."""
-    path = Path(path)
+def _read_report(path: Path, what: str) -> Any:
+    """A JSON report another script wrote (`what` names it in errors); InputError naming it."""
     try:
-        report = jsonl.loads(path.read_text(encoding="utf-8"))
+        return jsonl.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, f"cannot read the findable report: "
+        raise InputError(path, None, f"cannot read {what}: "
                                      f"{getattr(exc, 'strerror', None) or exc}") from None
     except ValueError as exc:
-        raise InputError(path, getattr(exc, "lineno", None), "the findable report is not JSON") from None
+        raise InputError(path, getattr(exc, "lineno", None), f"{what} is not JSON") from None
+
+
+def read_unfindable(path: str | Path) -> dict[str, str]:
+    """{entity id: owner} from a check_findable.py --json report (--findable)."""
+    report = _read_report(Path(path), "findable report")
     found = report.get("unfindable") if isinstance(report, dict) else None
     if not isinstance(found, dict):
-        raise InputError(path, None, "unfindable: missing or not an object (is this a "
-                                     "check_findable.py --json report?)")
+        raise InputError(Path(path), None, "unfindable: missing or not an object (is this a "
+                                           "check_findable.py --json report?)")
     return {str(k): str(v) for k, v in found.items()}
 
 
@@ -508,13 +512,7 @@ def read_coverage_report(path: str | Path) -> tuple[dict[str, str | None], dict[
     """({qid: measured verdict}, {qid: {expected entity id: held by the compiled model}}) from a
     check_coverage report; a report made before it recorded `expected_in_model` gives no ids."""
     path = Path(path)
-    try:
-        report = jsonl.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, f"cannot read coverage report: "
-                                     f"{getattr(exc, 'strerror', None) or exc}") from None
-    except ValueError as exc:
-        raise InputError(path, getattr(exc, "lineno", None), "coverage report is not JSON") from None
+    report = _read_report(path, "coverage report")
     detail = report.get("cases_detail") if isinstance(report, dict) else None
     if not isinstance(detail, list):
         raise InputError(path, None, "cases_detail: missing or not a list (is this a check_coverage report?)")

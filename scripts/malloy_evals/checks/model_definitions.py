@@ -36,7 +36,13 @@ def read_definitions(model_dir: str | Path, model_path: str | None = None) -> De
     has several), or why they cannot be read: no such folder, no .malloy file, no Node runtime,
     or a model that does not compile. Never raises for those: the veto then says the expansion
     was not possible and decides on the query text alone."""
-    folder = Path(model_dir)
+    return _once(_READ, Path(model_dir), model_path, _compile)
+
+
+def _once(cache: dict[Any, Any], folder: Path, model_path: str | None,
+          compile_: Any) -> Any:
+    """`compile_(folder, model_path)` once per package content, model path and data files, or
+    why it cannot be: no such folder, no .malloy file, no Node runtime, an unreadable file."""
     if not folder.is_dir():
         return f"{folder}: no such model folder"
     if not any(folder.rglob("*.malloy")):
@@ -49,9 +55,9 @@ def read_definitions(model_dir: str | Path, model_path: str | None = None) -> De
     except OSError as exc:
         return f"{folder}: cannot be read ({exc.strerror or exc})"
     with _READ_LOCK:
-        if key not in _READ:
-            _READ[key] = _compile(folder, model_path)
-        return _READ[key]
+        if key not in cache:
+            cache[key] = compile_(folder, model_path)
+        return cache[key]
 
 
 def case_definitions(eval_set: EvalSet, case: Case) -> Definitions | str | None:
@@ -88,12 +94,19 @@ def _compile(folder: Path, model_path: str | None) -> Definitions | str:
             raw = runtime.definitions()
     except KitError as exc:
         return f"the model could not be compiled: {exc}"
+    failed = compile_failure(raw, model_path)
+    return failed if failed is not None else Definitions.from_runner(raw, model_path)
+
+
+def compile_failure(raw: dict[str, Any], model_path: str | None) -> str | None:
+    """Why the runner's answer says the model (at `model_path`, or every model) does not
+    compile; None when it compiles."""
     errors = [e for e in raw.get("errors") or [] if isinstance(e, dict)]
     bad = [e for e in errors if model_path is None or e.get("path") == model_path]
     if bad and (model_path is not None or not raw.get("models")):
         first = bad[0]
         return f"{first.get('path', '?')} does not compile: {first.get('message', '?')}"
-    return Definitions.from_runner(raw, model_path)
+    return None
 
 
 def check_set_with_model(set_dir: str | Path) -> FolderReport:
@@ -222,22 +235,8 @@ def nearest(name: str, candidates: Iterable[str]) -> str:
 
 def read_model_names(model_dir: str | Path, model_path: str | None = None) -> ModelNames | str:
     """The compiled model's names, or why it could not be compiled here (as read_definitions)."""
-    folder = Path(model_dir)
-    if not folder.is_dir():
-        return f"{folder}: no such model folder"
-    if not any(folder.rglob("*.malloy")):
-        return f"{folder}: no .malloy files"
-    missing = runtime_missing_reason()
-    if missing is not None:
-        return missing
-    try:
-        key = (package_sha(folder), model_path, _data_files(folder))
-    except OSError as exc:
-        return f"{folder}: cannot be read ({exc.strerror or exc})"
-    with _READ_LOCK:
-        if key not in _NAMES:
-            _NAMES[key] = _compile_names(folder, model_path)
-        return _NAMES[key]
+    names: ModelNames | str = _once(_NAMES, Path(model_dir), model_path, _compile_names)
+    return names
 
 
 class ModelDoesNotCompile(str):
@@ -252,12 +251,9 @@ def _compile_names(folder: Path, model_path: str | None) -> ModelNames | str:
             raw = runtime.definitions()
     except KitError as exc:
         return f"the model could not be compiled here: {exc}"
-    errors = [e for e in surface.get("errors") or [] if isinstance(e, dict)]
-    bad = [e for e in errors if model_path is None or e.get("path") == model_path]
-    if bad and (model_path is not None or not surface.get("models")):
-        first = bad[0]
-        return ModelDoesNotCompile(f"{first.get('path', '?')} does not compile: "
-                                   f"{first.get('message', '?')}")
+    failed = compile_failure(surface, model_path)
+    if failed is not None:
+        return ModelDoesNotCompile(failed)
     return ModelNames.from_runner(surface, Definitions.from_runner(raw, model_path), model_path)
 
 

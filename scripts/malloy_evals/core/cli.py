@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import enum
 import json
-import os
 import runpy
 import sys
 import threading
@@ -386,17 +385,14 @@ def _header_arg(text: str) -> tuple[str, str]:
 
 
 def _register_headers(args: argparse.Namespace) -> str | None:
-    """--mcp-header goes with --mcp-url, names a variable that is set, and is registered for the
-    URL's host (every connection this process makes there sends it)."""
+    """--mcp-header goes with --mcp-url, and is registered for the URL's host (every connection
+    this process makes there sends it)."""
     pairs = [headers.parse_header_arg(t) for t in getattr(args, "mcp_header", None) or []]
     if not pairs:
         return None
     if not getattr(args, "mcp_url", None):
         return f"{MCP_HEADER} goes with {MCP_URL} (a hosted endpoint); {LOCAL} needs none"
-    unset = [variable for _, variable in pairs if not os.environ.get(variable)]
-    if unset:
-        return (f"{MCP_HEADER}: the environment variable {unset[0]} is not set (export it; "
-                "its value is the header's whole value)")
+    # An unset variable is found when a connection is made (exit 3, like a missing API key).
     headers.use_header_variables(args.mcp_url, dict(pairs))
     return None
 

@@ -60,7 +60,8 @@ def headers_for(url: str) -> dict[str, str]:
         value = os.environ.get(variable)
         if not value:
             raise UnmeasuredError(f"the header {name} for {redact_url(url)} reads ${variable}, "
-                                  "which is not set in the environment")
+                                  "which is not set in the environment (export it; its value "
+                                  "is the header's whole value)")
         out[name] = value
     return out
 

@@ -48,7 +48,7 @@ ALLOWED_BY = {"set": None, "unscored": None, "arm": None,
               "question": "--only-common-cases", "judge": "--allow-different-judge",
               "retrieval": "--allow-different-retrieval",
               "publisher": "--allow-different-retrieval"}
-UNREPORTED = "unreported"   # a get_context answer that named no retrieval mode
+NOT_A_MODE = ("indexing", "error")   # get_context answers that did not search
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,14 +309,16 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
 
 
 def _retrieval_modes(view: LiveView) -> set[str]:
-    """The retrieval modes the live get_context calls of a run report (`unreported` for an
-    answer that names none, as the Publisher's lexical path and the kit's endpoint do not)."""
+    """The retrieval modes the live get_context calls of a run report (semantic, lexical). An
+    answer that names none (the older payload, the Publisher's plain-query path) says nothing
+    about its mode, and `indexing` / `error` mean the server did not search: neither counts."""
     modes = set()
     for event in view.events:
         if event.get("kind") == "tool_call" and event.get("tool") == "get_context" \
                 and not event.get("error"):
             mode = event.get("retrieval_mode")
-            modes.add(mode if isinstance(mode, str) and mode else UNREPORTED)
+            if isinstance(mode, str) and mode and mode not in NOT_A_MODE:
+                modes.add(mode)
     return modes
 
 

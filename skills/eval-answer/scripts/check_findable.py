@@ -14,6 +14,8 @@ endpoint cannot be reached.
 Examples:
   .venv/bin/python skills/eval-answer/scripts/check_findable.py --set evals/bookshop --local
   .venv/bin/python skills/eval-answer/scripts/check_findable.py --set evals/bookshop --local --only bk_total_revenue --json
+  mkdir -p runs
+  .venv/bin/python skills/eval-answer/scripts/check_findable.py --set evals/bookshop --local --out runs/findable.json
   .venv/bin/python skills/eval-answer/scripts/check_findable.py --set evals/bookshop --mcp-url http://localhost:4040/mcp   # needs a Publisher at :4040
 """
 
@@ -34,13 +36,16 @@ def build_parser() -> cli.ScriptParser:
     cli.add_set_argument(p)
     cli.add_endpoint_arguments(p, purpose="ask get_context")
     cli.add_only_argument(p)
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="also write the JSON report here (score_retrieval.py --findable reads it)")
     cli.add_json_flag(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    report = check_findable(args.set_dir, mcp_url=args.mcp_url, local=args.local, qids=args.only)
+    report = check_findable(args.set_dir, mcp_url=args.mcp_url, local=args.local, qids=args.only,
+                            out=args.out)
     cli.emit(report, as_json=args.json, render=render_text)
     return report.exit_code
 

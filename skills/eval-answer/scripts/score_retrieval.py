@@ -13,7 +13,7 @@ Examples (on a copy of a recorded run; runs/coverage.json is what check_coverage
   .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --json
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json
   .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --coverage runs/coverage.json --append
-  .venv/bin/python skills/eval-answer/scripts/check_findable.py --set evals/bookshop --local --json > runs/findable.json
+  .venv/bin/python skills/eval-answer/scripts/check_findable.py --set evals/bookshop --local --out runs/findable.json
   .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --findable runs/findable.json
 """
 
