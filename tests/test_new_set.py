@@ -54,7 +54,7 @@ def test_the_walkthrough_from_nothing_to_a_scored_run(tmp_path, needs_node):
     assert answered.returncode == 0, answered.stderr
     scored = _run("score_run.py", "--run", str(run_dir), "--set", str(set_dir), "--local",
                   "--judge", "host", "--emit")
-    assert scored.returncode == 0, scored.stderr
+    assert scored.returncode == 3, scored.stderr   # PARTIAL: the host has not answered yet
     assert (run_dir / "artifacts" / "shop_row_count" / "_" / "judge" / "request.json").is_file()
 
 
