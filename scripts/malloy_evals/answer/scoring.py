@@ -27,7 +27,7 @@ from malloy_evals.ledger.events import check_qid, sample_segment
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.llm.base import DryRun, HostReplyPending, Provider
-from malloy_evals.sets.eval_set import EvalSet, load_set
+from malloy_evals.sets.eval_set import EvalSet, case_content_sha, load_set
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,8 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     live = run.score(qid, sample, view) if append else None
-    if live is not None:
+    untied_why = view.untied(live) if live is not None else None
+    if live is not None and untied_why is None:
         # Checked before any judge call: one live score per attempt (reference/ledger-schema.md),
         # and a judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
@@ -175,11 +176,16 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     except DryRun as exc:
         return ScoreResult(**base, verdict=None, reason=None, event_id=None, status="dry_run",
                            message=str(exc))
-    event = {"kind": "score", **base, **decision.event_fields()}
+    # Bound to what it judged: this attempt, and the case content the judge and the veto read.
+    event = {"kind": "score", **base, "attempt_event_id": attempt.get("event_id"),
+             **decision.event_fields(), "case_sha": case_content_sha(case, eval_set.dir)}
     if not append:
         return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                            event_id=None, status="judged", event=event)
-    written = run.append([event])[0]
+    # A live score not tied to this attempt is no verdict (ledger/ties.py): it is voided as the
+    # new one is written, in one batch.
+    old = [live] if live is not None else []
+    written = run.supersede(old, [event], f"re-scored: untied ({untied_why})").events[0]
     return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                        event_id=written.get("event_id"), status="scored", event=written)
 

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from malloy_evals import __version__
 from malloy_evals.core import commands, files, jsonl, schemas, vocab
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.core.redact import redact_url
 from malloy_evals.core.words import shown
 from malloy_evals.ledger import public_loop
@@ -157,6 +158,31 @@ class Run:
         finally:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def holding(self, name: str, who: str) -> Iterator[None]:
+        """Hold the run's lock file `name` (one `who` per run at a time) for the block: taken at
+        once or never, so a second holder raises UnmeasuredError (exit 3) naming the first (its
+        process id, host and start time, written into the file once the lock is held)."""
+        path = self.dir / name
+        fd = files.open_append(path, self.dir)  # never through a planted link
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    holder = path.read_text(encoding="utf-8", errors="replace").strip()
+                except OSError:
+                    holder = ""
+                raise UnmeasuredError(f"{self.dir}: another {who} holds {name} "
+                                      f"({holder or 'holder unknown'}); wait for it to "
+                                      "finish") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{who}: pid {os.getpid()} on {socket.gethostname()} since {now()}\n"
+                     .encode())
+            yield
+        finally:
             os.close(fd)
 
     def update_info(self, **pins: Any) -> dict[str, Any]:

@@ -492,6 +492,30 @@ def golden_value(case: Case, set_dir: str | Path) -> Any:
     return None
 
 
+# What the judge, the veto and retrieval scoring read of a case: a score made against other
+# content is stale (ledger/ties.py), with or without a revision bump. Bookkeeping stays out.
+CONTENT_KEYS = ("question", "tags", "golden", "expectedEntities", "coverage")
+GOLDEN_BOOKKEEPING = ("verifiedBy", "verifiedAt")
+
+
+def case_content_sha(case: Case, set_dir: str | Path) -> str:
+    """sha256 over what the judge and the veto read of `case` (CONTENT_KEYS, the golden without
+    who verified it and when, and the bytes of a golden rows file it names), as canonical JSON."""
+    content: dict[str, Any] = {k: case.raw.get(k) for k in CONTENT_KEYS}
+    golden = case.golden
+    if golden is not None:
+        content["golden"] = {k: v for k, v in golden.items() if k not in GOLDEN_BOOKKEEPING}
+        path = golden.get("path")
+        if isinstance(path, str) and path and "value" not in golden:
+            try:
+                data = (Path(set_dir) / path).read_bytes()
+                content["goldenFile"] = hashlib.sha256(data).hexdigest()
+            except OSError:
+                content["goldenFile"] = None
+    text = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def load_set(set_dir: str | Path, model_dir: str | Path | None = None) -> EvalSet:
     """Load a set folder; raises InputError naming file and line on its first error. With
     `model_dir`, that package folder stands in for the set's `model/` (see `with_model`)."""
