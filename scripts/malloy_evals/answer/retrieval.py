@@ -558,7 +558,7 @@ def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
     """Retrieval over the live view a pass already holds (score_run, diagnose): no second read of
     the ledger. `coverage` and `append` as score_retrieval."""
     measured, held = read_coverage_report(coverage) if coverage is not None else (None, {})
-    return _score(collect_states(view.events), eval_set, measured, held,
+    return _score(collect_states(view.tied_events()), eval_set, measured, held,
                   [str(p) for p in view.problems], run if append else None, str(eval_set.dir))
 
 
@@ -585,8 +585,12 @@ def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
     rows.sort(key=_sort_key)
     appended = voided = 0
     if run is not None and rows:
+        ids = {key: state.attempt_id for key, state in states.items()}
         done = run.supersede(superseded,
-                             [{"kind": "retrieval_score", **row_fields(row)} for row in rows],
+                             [{"kind": "retrieval_score", **row_fields(row),
+                               "attempt_event_id": ids.get(AttemptKey(row.qid, row.sample,
+                                                                      row.phase))}
+                              for row in rows],
                              "superseded by a new score_retrieval row")
         appended, voided = len(done.events), len(done.voids)
     return RetrievalResult(rows=rows, summary=summarize(rows), appended=appended, voided=voided,

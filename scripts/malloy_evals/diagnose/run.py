@@ -144,7 +144,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     eval_set = load_set(set_dir)
     cli.check_known(only, eval_set.cases, where=eval_set.dir / CASES_FILE)
     view = run.view()  # the one read of the ledger for this pass
-    events = view.events
+    events = view.tied_events()  # untied verdicts leave their attempt unscored (ledger/ties.py)
     warnings: list[str] = []
     retrieval_rows = _retrieval_rows(run, view, eval_set, warnings)
     misses = {k: ((recall := r.get("recall")) is not None and recall < 1)
@@ -224,7 +224,8 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
 def _verdicts(view: LiveView) -> dict[AttemptKey, str | None]:
     """Each attempt's effective verdict (None when unscored): the judge's, or a person's who
     settled it (`effective_verdict`)."""
-    return {key: effective_verdict(view.score(key), view.human_verdict(key), attempt).verdict
+    return {key: effective_verdict(view.tied_score(key), view.tied_human_verdict(key),
+                                   attempt).verdict
             for key, attempt in view.latest("attempt").items()}
 
 

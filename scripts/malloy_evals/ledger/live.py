@@ -36,6 +36,7 @@ from malloy_evals.ledger.ties import untied
 # Readers find an event's kind by its plain spelling (as json.dumps writes it), never decoding a
 # line to learn that it is of no interest; validate.py refuses a kind spelled with escapes.
 VOID_NEEDLE = b'"void"'
+TIED_KINDS = ("score", "human_verdict", "retrieval_score")  # verdicts held to their attempt
 
 
 def is_live(event: Mapping[str, Any], voided: set[str] | Mapping[str, Any]) -> bool:
@@ -281,6 +282,14 @@ class LiveView:
         """The live retrieval_score of `key` when it names the live attempt, else None."""
         row = self.retrieval_score(key)
         return row if row is not None and self.untied(row) is None else None
+
+    def tied_of_key(self, key: AttemptKey) -> list[dict[str, Any]]:
+        """`of_key(key)` without the verdicts that are not tied (what a reader of one attempt's
+        events, as a comparison's outcome, reads)."""
+        keep = {id(e) for e in (self.tied_score(key), self.tied_human_verdict(key),
+                                self.tied_retrieval_score(key)) if e is not None}
+        return [e for e in self.of_key(key)
+                if e.get("kind") not in TIED_KINDS or id(e) in keep]
 
     def tied_events(self) -> list[dict[str, Any]]:
         """Every live event, in ledger order, without the verdicts that are not tied to their

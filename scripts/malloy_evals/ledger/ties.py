@@ -94,7 +94,9 @@ def _artifact_problem(run_dir: Path | None, relative: Any, digest: Any, what: st
     return None
 
 
-def _attempt_problem(event: Mapping[str, Any], attempt: Mapping[str, Any] | None) -> str | None:
+def attempt_untied(event: Mapping[str, Any], attempt: Mapping[str, Any] | None) -> str | None:
+    """Why a verdict event does not name `attempt` as the attempt it judged (None when it does):
+    the part of the tie rule that needs no run folder."""
     judged = event.get("attempt_event_id")
     if attempt is None:
         return "its case has no live attempt"
@@ -114,7 +116,7 @@ def score_untied(score: Mapping[str, Any], attempt: Mapping[str, Any] | None,
     its reply artifact with their digests, and with `run_dir` those files must hold them. In a
     ledger written by the public eval loop (`public`), which records no digests, a score is tied
     by its attempt alone (the reader names the attempt line before it)."""
-    problem = _attempt_problem(score, attempt)
+    problem = attempt_untied(score, attempt)
     if problem is not None or public:
         return problem
     judged = score.get("verdict") is not None or bool(score.get("reply_sha"))
@@ -136,7 +138,7 @@ def human_untied(human: Mapping[str, Any], attempt: Mapping[str, Any] | None,
     """Why a human_verdict is not tied (None when it is): it must name the live attempt and the
     copy of the regression fixture its settlement wrote into the run, with that copy's digest
     (a public-loop ledger's, by its attempt alone)."""
-    problem = _attempt_problem(human, attempt)
+    problem = attempt_untied(human, attempt)
     if problem is not None or public:
         return problem
     return _artifact_problem(run_dir, human.get("fixture_path"), human.get("fixture_sha"),
@@ -145,7 +147,7 @@ def human_untied(human: Mapping[str, Any], attempt: Mapping[str, Any] | None,
 
 def retrieval_untied(row: Mapping[str, Any], attempt: Mapping[str, Any] | None) -> str | None:
     """Why a retrieval_score is not tied to the live attempt (None when it is)."""
-    return _attempt_problem(row, attempt)
+    return attempt_untied(row, attempt)
 
 
 def untied(event: Mapping[str, Any], attempt: Mapping[str, Any] | None,

@@ -89,7 +89,7 @@ def attempt_outcome(events: Iterable[Mapping[str, Any]],
             human = e
     effective = effective_verdict(score, human, attempt or None)
     verdict = effective.verdict
-    reason = (effective.reason if score else "unscored") if verdict is None else None
+    reason = (effective.reason if effective.scored else "unscored") if verdict is None else None
 
     left_out = None
     if attempt.get("truncated") is True or reason == "answerer_truncated":
@@ -258,9 +258,10 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
                                    key=lambda kv: _sample_order(kv[0])):
             qid, sample = key.qid, key.sample
             run_attempts += 1
-            outcome = attempt_outcome(view.of_key(key), _golden_status(eval_set, qid))
+            # Only verdicts tied to the attempt they judged count (ledger/ties.py).
+            outcome = attempt_outcome(view.tied_of_key(key), _golden_status(eval_set, qid))
             per_case.setdefault(qid, []).append(outcome)
-            score = view.score(key)
+            score = view.tied_score(key)
             if score is not None:
                 scored += 1
                 rev = score.get("golden_revision")

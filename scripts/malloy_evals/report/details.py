@@ -389,7 +389,7 @@ def attempt_details(run: Run, eval_set: EvalSet | None, view: LiveView, keys: Se
     for key in keys:
         qid, sample = key.qid, key.sample
         # One redaction pass per attempt: its attempt, calls, score and retrieval row together.
-        slot = redacted({"attempt": view.attempt(key), "score": view.score(key),
+        slot = redacted({"attempt": view.attempt(key), "score": view.tied_score(key),
                          "retrieval_score": view.retrieval_score(key),
                          "calls": view.of_key(key, ("tool_call",))})
         att = slot.get("attempt") or {}

@@ -593,7 +593,7 @@ def summarize(run: Run, eval_set: EvalSet | None,
     pass already holds (read here when not given).
     """
     report = load_coverage_report(coverage_report)
-    events = (view or run.view()).events
+    events = (view or run.view()).tied_events()  # a verdict counts only on the attempt it judged
     return summarize_events(
         _run_info(run), events, eval_set, coverage_report=report,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),

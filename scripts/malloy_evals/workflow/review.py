@@ -244,10 +244,10 @@ def review_queue(run_dir: str | Path, set_dir: str | Path, *,
     for attempt in sorted(view.attempts(), key=lambda a: (
             str(a.get("qid")), -1 if a.get("sample") is None else int(a["sample"]))):
         key = attempt_key(attempt)
-        score = view.score(key)
+        score = view.tied_score(key)
         if score is None:
             continue
-        eff = effective_verdict(score, view.human_verdict(key), attempt)
+        eff = effective_verdict(score, view.tied_human_verdict(key), attempt)
         if eff.settled_by is not None:
             settled += 1
             continue
@@ -500,7 +500,8 @@ def _retrieval_row_for(run: Run, view: LiveView, qid: str, sample: int | None,
     if row is None or row.get("verdict") == verdict:
         return [], []
     fresh = row_fields(reattribute(row, verdict))
-    return [row], [{"kind": "retrieval_score", **fresh, "phase": run.phase}]
+    return [row], [{"kind": "retrieval_score", **fresh, "phase": run.phase,
+                    "attempt_event_id": row.get("attempt_event_id")}]
 
 
 def _row_void_reasons(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
