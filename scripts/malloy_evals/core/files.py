@@ -269,3 +269,29 @@ def is_real_dir(path: Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def cannot_write(path: Path, *, append: bool = False) -> str | None:
+    """Why the kit could not write `path` now (None when it could), checked without writing it,
+    so a command that makes several writes can check them all before it makes any: a rewrite
+    (`replace`) needs a folder it may create files in and no folder in the file's place; an
+    append (`append=True`) needs a plain file it may write."""
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent}: not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent}: not writable"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path}: a folder stands where the file goes"
+    if append and not stat.S_ISREG(st.st_mode):
+        return f"{path}: not a plain file"
+    if append and not os.access(path, os.W_OK):
+        return f"{path}: not writable"
+    return None

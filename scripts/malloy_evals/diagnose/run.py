@@ -204,7 +204,12 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
         narrowed = only is not None or limit is not None
         earlier = own_issues(events, {d.qid for d in diagnoses} if narrowed else None)
         old = [e for e in earlier if e.get("issue_id") not in fixed_ids]
-        new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}")
+        attempt_ids: dict[str, list[str]] = {}
+        for key, att in view.latest("attempt").items():
+            if isinstance(att.get("event_id"), str):
+                attempt_ids.setdefault(key.qid, []).append(att["event_id"])
+        new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}",
+                           attempt_ids)
         appended = [e["issue_id"] for e in new if e["kind"] == "issue"]
     if old or new or fixed:
         # One batch: the earlier issues superseded by the new ones, and the fixed statuses.

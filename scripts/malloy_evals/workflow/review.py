@@ -28,15 +28,16 @@ from typing import Any
 
 from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
-from malloy_evals.core import commands, jsonl, schemas
+from malloy_evals.core import commands, files, jsonl, schemas
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.redact import Redactor
 from malloy_evals.core.vocab import JUDGE_VERDICTS
-from malloy_evals.ledger import public_loop
+from malloy_evals.ledger import public_loop, ties
 from malloy_evals.ledger.artifacts import read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import MECHANICAL_NULL_REASONS, attempt_key, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.report.figures import attempt_label, summarize
 from malloy_evals.report.markdown import write_results
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, load_set, rewrite_jsonl
@@ -439,10 +440,12 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
     if attempt is None:
         raise InputError(run.events_path, None, f"no live attempt {attempt_label(qid, sample)} "
                                                 f"in this run")
-    score = run.score(qid, sample, view)
+    score = view.tied_score(run.key(qid, sample))
     if score is None:
-        raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live score: "
-                                                "score it first (score_run.py), then settle it")
+        why = view.score_untied(run.key(qid, sample))
+        raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live score"
+                                                f"{f' tied to its attempt ({why})' if why else ''}"
+                                                ": score it first (score_run.py), then settle it")
     reason = str(score.get("reason") or "").split(":", 1)[0].strip()
     if score.get("verdict") is None and reason in MECHANICAL_NULL_REASONS:
         raise InputError(run.events_path, None, (
@@ -472,11 +475,21 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
              "attempt_event_id": attempt.get("event_id"), "fixture_id": fixture_id}
     stale, fresh = _retrieval_row_for(run, view, qid, sample, verdict)
     schemas.check("judge_regression", fixture)  # before the ledger moves: nothing half-written
+    # All or nothing: every write this settlement makes is checked before the first is made.
+    _check_settle_writes(run, eval_set, qid, sample)
+    try:
+        # The fixture first: a copy in the run (the human_verdict's tie, ledger/ties.py), then the
+        # set's regression file; the ledger moves only once both are written.
+        copy = run.write_artifact(qid, sample, "human/fixture.json", fixture)
+        action = _write_fixture(eval_set, fixture)
+    except OSError as exc:
+        raise InputError(getattr(exc, "filename", None) or eval_set.regressions_path, None,
+                         f"cannot be written ({exc.strerror or exc}); nothing was settled") from None
+    event.update(fixture_path=run.relpath(copy), fixture_sha=ties.file_sha(copy))
     # One batch: the earlier settlement and the retrieval row voided, their successors appended.
     done = run.supersede([*([old] if old is not None else []), *stale], [event, *fresh],
                          f"re-settled by {by.strip()}", reasons=_row_void_reasons(stale))
     written = next(e for e in done.events if e["kind"] == "human_verdict")
-    action = _write_fixture(eval_set, fixture)
     view.refresh()
     summary, md, js = _rewrite_results(run, eval_set, run_label or str(run_dir),
                                        set_label or str(set_dir), view)
@@ -484,6 +497,25 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
                         written["event_id"], old["event_id"] if old else None, fixture_id,
                         action, str(eval_set.regressions_path), str(md), str(js),
                         summary.headline, summary.settled_by_person)
+
+
+def _check_settle_writes(run: Run, eval_set: EvalSet, qid: str, sample: int | None) -> None:
+    """Every write a settlement makes, checked before any is made (exit 3, one line, nothing
+    written): the ledger it appends to (no bad line in it either), the fixture copy's folder in
+    the run, the set's regression file, and the run's RESULTS.md and summary.json."""
+    check_before_append(run.dir, "review.py --settle")
+    folder = run.artifact_dir(qid, sample)
+    probe = folder if folder.exists() else run.dir / "artifacts"
+    checks = [(run.events_path, True), (probe / "human" / "fixture.json", False),
+              (eval_set.regressions_path, False), (run.dir / "RESULTS.md", False),
+              (run.dir / "summary.json", False)]
+    for path, append in checks:
+        while not path.parent.exists() and path.parent != run.dir:
+            path = path.parent  # a folder the write would create: its first existing parent
+        why = files.cannot_write(path, append=append)
+        if why is not None:
+            raise InputError(path, None, f"settling {attempt_label(qid, sample)} would write "
+                                         f"here and cannot ({why}); nothing was written")
 
 
 # Why a settlement (or its undoing) supersedes an attempt's retrieval row.
