@@ -54,6 +54,7 @@ from malloy_evals.core.vocab import is_contaminated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.llm.prices import PRICES_PATH, price_for
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
@@ -319,6 +320,9 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
         raise UsageError(f"--prompt {prompt_path}: not a file")
 
     run = Run.open(run_dir)
+    # The ledger it appends to, checked before any answerer is paid for: a bad line is the
+    # ledger's (named: file, line, what), never blamed on an answer recorded after it.
+    check_before_append(run.dir, "run_answers.py")
     eval_set = load_set(set_dir)
     cases_file = eval_set.dir / CASES_FILE
     cli.check_known(options.only, eval_set.cases, where=cases_file)
