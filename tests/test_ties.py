@@ -21,9 +21,9 @@ from malloy_evals.ledger import ties
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import check_before_append, validate_run
 from malloy_evals.report.figures import summarize
+from malloy_evals.sets import promote
 from malloy_evals.sets.eval_set import case_content_sha, load_set
 from malloy_evals.sets.goldens import tables_read
-from malloy_evals.sets import promote
 from malloy_evals.sets.promote import promote_golden
 from malloy_evals.workflow import run_scorer as rs
 from malloy_evals.workflow.review import settle

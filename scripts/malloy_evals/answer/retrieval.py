@@ -585,11 +585,12 @@ def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
     rows.sort(key=_sort_key)
     appended = voided = 0
     if run is not None and rows:
-        ids = {key: state.attempt_id for key, state in states.items()}
+        ids: dict[tuple[str, int | None, str | None], str | None] = {
+            (key.qid, key.sample, key.phase): state.attempt_id
+            for key, state in states.items()}
         done = run.supersede(superseded,
                              [{"kind": "retrieval_score", **row_fields(row),
-                               "attempt_event_id": ids.get(AttemptKey(row.qid, row.sample,
-                                                                      row.phase))}
+                               "attempt_event_id": ids.get((row.qid, row.sample, row.phase))}
                               for row in rows],
                              "superseded by a new score_retrieval row")
         appended, voided = len(done.events), len(done.voids)

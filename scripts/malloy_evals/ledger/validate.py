@@ -24,15 +24,16 @@ from malloy_evals.ledger.events import (
     EVENTS_FILE,
     RUN_FILE,
     TORN,
+    AttemptKey,
     LineDecoder,
     _gc_paused,
     iter_lines,
     snapshot_end,
+    well_formed_key,
 )
-from malloy_evals.ledger.events import AttemptKey, well_formed_key
 from malloy_evals.ledger.rules import LedgerRules
-from malloy_evals.ledger.ties import untied
 from malloy_evals.ledger.run import _load_run_json
+from malloy_evals.ledger.ties import untied
 
 
 @dataclass(frozen=True)

@@ -244,9 +244,9 @@ def _promote_locked(set_dir: Path, qids: Sequence[str] | None, *, all_cases: boo
                         verified_by=f"attested by {name}; its canonical query reads no table")
                 else:
                     results[case.qid] = Promotion(case.qid, case.golden_kind, NOT_DERIVED, (
-                        f"its canonical query reads no table of the truth package or data/ "
-                        f"(its value comes from the query itself): not derived; a person may "
-                        f"vouch for it with --attest --by NAME"))
+                        "its canonical query reads no table of the truth package or data/ "
+                        "(its value comes from the query itself): not derived; a person may "
+                        "vouch for it with --attest --by NAME"))
             elif attest:
                 results[case.qid] = Promotion(case.qid, case.golden_kind, "refused", (
                     f"{_a(case.golden_kind)} golden is promoted only by re-deriving it from the "

@@ -442,9 +442,9 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
                                                 f"in this run")
     score = view.tied_score(run.key(qid, sample))
     if score is None:
-        why = view.score_untied(run.key(qid, sample))
+        untied = view.score_untied(run.key(qid, sample))
         raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live score"
-                                                f"{f' tied to its attempt ({why})' if why else ''}"
+                                                f"{f' tied to its attempt ({untied})' if untied else ''}"
                                                 ": score it first (score_run.py), then settle it")
     reason = str(score.get("reason") or "").split(":", 1)[0].strip()
     if score.get("verdict") is None and reason in MECHANICAL_NULL_REASONS:
