@@ -14,12 +14,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from arms_support import make_run, make_set
 from malloy_evals.answer.transcripts import record_attempt
 from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.endpoint import runner as rt
 from malloy_evals.ledger import ties
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import check_before_append, validate_run
+from malloy_evals.report.compare import compare_runs
 from malloy_evals.report.figures import summarize
 from malloy_evals.sets import promote
 from malloy_evals.sets.eval_set import case_content_sha, load_set
@@ -392,3 +394,19 @@ def test_a_real_canonical_query_names_the_tables_it_reads():
     constant = ("SELECT base.\"revenue\" FROM (select 12345.67 as revenue, "
                 "'../data/orders.csv' as x) as base")
     assert tables_read(constant, BOOKSHOP / "truth", roots, BOOKSHOP) == []
+
+
+# ------------------------------------------------------------------ arms over other set files
+
+def test_arms_over_other_versions_of_the_set_are_refused_unless_allowed_and_then_named(tmp_path):
+    s = make_set(tmp_path, ["q1", "q2"])
+    base = make_run(tmp_path, s, "base", {"q1": "match", "q2": "no_match"})
+    cand = make_run(tmp_path, s, "cand", {"q1": "match", "q2": "match"})
+    Run.open(cand).update_info(datasetSha="0" * 64)  # made before the set's files changed
+    refused = compare_runs([base], [cand], s)
+    assert not refused.comparable and "datasetSha" in refused.verdict
+    assert any("--allow-different-set" in line for line in refused.headline)
+    allowed = compare_runs([base], [cand], s, allow_different_set=True)
+    assert allowed.comparable and allowed.allowed == ["--allow-different-set"]
+    assert any(line.startswith("compared despite (allowed by --allow-different-set): datasetSha")
+               for line in allowed.headline)

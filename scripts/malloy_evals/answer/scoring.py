@@ -56,6 +56,10 @@ class ScoreResult:
                 "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
 
 
+# The run's scoring lock (score_run.py and score_attempt.py): one scorer per run at a time.
+SCORE_LOCK = ".score.lock"
+
+
 def judge_recording_key(run: Run, qid: str, sample: int | None) -> str:
     """The key a run attempt's judge reply is recorded under: `<runId>.<qid>.<sample>` (null
     sample `_`). Not the ledger's attempt key (`ledger.events.attempt_key`)."""
@@ -205,6 +209,20 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
     shown to the judge, instead of the set's model/."""
 
     run = Run.open(run_dir)
+    if not append:  # judge.py prints a verdict and writes nothing: no lock to take
+        return _score_attempt_at(run, set_dir, qid, sample, provider=provider, mcp_url=mcp_url,
+                                 local=local, judge_retries=judge_retries, append=append,
+                                 model_dir=model_dir)
+    # One scorer per run: score_run.py's lock, taken before anything else is done.
+    with run.holding(SCORE_LOCK, "score_attempt.py"):
+        return _score_attempt_at(run, set_dir, qid, sample, provider=provider, mcp_url=mcp_url,
+                                 local=local, judge_retries=judge_retries, append=append,
+                                 model_dir=model_dir)
+
+
+def _score_attempt_at(run: Run, set_dir: str | Path, qid: str, sample: int | None, *,
+                      provider: Provider, mcp_url: str | None, local: bool, judge_retries: int,
+                      append: bool, model_dir: str | Path | None) -> ScoreResult:
     eval_set = load_set(set_dir, model_dir)
     check_qid(qid)
     ingest = getattr(provider, "mode", None) == "ingest"

@@ -63,7 +63,7 @@ ACTION_STALE = "re-scored (stale pin)"
 ACTION_RETRY = "re-scored (retry)"
 ACTION_FORCED = "re-scored (--rescore)"
 ACTION_UNTIED = "re-scored (untied)"  # its live score judged another attempt, or lost its reply
-SCORE_LOCK = ".score.lock"
+SCORE_LOCK = scoring.SCORE_LOCK  # one scorer per run (score_attempt.py takes it too)
 
 # score_one(run, eval_set, qid, sample) -> the score event to append (not yet written), or a str
 # saying why nothing is to be written (a dry run). score_attempts appends it, superseding the old
@@ -493,7 +493,8 @@ def _judge_model(view: LiveView, fallback: str | None) -> str | None:
     """The judge run.json names: the one judge of the live scores, or `mixed: ...` with each
     judge's count when several scored (a host for one attempt, hand replies for others); the
     provider's model (`fallback`) while nothing is scored."""
-    return judges_text(judge_counts(view.latest("score").values()), fallback)
+    tied = [s for key in view.latest("score") if (s := view.tied_score(key)) is not None]
+    return judges_text(judge_counts(tied), fallback)
 
 
 def _model_sha(eval_set: EvalSet, endpoint: QueryEndpoint, local: bool) -> str | None:
