@@ -26,7 +26,16 @@ from malloy_evals.ledger.artifacts import PredictionView, read_prediction, read_
 from malloy_evals.ledger.events import check_qid, sample_segment
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.base import DryRun, HostReplyPending, Provider
+from malloy_evals.llm.base import (
+    COUNTED,
+    EMITTED,
+    NO_REPLY,
+    DryRun,
+    HostReplyPending,
+    Provider,
+    no_reply,
+    phase_of,
+)
 from malloy_evals.sets.eval_set import EvalSet, case_content_sha, load_set
 
 
@@ -138,7 +147,7 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     submission = attempt_submission(run, attempt, qid, sample, view)
     contaminated = attempt_contamination(run, eval_set, attempt)
 
-    ingest = getattr(provider, "mode", None) == "ingest"
+    ingest = phase_of(provider) == "ingest"
 
     def rerun() -> PredictionView | None:
         if reexecutor is not None:
@@ -173,13 +182,10 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
                             doctrine=doctrine, definitions=case_definitions(eval_set, case))
-    except HostReplyPending as exc:
-        waiting = "pending" if ingest else "emitted"
-        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,
-                           message=str(exc))
-    except DryRun as exc:
-        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status="dry_run",
-                           message=str(exc))
+    except (HostReplyPending, DryRun) as exc:
+        waiting = no_reply(provider, exc)
+        return ScoreResult(**base, verdict=None, reason=None, event_id=None,
+                           status=WAITING_STATUS[waiting.state], message=waiting.message)
     # Bound to what it judged: this attempt, and the case content the judge and the veto read.
     event = {"kind": "score", **base, "attempt_event_id": attempt.get("event_id"),
              **decision.event_fields(), "case_sha": case_content_sha(case, eval_set.dir)}
@@ -192,6 +198,10 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     written = run.supersede(old, [event], f"re-scored: untied ({untied_why})").events[0]
     return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                        event_id=written.get("event_id"), status="scored", event=written)
+
+
+# A score that was not written, by why the judge call brought no reply (llm/base.py no_reply).
+WAITING_STATUS = {EMITTED: "emitted", NO_REPLY: "pending", COUNTED: "dry_run"}
 
 
 def _emit_first(run: Run, eval_set: EvalSet, qid: str, sample: int | None) -> str:
@@ -225,7 +235,7 @@ def _score_attempt_at(run: Run, set_dir: str | Path, qid: str, sample: int | Non
                       append: bool, model_dir: str | Path | None) -> ScoreResult:
     eval_set = load_set(set_dir, model_dir)
     check_qid(qid)
-    ingest = getattr(provider, "mode", None) == "ingest"
+    ingest = phase_of(provider) == "ingest"
     if not append or ingest or not (mcp_url or local):
         if append and not ingest:
             raise UsageError(cli.ENDPOINT_NEEDED)

@@ -26,13 +26,13 @@ from malloy_evals.ledger.events import (
     TORN,
     AttemptKey,
     LineDecoder,
-    _gc_paused,
+    gc_paused,
     iter_lines,
     snapshot_end,
     well_formed_key,
 )
 from malloy_evals.ledger.rules import LedgerRules
-from malloy_evals.ledger.run import _load_run_json
+from malloy_evals.ledger.run import load_run_json
 from malloy_evals.ledger.ties import untied
 
 
@@ -78,7 +78,7 @@ def validate_run(directory: str | Path) -> FolderReport:
     phase = None
     public = public_loop.ledger_is_public(d / EVENTS_FILE)
     try:
-        info = _load_run_json(d / RUN_FILE)
+        info = load_run_json(d / RUN_FILE)
     except InputError as exc:
         errors.append(LineProblem(RUN_FILE, exc.line, exc.message))
     else:
@@ -99,7 +99,7 @@ def validate_run(directory: str | Path) -> FolderReport:
     else:
         checker = _LedgerCheck(phase, errors, warnings, run_dir=d)
         try:
-            with fh, _gc_paused():
+            with fh, gc_paused():
                 end = snapshot_end(fh.fileno())
                 for number, (line, torn) in enumerate(iter_lines(fh, 0, end), start=1):
                     checker.line(number, line, torn)
@@ -282,7 +282,7 @@ def check_before_append(run_dir: str | Path, who: str) -> None:
     errors: list[LineProblem] = []
     checker = _LedgerCheck(None, errors, [])
     try:
-        with path.open("rb") as fh, _gc_paused():
+        with path.open("rb") as fh, gc_paused():
             end = snapshot_end(fh.fileno())
             for number, (line, torn) in enumerate(iter_lines(fh, 0, end), start=1):
                 checker.line(number, line, torn)
