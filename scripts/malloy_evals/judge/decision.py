@@ -127,7 +127,7 @@ class JudgeArtifacts:
         if replied:
             reply = self.folder / REPLIES_FILE
             out.update(reply_artifact=self.run.relpath(reply), reply_sha=file_sha(reply),
-                       reply_origin=reply_origin(getattr(provider, "spec", None)))
+                       reply_origin=reply_origin(provider.spec))
         return out
 
 
