@@ -28,6 +28,7 @@ from malloy_evals.sets.eval_set import case_content_sha, load_set
 from malloy_evals.sets.goldens import tables_read
 from malloy_evals.sets.promote import promote_golden
 from malloy_evals.workflow import run_scorer as rs
+from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.review import settle
 from script_support import run_outcome
 from tie_support import tied
@@ -299,7 +300,8 @@ def test_a_settlement_whose_fixture_cannot_be_written_writes_nothing(tiny):
     (es.dir / "judge-regressions.jsonl").mkdir()  # a folder where the fixture file goes
     before = run.events_path.read_bytes()
     with pytest.raises(InputError) as caught:
-        settle(run.dir, es.dir, "q1", verdict="match", why="rows agree", by="Dana")
+        settle(RunOutputs.load(run.dir, es.dir), "q1", verdict="match", why="rows agree",
+               by="Dana")
     assert "judge-regressions.jsonl" in str(caught.value) and "\n" not in str(caught.value)
     assert "nothing was written" in str(caught.value)
     assert run.events_path.read_bytes() == before
@@ -309,7 +311,8 @@ def test_a_settlement_whose_fixture_cannot_be_written_writes_nothing(tiny):
 def test_a_settled_verdict_is_tied_to_its_fixture_copy(tiny):
     run, es = tiny
     rs.score_attempts(run, es, Judge("no_match"), PINS, progress=lambda _: None)
-    result = settle(run.dir, es.dir, "q1", verdict="match", why="rows agree", by="Dana")
+    result = settle(RunOutputs.load(run.dir, es.dir), "q1", verdict="match", why="rows agree",
+                    by="Dana")
     human = run.view().human_verdict(run.key("q1", None))
     assert human["event_id"] == result.event_id and human["fixture_sha"]
     assert verdict_of(run, es, "q1") == "match" and tie_errors(run) == []
