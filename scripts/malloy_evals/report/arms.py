@@ -191,6 +191,7 @@ class RunInfo:
     model_sha: str | None
     attempts: int
     left_out: dict[str, int]
+    sandbox: str | None = None     # run.json's `sandbox`: how its answerers ran
     dataset_sha: str | None = None  # run.json datasetSha: the set's files the run was made over
 
 
@@ -287,6 +288,7 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
             started=info.get("started"), set_name=info.get("setName"), phase=info.get("phase"),
             answerer_model=info.get("answererModel"), model_sha=info.get("modelSha"),
             attempts=run_attempts, left_out=dict(sorted(run_left.items())),
+            sandbox=info.get("sandbox"),
             dataset_sha=info.get("datasetSha") if isinstance(info.get("datasetSha"), str)
             else None))
     cases = {qid: case_outcome(qid, outs, golden_revisions=revisions.get(qid, ()),
