@@ -224,7 +224,7 @@ def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | 
     c = _compare_arms(base, candidate, set_name=set_name, band=band, targets=targets, seed=seed,
                       resamples=resamples, allow_different_judge=allow_different_judge,
                       only_common_cases=only_common_cases, fail_on_regression=fail_on_regression,
-                      set_label=set_label)
+                      set_label=set_label, allow_different_set=allow_different_set)
     note = seal.unsealed_note((r.run_id, {"sandbox": r.sandbox})
                               for arm in (base, candidate) for r in arm.runs)
     if note is None:
@@ -235,7 +235,7 @@ def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | 
 def _compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | None,
                   targets: Sequence[str], seed: int, resamples: int, allow_different_judge: bool,
                   only_common_cases: bool, fail_on_regression: bool,
-                  set_label: str) -> Comparison:
+                  set_label: str, allow_different_set: bool = False) -> Comparison:
     # The band must describe both arms: held against every judge pin either arm's scores carry.
     pins = {k: list(dict.fromkeys([*base.pins.get(k, []), *candidate.pins.get(k, [])]))
             for k in {*base.pins, *candidate.pins}}
