@@ -335,10 +335,6 @@ class EffectiveVerdict:
     judge_verdict: str | None = None  # the score's own verdict, whoever decided
 
 
-def _reason_head(reason: Any) -> str:
-    return str(reason or "").split(":", 1)[0].strip()
-
-
 def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, Any] | None,
                           attempt: Mapping[str, Any] | None = None) -> bool:
     """Whether a live human_verdict stands in place of this score.
@@ -348,7 +344,7 @@ def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, A
     """
     if human is None or score is None:
         return False
-    if score.get("verdict") is None and _reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
+    if score.get("verdict") is None and vocab.null_reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
         return False
     judged = human.get("attempt_event_id")
     if judged and attempt is not None and attempt.get("event_id") != judged:
