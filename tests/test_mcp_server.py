@@ -530,3 +530,22 @@ def test_serve_local_set_with_model_serves_the_candidate_package(tmp_path):
         assert body["sourceContentSha"] == package_sha(cand) != package_sha(copy / "model")
     finally:
         _stop(proc)
+
+
+# Regression (a suite under load): the first queries sent side by side waited, inside their own
+# time limit, for the pool's second runner to start. A package-level getContext, the client's
+# readiness call, now starts the whole pool before it answers.
+def test_a_package_level_get_context_starts_the_whole_runner_pool(needs_node):
+    from malloy_evals.endpoint.mcp_server import Endpoint
+    from malloy_evals.endpoint.runner import POOL_SIZE
+
+    served = parse_package_arg(f"samples/mini={MINI_MODEL}")
+    endpoint = Endpoint([served])
+    try:
+        assert not served.started
+        result = endpoint.get_context("samples", "mini")
+        assert not result.is_error and len(served.runtime.pids) == POOL_SIZE
+        endpoint.get_context("samples", "mini")  # once: the same runners answer again
+        assert len(served.runtime.pids) == POOL_SIZE
+    finally:
+        endpoint.close()

@@ -52,6 +52,7 @@ from malloy_evals.core.errors import (
 from malloy_evals.core.redact import Redactor, redact
 from malloy_evals.core.vocab import is_contaminated, is_truncated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
+from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.llm.prices import PRICES_PATH, price_for
@@ -285,8 +286,11 @@ def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
             if not tools:
                 raise UnmeasuredError(f"the MCP endpoint {url} offers no get_context or "
                                       f"execute_query tool (it lists: {', '.join(listed) or 'nothing'})")
-            sources = client.get_context(environmentName=eval_set.environment,
-                                         packageName=eval_set.target_package)
+            # The endpoint loads the package on this call (its runners start): the readiness
+            # signal, waited for up to the runner's own load ceiling.
+            sources = client.call_ok("get_context", {"environmentName": eval_set.environment,
+                                                     "packageName": eval_set.target_package},
+                                     timeout=LOAD_TIMEOUT_S)
             if isinstance(sources, dict) and not (sources.get("results") or sources.get("sources")):
                 note = sources.get("note") or "no sources listed"
                 raise UnmeasuredError(f"the MCP endpoint {url} serves package "
