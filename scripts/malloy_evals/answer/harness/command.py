@@ -168,21 +168,32 @@ def _pump(source: IO[bytes], sink: IO[bytes], cap: int, on_cap: Any,
 
 def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
               stdout_path: Path, stderr_path: Path, max_stdout_bytes: int,
+              wrapper: list[str] | None = None,
               start_up_limit: float = START_UP_LIMIT_S) -> ChildRun:
     """Run one answerer process to its end, its timeout or its output cap (see the module doc):
     `timeout` seconds from its first output on stdout, `start_up_limit` seconds for that first
-    output to come."""
+    output to come.
+
+    `wrapper` is `[bwrap, its options...]` (sandbox.py) to run `argv` in: the options reach
+    bwrap through a pipe (`bwrap --args FD -- argv`), never its command line."""
     started = time.monotonic()
     # Both capture files are created, exclusively, before the child exists: nothing it plants in
     # their place (a link to a file elsewhere) can turn the harness's writes into writes there.
     with stdout_path.open("xb") as out, stderr_path.open("xb") as err:
+        fds: tuple[int, ...] = ()
+        if wrapper is not None:
+            head, fds = _args_through_pipe(wrapper[0], wrapper[1:])
+            argv = [*head, "--", *argv]
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=fds)
         except OSError as exc:
             err.write(f"{exc}\n".encode())
             return ChildRun(None, 0.0, False, False, 0, start_error=exc.strerror or str(exc))
+        finally:
+            for fd in fds:
+                os.close(fd)
         return _watch(proc, out, err, started, timeout=timeout, start_up_limit=start_up_limit,
                       max_stdout_bytes=max_stdout_bytes)
 
@@ -201,6 +212,23 @@ def _wait_for_limit(proc: subprocess.Popen[bytes], started: float, first_output:
             return False
         except subprocess.TimeoutExpired:
             continue
+
+
+def _args_through_pipe(program: str, args: list[str]) -> tuple[list[str], tuple[int, ...]]:
+    """`[program, --args, FD]` and the pipe's read end FD, the NUL-separated args already in it
+    (a sandbox's command line is a few kilobytes: far below a pipe's buffer)."""
+    payload = b"".join(a.encode("utf-8") + b"\0" for a in args)
+    read_end, write_end = os.pipe()
+    try:
+        if len(payload) > 60_000:
+            raise OSError(f"the sandbox's arguments are too long ({len(payload)} bytes)")
+        os.write(write_end, payload)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return [program, "--args", str(read_end)], (read_end,)
 
 
 def _watch(proc: subprocess.Popen[bytes], out: IO[bytes], err: IO[bytes], started: float, *,
