@@ -488,7 +488,7 @@ def test_torn_last_ledger_line_is_a_warning(run_env):
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], check=False, capture_output=True,
-                          text=True, cwd=KIT_ROOT, timeout=120)
+                          text=True, cwd=KIT_ROOT, timeout=600)
 
 
 def test_cli_json_prints_rows_and_summary_with_spec_keys(run_env):

@@ -354,7 +354,7 @@ class Terminal:
         os.close(slave)
         self.seen = ""
 
-    def expect(self, text: str, timeout: float = 60) -> None:
+    def expect(self, text: str, timeout: float = 300) -> None:
         end = time.monotonic() + timeout
         while text not in self.seen:
             left = end - time.monotonic()
@@ -375,13 +375,13 @@ class Terminal:
     def finish(self) -> int:
         try:
             while True:
-                ready, _, _ = select.select([self.master], [], [], 30)
+                ready, _, _ = select.select([self.master], [], [], 120)
                 if not ready or not os.read(self.master, 4096):
                     break
         except OSError:
             pass
         os.close(self.master)
-        return self.proc.wait(timeout=30)
+        return self.proc.wait(timeout=120)
 
 
 def test_the_walk_settles_with_one_key_skips_and_quits_on_a_terminal(scored):

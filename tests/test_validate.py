@@ -23,7 +23,7 @@ SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
 
 def script(name: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=KIT, timeout=120, check=False)
+                          capture_output=True, text=True, cwd=KIT, timeout=600, check=False)
 
 
 def make_set(root: Path, cases: list[dict] | None = None, config: dict | None = None) -> Path:

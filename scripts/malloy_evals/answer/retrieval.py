@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from malloy_evals.core import commands, jsonl, schemas
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.errors import EXIT_OK, InputError
 from malloy_evals.core.findings import LineProblem
 from malloy_evals.core.vocab import DECIDED_VERDICTS, ENTITY_KINDS, split_entity_id
 from malloy_evals.ledger import public_loop
@@ -533,7 +533,7 @@ class RetrievalResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
 
 def _sort_key(row: RetrievalRow) -> tuple[str, int, int]:

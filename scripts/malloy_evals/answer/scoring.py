@@ -17,7 +17,12 @@ from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.model_definitions import case_definitions
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
-from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
+from malloy_evals.core.vocab import (
+    CONTAMINATION_UNKNOWN,
+    contamination_value,
+    is_contaminated,
+    is_truncated,
+)
 from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
 from malloy_evals.judge.doctrine import Doctrine
@@ -178,7 +183,7 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     try:
         decision = evaluate(eval_set, case, submission, provider=provider,
                             key=judge_recording_key(run, qid, sample),
-                            truncated=attempt.get("truncated") is True,
+                            truncated=is_truncated(attempt.get("truncated")),
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
                             doctrine=doctrine, definitions=case_definitions(eval_set, case))

@@ -337,10 +337,6 @@ class EffectiveVerdict:
     scored: bool = True              # False: no live score tied to the attempt (it is unscored)
 
 
-def _reason_head(reason: Any) -> str:
-    return str(reason or "").split(":", 1)[0].strip()
-
-
 def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, Any] | None,
                           attempt: Mapping[str, Any] | None = None) -> bool:
     """Whether a live human_verdict stands in place of this score.
@@ -350,7 +346,7 @@ def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, A
     """
     if human is None or score is None:
         return False
-    if score.get("verdict") is None and _reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
+    if score.get("verdict") is None and vocab.null_reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
         return False
     if attempt is not None and attempt_untied(human, attempt) is not None:
         return False  # not the attempt the person judged (or names none): new work

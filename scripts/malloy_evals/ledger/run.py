@@ -389,8 +389,8 @@ class Run:
     def artifact_dir(self, qid: str, sample: int | None) -> Path:
         """`<run>/artifacts/<qid>/<sample or _>/`, built only from a validated qid and sample."""
         d = self.dir / ARTIFACTS_DIR / check_qid(qid) / sample_segment(sample)
-        if not d.resolve().is_relative_to(self.dir.resolve()):  # defence in depth against symlinks
-            raise InputError(d, None, "resolves outside the run folder")
+        # Defence in depth against links: the one containment rule, as for recorded paths.
+        files.inside(self.dir, d.relative_to(self.dir).as_posix(), "the run folder")
         return d
 
     def write_artifact(self, qid: str, sample: int | None, name: str, data: bytes | str | dict | list
@@ -425,14 +425,9 @@ class Run:
         return Path(path).resolve().relative_to(self.dir.resolve()).as_posix()
 
     def resolve(self, relative: str) -> Path:
-        """The absolute path of an artifact path recorded in an event; refuses one outside the run."""
-        try:
-            p = (self.dir / relative).resolve()
-        except (OSError, ValueError, RuntimeError) as exc:  # NUL byte, symlink loop, name too long
-            raise InputError(relative, None, f"cannot be resolved: {exc}") from None
-        if not p.is_relative_to(self.dir.resolve()):
-            raise InputError(relative, None, "points outside the run folder")
-        return p
+        """The absolute path of an artifact path recorded in an event; refuses one outside the run
+        (files.inside: absolute, a NUL byte, unresolvable, or out through `..` or a link)."""
+        return files.inside(self.dir, relative, "the run folder")
 
 
 def load_run_json(path: Path) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.vocab import is_contaminated, is_cut_off
+from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.events import AttemptKey, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import attempt_label
 from malloy_evals.sets.eval_set import EvalSet
 
 # An attempt's outcome, as the comparison sees it.
@@ -93,7 +93,7 @@ def attempt_outcome(events: Iterable[Mapping[str, Any]],
     reason = (effective.reason if effective.scored else "unscored") if verdict is None else None
 
     left_out = None
-    if attempt.get("truncated") is True or reason == "answerer_truncated":
+    if is_cut_off(attempt.get("truncated"), reason):
         left_out = "truncated"
     elif (is_contaminated(attempt.get("contaminated"))
           or (score is not None and is_contaminated(score.get("contaminated")))

@@ -23,6 +23,7 @@ from typing import Any
 from malloy_evals.core import cli, commands, files, schemas, seal
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, UsageError
+from malloy_evals.core.words import signed
 from malloy_evals.report.arms import (
     FIXED,
     MOVED,
@@ -130,12 +131,6 @@ class Comparison:
 
 def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(x, digits)
-
-
-def signed(points: float) -> str:
-    """`+12.5`, `-3.1`, `0.0` (never `-0.0`)."""
-    value = round(points, 1)
-    return "0.0" if value == 0 else f"{value:+.1f}"
 
 
 def p_text(p: float) -> str:

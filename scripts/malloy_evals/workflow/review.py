@@ -28,16 +28,16 @@ from typing import Any
 from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
 from malloy_evals.core import commands, files, jsonl, schemas
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.errors import EXIT_OK, InputError
 from malloy_evals.core.redact import Redactor
-from malloy_evals.core.vocab import JUDGE_VERDICTS
+from malloy_evals.core.vocab import JUDGE_VERDICTS, null_reason_head
+from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger import ties
 from malloy_evals.ledger.artifacts import read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import MECHANICAL_NULL_REASONS, attempt_key, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import check_before_append
-from malloy_evals.report.figures import attempt_label
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, rewrite_jsonl
 from malloy_evals.workflow.outputs import RunOutputs
 
@@ -165,7 +165,7 @@ class ReviewQueue:
 
     @property
     def exit_code(self) -> int:
-        return 0  # a queue, empty or not, is a result
+        return EXIT_OK  # a queue, empty or not, is a result
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "set_dir": self.set_dir, "run_id": self.run_id,
@@ -384,7 +384,7 @@ class SettleResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
 
 def _today() -> str:
@@ -430,8 +430,7 @@ def settle(outputs: RunOutputs, target: str, *, verdict: str, why: str,
         raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live score"
                                                 f"{f' tied to its attempt ({untied})' if untied else ''}"
                                                 ": score it first (score_run.py), then settle it")
-    reason = str(score.get("reason") or "").split(":", 1)[0].strip()
-    if score.get("verdict") is None and reason in MECHANICAL_NULL_REASONS:
+    if score.get("verdict") is None and null_reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
         raise InputError(run.events_path, None, (
             f"{attempt_label(qid, sample)} is null {score.get('reason')}: that is decided by a "
             "rule, not a judgement, so a person's verdict cannot replace it (re-record the "
@@ -541,7 +540,7 @@ class UnsettleResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
 
 def unsettle(outputs: RunOutputs, target: str, *, why: str) -> UnsettleResult:
@@ -609,7 +608,7 @@ class WalkResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
         return {"to_review": len(self.queue.items), "settled": self.settled,

@@ -30,6 +30,8 @@ from malloy_evals.checks.model_definitions import read_definitions_for
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.core.redact import redact_url
+from malloy_evals.core.vocab import null_reason_head
+from malloy_evals.core.words import attempt_label
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
@@ -40,7 +42,7 @@ from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.llm.base import Provider, RecordingMissing
 from malloy_evals.llm.select import provider_stats
-from malloy_evals.report.figures import STATUS_PARTIAL, RunSummary, attempt_label
+from malloy_evals.report.figures import STATUS_PARTIAL, RunSummary
 from malloy_evals.report.markdown import render_markdown, summary_json
 from malloy_evals.sets.eval_set import VALUE_KINDS, EvalSet, case_content_sha
 from malloy_evals.sets.goldens import GoldenCheck, verify_goldens
@@ -127,8 +129,7 @@ def stale_pins(score: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 def is_transient(score: dict[str, Any]) -> bool:
     """A null score that records a failure to score rather than a decision."""
-    reason = score.get("reason") or ""
-    return score.get("verdict") is None and reason.split(":", 1)[0].strip() in TRANSIENT_REASONS
+    return score.get("verdict") is None and null_reason_head(score.get("reason")) in TRANSIENT_REASONS
 
 
 def plan_action(score: dict[str, Any] | None, current: dict[str, Any], rescore: bool,
