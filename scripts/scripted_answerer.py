@@ -12,7 +12,9 @@ cases right and walks into one trap on purpose); --plan FILE adds others (JSON {
 get_context returns. run_answers.py runs it through --answerer-cmd.
 
 Modes, for testing the harness (--mode, or `[scripted:MODE]` anywhere in the question):
-answer (default), hang (waits forever, ignoring SIGTERM, with a sleeping child), crash (exits 1
+answer (default), hang (waits forever, ignoring SIGTERM, with a sleeping child; it writes its
+session, one get_context call, only once that child runs, so its first output says it is ready
+and a harness limit counted from that output is all hang), crash (exits 1
 mid-session), flood (endless output), error (a result line reporting an API error), noise (lines
 that are not JSON), read (reads --read PATH, or `[scripted:read=PATH]`, with a Read tool use it
 reports, whether or not the file could be read, then answers). --env-out FILE writes the cwd, its
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -143,10 +146,15 @@ class Session:
                            usage=self.usage, cost_usd=cost, is_error=is_error)
 
 
-def _mcp_url(config_path: Path, server: str | None) -> str:
+def _mcp_server(config_path: Path, server: str | None) -> tuple[str, dict[str, str]]:
+    """The endpoint's URL and headers from an --mcp-config file, each `${VAR}` in a header
+    expanded from this process's environment (as Claude Code expands them)."""
     servers = json.loads(config_path.read_text(encoding="utf-8"))["mcpServers"]
     name = server or next(iter(servers))
-    return str(servers[name]["url"])
+    headers = {str(k): re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}",
+                              lambda m: os.environ.get(m.group(1), ""), str(v))
+               for k, v in (servers[name].get("headers") or {}).items()}
+    return str(servers[name]["url"]), headers
 
 
 def _answer(session: Session, question: str, plan: dict[str, dict[str, str]]) -> None:
@@ -242,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan is not None:
         plan.update(json.loads(args.plan.read_text(encoding="utf-8")))
 
-    writer = StreamJson(sys.stdout, session_id="scripted-" + hashlib.sha256(
+    # Hang mode holds its lines until it is ready to hang (the module doc says why).
+    out: Any = io.StringIO() if mode == "hang" else sys.stdout
+    writer = StreamJson(out, session_id="scripted-" + hashlib.sha256(
         question.encode()).hexdigest()[:12], model="scripted-answerer")
     if mode == "noise":
         print("this answerer prints prose, not stream-json", flush=True)
@@ -252,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.init(cwd=os.getcwd(), tools=[], mcp_servers=[])
         return _misbehave(mode, Session(writer, None, [], args.cost_per_turn, args.max_turns))
     try:
-        client = connect(url=_mcp_url(args.mcp_config, args.server), timeout=60)
+        url, headers = _mcp_server(args.mcp_config, args.server)
+        client = connect(url=url, timeout=60, headers=headers)
         tools = client.list_tools()
     except ModuleNotFoundError as exc:  # the interpreter, not the server: say which package
         print(f"scripted_answerer: the Python package {exc.name!r} is missing in "
@@ -272,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
             if args.pid_file is not None:
                 args.pid_file.write_text(f"{os.getpid()} {child.pid}\n", encoding="utf-8")
+            sys.stdout.write(out.getvalue())
+            sys.stdout.flush()
             while True:
                 time.sleep(60)
         if mode == "read" and read_path is not None:

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.vocab import is_contaminated, is_cut_off
+from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.events import AttemptKey, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import attempt_label
 from malloy_evals.sets.eval_set import EvalSet
 
 # An attempt's outcome, as the comparison sees it.
@@ -45,7 +45,11 @@ JUDGE_PINS = ("judge_version", "rubric_sha", "judge_prompt_sha", "judge_model")
 # Kinds of difference between arms, and the flag that lets each through (None: never).
 ALLOWED_BY = {"set": None, "unscored": None, "arm": None,
               "cases": "--only-common-cases", "golden": "--only-common-cases",
-              "question": "--only-common-cases", "judge": "--allow-different-judge"}
+              "question": "--only-common-cases", "judge": "--allow-different-judge",
+              "dataset": "--allow-different-set",
+              "retrieval": "--allow-different-retrieval",
+              "publisher": "--allow-different-retrieval"}
+NOT_A_MODE = ("indexing", "error")   # get_context answers that did not search
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,10 +93,10 @@ def attempt_outcome(events: Iterable[Mapping[str, Any]],
             human = e
     effective = effective_verdict(score, human, attempt or None)
     verdict = effective.verdict
-    reason = (effective.reason if score else "unscored") if verdict is None else None
+    reason = (effective.reason if effective.scored else "unscored") if verdict is None else None
 
     left_out = None
-    if attempt.get("truncated") is True or reason == "answerer_truncated":
+    if is_cut_off(attempt.get("truncated"), reason):
         left_out = "truncated"
     elif (is_contaminated(attempt.get("contaminated"))
           or (score is not None and is_contaminated(score.get("contaminated")))
@@ -191,6 +195,7 @@ class RunInfo:
     attempts: int
     left_out: dict[str, int]
     sandbox: str | None = None     # run.json's `sandbox`: how its answerers ran
+    dataset_sha: str | None = None  # run.json datasetSha: the set's files the run was made over
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,10 @@ class Arm:
     scored: int                                 # attempts with a live score
     left_out: dict[str, int]                    # attempts left out, by reason
     left_out_labels: dict[str, list[str]] = field(default_factory=dict)  # reason -> attempts
+    # What the answers were retrieved against: the get_context retrieval modes the live calls
+    # report (semantic, lexical, ... or unreported) and the Publisher versions run.json records.
+    retrieval_modes: list[str] = field(default_factory=list)
+    publisher_versions: list[str] = field(default_factory=list)
 
     @property
     def run_ids(self) -> list[str]:
@@ -221,7 +230,9 @@ class Arm:
                 "attempts": self.attempts,
                 "scored": self.scored, "cases": len(self.cases), "left_out": self.left_out,
                 "left_out_attempts": self.left_out_labels, "pins": self.pins,
-                "samples_per_case": self.samples_per_case}
+                "samples_per_case": self.samples_per_case,
+                "retrieval_modes": self.retrieval_modes,
+                "publisher_versions": self.publisher_versions}
 
 
 def _golden_status(eval_set: EvalSet | None, qid: str) -> str | None:
@@ -250,18 +261,24 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
     pins: dict[str, list[Any]] = {p: [] for p in JUDGE_PINS}
     infos: list[RunInfo] = []
     left_labels: dict[str, list[str]] = {}
+    modes: set[str] = set()
+    versions: set[str] = set()
     total = scored = 0
     for info, directory, events in runs:
         view = events if isinstance(events, LiveView) else LiveView.of_events(events)
+        modes |= _retrieval_modes(view)
+        if info.get("publisherVersion"):
+            versions.add(str(info["publisherVersion"]))
         run_left: Counter[str] = Counter()
         run_attempts = 0
         for key, attempt in sorted(view.latest("attempt").items(),
                                    key=lambda kv: _sample_order(kv[0])):
             qid, sample = key.qid, key.sample
             run_attempts += 1
-            outcome = attempt_outcome(view.of_key(key), _golden_status(eval_set, qid))
+            # Only verdicts tied to the attempt they judged count (ledger/ties.py).
+            outcome = attempt_outcome(view.tied_of_key(key), _golden_status(eval_set, qid))
             per_case.setdefault(qid, []).append(outcome)
-            score = view.score(key)
+            score = view.tied_score(key)
             if score is not None:
                 scored += 1
                 rev = score.get("golden_revision")
@@ -285,14 +302,31 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
             started=info.get("started"), set_name=info.get("setName"), phase=info.get("phase"),
             answerer_model=info.get("answererModel"), model_sha=info.get("modelSha"),
             attempts=run_attempts, left_out=dict(sorted(run_left.items())),
-            sandbox=info.get("sandbox")))
+            sandbox=info.get("sandbox"),
+            dataset_sha=info.get("datasetSha") if isinstance(info.get("datasetSha"), str)
+            else None))
     cases = {qid: case_outcome(qid, outs, golden_revisions=revisions.get(qid, ()),
                                question_shas=shas.get(qid, ()))
              for qid, outs in sorted(per_case.items())}
     left = Counter(o.left_out for outs in per_case.values() for o in outs if o.left_out)
     return Arm(label=label, runs=infos, cases=cases, pins=pins,
                attempts=total, scored=scored, left_out=dict(sorted(left.items())),
-               left_out_labels={k: sorted(v) for k, v in sorted(left_labels.items())})
+               left_out_labels={k: sorted(v) for k, v in sorted(left_labels.items())},
+               retrieval_modes=sorted(modes), publisher_versions=sorted(versions))
+
+
+def _retrieval_modes(view: LiveView) -> set[str]:
+    """The retrieval modes the live get_context calls of a run report (semantic, lexical). An
+    answer that names none (the older payload, the Publisher's plain-query path) says nothing
+    about its mode, and `indexing` / `error` mean the server did not search: neither counts."""
+    modes = set()
+    for event in view.events:
+        if event.get("kind") == "tool_call" and event.get("tool") == "get_context" \
+                and not event.get("error"):
+            mode = event.get("retrieval_mode")
+            if isinstance(mode, str) and mode and mode not in NOT_A_MODE:
+                modes.add(mode)
+    return modes
 
 
 def load_arm(label: str, run_dirs: Sequence[str | Path], eval_set: EvalSet | None = None) -> Arm:
@@ -313,7 +347,8 @@ def load_arm(label: str, run_dirs: Sequence[str | Path], eval_set: EvalSet | Non
 class Difference:
     """One way two arms (or one arm's runs) differ, named for a person."""
 
-    kind: str                 # set | unscored | arm | cases | golden | question | judge
+    kind: str                 # set | unscored | arm | cases | golden | question | judge |
+                              # dataset | retrieval | publisher
     text: str                 # `bk_refunds: goldenRevision 2 vs 3`
     qid: str | None = None    # the case it concerns, when it concerns one
 
@@ -321,6 +356,14 @@ class Difference:
     def allowed_by(self) -> str | None:
         """The flag that lets a comparison go on despite it (None: nothing does)."""
         return ALLOWED_BY.get(self.kind)
+
+
+def _dataset_shas(arm: Arm) -> list[str]:
+    return sorted({r.dataset_sha for r in arm.runs if r.dataset_sha})
+
+
+def _short(shas: Sequence[str]) -> str:
+    return ", ".join(s[:12] for s in shas)
 
 
 def _values(values: Sequence[Any]) -> str:
@@ -342,6 +385,10 @@ def arm_differences(arm: Arm, set_name: str) -> list[Difference]:
         if len(values) > 1:
             out.append(Difference("judge", f"{arm.label}: {pin} varies across its scores "
                                            f"({_values(values)})"))
+    shas = _dataset_shas(arm)
+    if len(shas) > 1:
+        out.append(Difference("dataset", f"{arm.label}: datasetSha varies across its runs "
+                                         f"({_short(shas)})"))
     for qid, case in arm.cases.items():
         if len(case.golden_revisions) > 1:
             out.append(Difference("golden", f"{qid}: goldenRevision varies within {arm.label} "
@@ -357,6 +404,10 @@ def pair_differences(base: Arm, candidate: Arm) -> list[Difference]:
     revision and question, and the judge pins (judge version, rubric sha, judge prompt sha,
     judge model)."""
     out = []
+    base_sets, cand_sets = _dataset_shas(base), _dataset_shas(candidate)
+    if base_sets and cand_sets and base_sets != cand_sets:
+        out.append(Difference("dataset", f"datasetSha: {_short(base_sets)} vs {_short(cand_sets)} "
+                                         "(the set's files changed between the arms)"))
     only_base = sorted(set(base.cases) - set(candidate.cases))
     only_cand = sorted(set(candidate.cases) - set(base.cases))
     if only_base:
@@ -377,6 +428,24 @@ def pair_differences(base: Arm, candidate: Arm) -> list[Difference]:
         bv, cv = base.pins.get(pin) or [], candidate.pins.get(pin) or []
         if bv and cv and bv != cv:
             out.append(Difference("judge", f"{pin}: {_values(bv)} vs {_values(cv)}"))
+    out += retrieval_differences(base, candidate)
+    return out
+
+
+def retrieval_differences(base: Arm, candidate: Arm) -> list[Difference]:
+    """Whether the two arms' answers were retrieved alike: the same get_context retrieval modes
+    (a semantic arm against a lexical one measures search as much as the change) and the same
+    Publisher version, when either arm records one."""
+    out = []
+    bm, cm = base.retrieval_modes, candidate.retrieval_modes
+    if bm and cm and bm != cm:
+        out.append(Difference("retrieval", f"retrieval mode: {_values(bm)} ({base.label}) vs "
+                                           f"{_values(cm)} ({candidate.label})"))
+    bv, cv = base.publisher_versions, candidate.publisher_versions
+    if (bv or cv) and bv != cv:
+        out.append(Difference("publisher", f"Publisher version: {_values(bv) if bv else 'unknown'} "
+                                           f"({base.label}) vs {_values(cv) if cv else 'unknown'} "
+                                           f"({candidate.label})"))
     return out
 
 
@@ -398,19 +467,25 @@ class Pairing:
 
 
 def pair_arms(base: Arm, candidate: Arm, set_name: str, *, only_common_cases: bool = False,
-              allow_different_judge: bool = False,
+              allow_different_judge: bool = False, allow_different_set: bool = False,
+              allow_different_retrieval: bool = False,
               extra: Sequence[Difference] = ()) -> Pairing:
     """Decide whether two arms may be compared, and over which cases.
 
     Every difference is named. A comparison goes on only when each difference is allowed by a
     flag that was given: --only-common-cases drops the cases attempted by one arm only and the
     cases whose golden revision or question differs; --allow-different-judge lets different
-    judge pins through. `extra` adds differences found elsewhere (a noise band's pins).
+    judge pins through; --allow-different-set lets runs made over other versions of the set's
+    files (run.json datasetSha) through; --allow-different-retrieval lets arms answered against
+    different retrieval modes or Publisher versions through. `extra` adds differences found
+    elsewhere (a noise band's pins).
     """
     found = [*arm_differences(base, set_name), *arm_differences(candidate, set_name),
              *pair_differences(base, candidate), *extra]
     given = {"--only-common-cases": only_common_cases,
-             "--allow-different-judge": allow_different_judge}
+             "--allow-different-judge": allow_different_judge,
+             "--allow-different-set": allow_different_set,
+             "--allow-different-retrieval": allow_different_retrieval}
     refused = any(d.allowed_by is None or not given[d.allowed_by] for d in found)
     dropped = {d.qid: d.text for d in found if d.qid and d.kind in ("golden", "question")}
     qids = sorted((set(base.cases) & set(candidate.cases)) - set(dropped))

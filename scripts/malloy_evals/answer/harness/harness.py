@@ -51,11 +51,14 @@ from malloy_evals.core.errors import (
     UnmeasuredError,
     UsageError,
 )
-from malloy_evals.core.redact import Redactor, redact
-from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.headers import header_variables
+from malloy_evals.core.redact import Redactor, redact, redact_url
+from malloy_evals.core.vocab import is_contaminated, is_truncated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
+from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.llm.prices import PRICES_PATH, price_for
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
@@ -85,6 +88,7 @@ class HarnessOptions:
     retries: int = 2
     max_failures: int = 4
     max_output_mb: int = 64
+    publisher_version: str | None = None   # the version the endpoint must report (--publisher-version)
     sandbox: bool = True                  # False: --no-sandbox, the run is UNSEALED
     sandbox_binds: list[str] = field(default_factory=list)   # --sandbox-bind, read-only
     pass_env: list[str] = field(default_factory=list)  # --pass-env and names the plan adds
@@ -242,6 +246,7 @@ class _Context:
     allowed: list[str] = field(default_factory=list)  # Claude Code names of the allowed tools
     api: api_loop.ApiAnswerer | None = None
     view: LiveView | None = None              # the run's live view, refreshed under shared.lock
+    header_vars: dict[str, str] = field(default_factory=dict)  # header -> env var (--mcp-header)
     policy: sandbox.SandboxPolicy | None = None  # None: unsealed (--no-sandbox) or the API loop
 
 
@@ -289,19 +294,28 @@ def _endpoint(eval_set: EvalSet, options: HarnessOptions) -> Iterator[str]:
     yield options.mcp_url or ""
 
 
-def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
-    """The endpoint's tools an answerer may use, checked before any answerer starts (exit 3 when
-    the endpoint does not answer, offers none of them, or cannot load the set's package: a
-    broken model would otherwise be "answered" once per attempt, at the answerer's price)."""
+def _answerer_tools(url: str, eval_set: EvalSet, pin: str | None = None
+                    ) -> tuple[list[str], str | None]:
+    """The endpoint's tools an answerer may use and the version it reports, checked before any
+    answerer starts (exit 3 when the endpoint does not answer, offers none of them, cannot load
+    the set's package, or reports another version than `pin`: a broken model would otherwise be
+    "answered" once per attempt, at the answerer's price)."""
     try:
         with connect(url=url, timeout=60) as client:
+            version = client.server_version()
+            if pin is not None and version != pin:
+                raise UnmeasuredError(f"the MCP endpoint {redact_url(url)} reports version "
+                                      f"{version or 'none'}; --publisher-version pins {pin}")
             listed = client.list_tools()
             tools = isolation.answerer_tools(listed)
             if not tools:
                 raise UnmeasuredError(f"the MCP endpoint {url} offers no get_context or "
                                       f"execute_query tool (it lists: {', '.join(listed) or 'nothing'})")
-            sources = client.get_context(environmentName=eval_set.environment,
-                                         packageName=eval_set.target_package)
+            # The endpoint loads the package on this call (its runners start): the readiness
+            # signal, waited for up to the runner's own load ceiling.
+            sources = client.call_ok("get_context", {"environmentName": eval_set.environment,
+                                                     "packageName": eval_set.target_package},
+                                     timeout=LOAD_TIMEOUT_S)
             if isinstance(sources, dict) and not (sources.get("results") or sources.get("sources")):
                 note = sources.get("note") or "no sources listed"
                 raise UnmeasuredError(f"the MCP endpoint {url} serves package "
@@ -314,7 +328,7 @@ def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
         raise
     except KitError as exc:
         raise UnmeasuredError(f"the MCP endpoint {url} did not answer: {exc}") from None
-    return tools
+    return tools, version
 
 
 def answerer_problem(answerer: str | None, answerer_cmd: str | None,
@@ -351,6 +365,9 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
         raise UsageError(f"--prompt {prompt_path}: not a file")
 
     run = Run.open(run_dir)
+    # The ledger it appends to, checked before any answerer is paid for: a bad line is the
+    # ledger's (named: file, line, what), never blamed on an answer recorded after it.
+    check_before_append(run.dir, "run_answers.py")
     eval_set = load_set(set_dir)
     cases_file = eval_set.dir / CASES_FILE
     cli.check_known(options.only, eval_set.cases, where=cases_file)
@@ -402,9 +419,15 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
             policy = _policy(options, claude, protected, sealed_from, extra_binds)
             label = policy.label
         with _endpoint(eval_set, options) as url:
-            allowed = [isolation.claude_tool_name(t) for t in _answerer_tools(url, eval_set)]
+            tools, version = _answerer_tools(url, eval_set, options.publisher_version)
+            allowed = [isolation.claude_tool_name(t) for t in tools]
+            header_vars = header_variables(url) if options.mcp_url else {}
             if not pinned:
                 run.update_info(answererPromptSha=prompt_sha)
+            # What the answers are retrieved against: the version the endpoint reports, and the
+            # headers sent by the variables' names (never their values).
+            run.update_info(publisherVersion=version,
+                            mcpHeaders={h: "$" + v for h, v in header_vars.items()} or None)
             # Once answered unsealed, a run stays so: its unsealed attempts are still in it.
             if run.info.get("sandbox") != seal.NO_SANDBOX:
                 run.update_info(sandbox=label)
@@ -413,7 +436,8 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
             ctx = _Context(run=run, eval_set=eval_set, options=options,
                            prompt=render_prompt(template, eval_set), mcp_url=url,
                            protected=protected, log=log, shared=shared, progress=progress,
-                           claude=claude, allowed=allowed, api=api, view=view, policy=policy)
+                           claude=claude, allowed=allowed, api=api, view=view, policy=policy,
+                           header_vars=header_vars)
             log.write("start", answerer=spec.label, command=redact(spec.template or ""),
                       mcp_url=url, local=options.local, prompt=str(prompt_path),
                       prompt_sha=prompt_sha, samples=options.samples, planned=len(plan.todo),
@@ -479,7 +503,14 @@ def _policy(options: HarnessOptions, claude: str | None, protected: list[str],
         program = sandbox.program_binds(spec.kind, first, rest, search_path=search)
     return sandbox.make_policy(bwrap, version, program=program, extra=extra,
                                protected=sealed_from, temp_base=isolation.temp_base(protected),
-                               env_names=sandbox.allowed_env_names(spec.kind, options.pass_env))
+                               env_names=sandbox.allowed_env_names(spec.kind, [
+                                   *options.pass_env, *_header_names(options)]))
+
+
+def _header_names(options: HarnessOptions) -> list[str]:
+    """The environment variables a hosted endpoint's headers read (--mcp-header): the sealed
+    answerer needs them to expand its MCP configuration's ${VAR} references."""
+    return list(header_variables(options.mcp_url).values()) if options.mcp_url else []
 
 
 def _run_all(ctx: _Context, todo: list[PlannedAttempt]) -> list[AttemptOutcome]:
@@ -560,7 +591,7 @@ def _try(ctx: _Context, planned: PlannedAttempt, try_no: int) -> AttemptOutcome:
     options = ctx.options
     started = time.monotonic()
     with isolation.attempt_space(ctx.protected, question=planned.question, prompt=ctx.prompt,
-                                 mcp_url=ctx.mcp_url) as space:
+                                 mcp_url=ctx.mcp_url, header_vars=ctx.header_vars) as space:
         if options.answerer.kind == "anthropic":
             return _try_api(ctx, planned, try_no, space, started)
         return _try_command(ctx, planned, try_no, space, started)
@@ -591,7 +622,12 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
                  space: isolation.AttemptSpace, started: float) -> AttemptOutcome:
     options = ctx.options
     cap = options.max_output_mb << 20
-    env = isolation.child_environment(os.environ, ctx.protected, space.workdir)
+    # The variables the MCP configuration's headers refer to (${VAR}) go to the answerer as
+    # they are (into the sandbox too: the policy's allow-list names them); nothing writes their
+    # values anywhere.
+    env = isolation.child_environment(os.environ, ctx.protected, space.workdir,
+                                      extra={v: os.environ.get(v, "")
+                                             for v in ctx.header_vars.values()})
     argv = _command_argv(ctx, planned, space)
     wrapper = None
     if ctx.policy is not None:
@@ -649,7 +685,7 @@ def _try_api(ctx: _Context, planned: PlannedAttempt, try_no: int,
         api_loop.run_api_session(ctx.api, mcp_url=ctx.mcp_url, question=planned.question,
                                  system_prompt=ctx.prompt, workdir=space.workdir,
                                  max_turns=options.max_turns,
-                                 deadline=started + options.timeout, budget=ctx.shared.budget,
+                                 timeout=options.timeout, budget=ctx.shared.budget,
                                  transcript=space.stdout)
     except api_loop.BudgetStop as exc:
         why = (f"--max-cost-usd {options.max_cost_usd:g} would be exceeded by the next model call "
@@ -690,7 +726,7 @@ def _record(ctx: _Context, planned: PlannedAttempt, try_no: int, space: isolatio
     seconds = time.monotonic() - started
     outcome = AttemptOutcome(planned.qid, planned.sample, "recorded", try_no,
                              attempt_event_id=rec.attempt_event_id, submitted=rec.submitted,
-                             truncated=bool(attempt.get("truncated")),
+                             truncated=is_truncated(attempt.get("truncated")),
                              contaminated=rec.contaminated, num_turns=attempt.get("num_turns"),
                              cost_usd=attempt.get("cost_usd"), seconds=seconds)
     ctx.log.write("try", outcome="recorded", attempt_event_id=rec.attempt_event_id,
