@@ -183,6 +183,8 @@ class GateOptions:
     max_cost_usd: float | None = None
     dry_run: bool = False
     run_id: str | None = None
+    allow_different_set: bool = False        # compare_runs' flags, for a baseline made over an
+    allow_different_retrieval: bool = False  # older revision of the set or by another retrieval
     harness: dict[str, Any] = field(default_factory=dict)  # further HarnessOptions fields, as given
 
 
@@ -326,7 +328,9 @@ def run_gate(journal_dir: str | Path, candidate: str | Path, options: GateOption
 
     compare_dir = gate_dir / "compare"
     comparison = compare_runs([base_dir], [run_dir], eval_set.dir, targets=targets,
-                              band_path=band.path, only_common_cases=True)
+                              band_path=band.path, only_common_cases=True,
+                              allow_different_set=options.allow_different_set,
+                              allow_different_retrieval=options.allow_different_retrieval)
     if not comparison.comparable:
         raise UnmeasuredError(f"the gate's run cannot be compared with the baseline: "
                               f"{comparison.verdict}")
@@ -343,6 +347,7 @@ def run_gate(journal_dir: str | Path, candidate: str | Path, options: GateOption
                     "broken_within": decision.broken_within, "noisy": decision.noisy,
                     "band_max": decision.band_max, "band_file": band.path,
                     "seed": options.seed, "samples": options.samples,
+                    "compared_despite": comparison.differences,
                     "spent_usd": round(answered.spent_usd, 6)})
     return GateResult(str(journal.dir), str(cand), check.candidate_digest, plan, decision.decision,
                       decision.reasons, decision.summary, comparison.verdict, str(compare_dir),

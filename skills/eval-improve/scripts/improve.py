@@ -26,7 +26,7 @@ hand-authored draft, and the gate planned for the scripted answerer as make demo
   .venv/bin/python skills/eval-improve/scripts/improve.py start --set runs/imp --run runs/imp/runs/baseline --issue baseline:refund-rule-unwritten-for-returned-orders --journal runs/imp/journal
   .venv/bin/python skills/eval-improve/scripts/improve.py draft --journal runs/imp/journal --drafter hand:evals/bookshop/improve/drafts.jsonl --out runs/imp/model-refunds
   .venv/bin/python skills/eval-improve/scripts/improve.py check --set runs/imp --candidate-model runs/imp/model-refunds --journal runs/imp/journal
-  .venv/bin/python skills/eval-improve/scripts/improve.py gate --journal runs/imp/journal --candidate-model runs/imp/model-refunds --aa-runs runs/imp/runs/baseline runs/imp/runs/baseline-2 --judge replay --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}" --guard 3 --run-id improve-refunds --dry-run
+  .venv/bin/python skills/eval-improve/scripts/improve.py gate --journal runs/imp/journal --candidate-model runs/imp/model-refunds --aa-runs runs/imp/runs/baseline runs/imp/runs/baseline-2 --judge replay --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}" --guard 3 --run-id improve-refunds --allow-different-set --allow-different-retrieval --dry-run
   .venv/bin/python skills/eval-improve/scripts/improve.py rollback --journal runs/imp/journal
 """
 
@@ -118,6 +118,12 @@ def build_parser() -> cli.ScriptParser:
     g.add_argument("--prompt", type=cli.existing_file, metavar="FILE",
                    help="the answerer's instructions (default: eval-answer's answerer-prompt.md)")
     g.add_argument("--run-id", metavar="ID", help="the gate run's id (names its judge recordings)")
+    g.add_argument("--allow-different-set", action="store_true",
+                   help="compare with a baseline made over another revision of the set's files "
+                        "(cases whose golden or question changed are left out)")
+    g.add_argument("--allow-different-retrieval", action="store_true",
+                   help="compare with a baseline answered with another retrieval mode or "
+                        "Publisher version")
     cli.add_json_flag(g)
 
     for name, help_ in (("accept", "the gated change into the model; the issue marked fixed"),
@@ -165,7 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             judge_spec=args.judge, band=args.band, aa_runs=list(args.aa_runs),
             samples=args.samples, guard=args.guard, seed=args.seed, parallel=args.parallel,
             max_turns=args.max_turns, timeout=args.timeout, prompt_file=args.prompt,
-            max_cost_usd=args.max_cost_usd, dry_run=args.dry_run, run_id=args.run_id)
+            max_cost_usd=args.max_cost_usd, dry_run=args.dry_run, run_id=args.run_id,
+            allow_different_set=args.allow_different_set,
+            allow_different_retrieval=args.allow_different_retrieval)
         gated = run_gate(args.journal, args.candidate_model, options)
         cli.emit(gated, as_json=args.json, render=render_gate)
         return gated.exit_code
