@@ -4,7 +4,9 @@
 Each attempt runs in a fresh empty folder outside the kit, the set and the run, with a filtered
 environment and an MCP configuration naming only the endpoint; it is recorded the moment it ends,
 through the same code as record_attempt.py (contamination check included). Answerers:
-`claude-code[:MODEL]` (the `claude` CLI, only the Publisher tools allowed), `anthropic:MODEL` (the
+`claude-code[:MODEL]` (Claude Code: the version the kit pins, installed by `make setup`, or
+--claude PATH; only the Publisher tools offered; run.json records its claudeCodeVersion),
+`anthropic:MODEL` (the
 kit's own tool-use loop; needs ANTHROPIC_API_KEY), or --answerer-cmd TEMPLATE (any command writing
 Claude Code stream-json on stdout; placeholders {question_file} {prompt_file} {mcp_config}
 {workdir} {max_turns} {qid} {sample}, each replaced by a shell-quoted value; write paths in it
@@ -13,7 +15,7 @@ truncated. A crash, a model or transport error, or no stream-json at all is not 
 to <run>/harness.jsonl and is tried again; --max-failures of those in a row stop the run. Running
 the same command again resumes; --redo QIDS answers chosen cases again. Exit 0 ran (a budget stop
 included), 2 bad flags, 3 stopped by harness failures or could not start (no run.json, no endpoint,
-no `claude`, no API key).
+no Claude Code, no API key).
 
 Examples (the first makes the run; the second answers two cases with the kit's scripted answerer,
 scripts/scripted_answerer.py, which needs no model; $PWD is the kit's root, so its paths are
@@ -21,7 +23,7 @@ absolute):
   .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/live1 --answerer-model scripted-answerer --run-id live1
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
-  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs `claude` (Claude Code) on PATH
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs ANTHROPIC_API_KEY (Claude Code calls the Messages API)
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def _answerer(args: argparse.Namespace) -> str | None:
             check_template(spec.template or "", Path.cwd())
     except UsageError as exc:
         return str(exc)
+    if args.claude is not None and spec.kind != "claude-code":
+        return "--claude names the Claude Code to run; it goes with --answerer claude-code only"
     if args.max_cost_usd is not None and spec.kind == "anthropic" and price_for(spec.model) is None:
         return (f"--max-cost-usd needs a priced model; {spec.model!r} is not in "
                 f"{PRICES_PATH.name} (add its row, or drop the cap)")
@@ -64,6 +68,9 @@ def build_parser() -> cli.ScriptParser:
                    help="claude-code, claude-code:MODEL, or anthropic:MODEL")
     p.add_argument("--answerer-cmd", metavar="TEMPLATE",
                    help="a command that answers like Claude Code (see below); enough on its own")
+    p.add_argument("--claude", type=cli.existing_file, metavar="PATH",
+                   help="the Claude Code executable for --answerer claude-code (default: the "
+                        "version the kit pins, installed by `make setup`)")
     cli.add_endpoint_arguments(p, purpose="answer")
     cli.add_count_argument(p, "--samples", default=1,
                            help="attempts per case (default 1: sample null; K > 1: samples 1..K)")
@@ -105,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         only=args.only, redo=args.redo, split=args.split, parallel=args.parallel,
         max_turns=args.max_turns, timeout=args.timeout, max_cost_usd=args.max_cost_usd,
         prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
-        max_output_mb=args.max_output_mb)
+        max_output_mb=args.max_output_mb,
+        claude=str(args.claude) if args.claude is not None else None)
     result = run_answers(args.run, args.set_dir, options)
     cli.emit(result, as_json=args.json, render=render_text)
     return result.exit_code

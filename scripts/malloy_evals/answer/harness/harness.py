@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.harness import api_loop, command, isolation
+from malloy_evals.answer.harness import api_loop, claude_cli, command, isolation
 from malloy_evals.answer.harness.local import serve_model_http
 from malloy_evals.answer.harness.plan import (
     DEFAULT_PROMPT,
@@ -80,6 +80,7 @@ class HarnessOptions:
     retries: int = 2
     max_failures: int = 4
     max_output_mb: int = 64
+    claude: str | None = None     # --claude PATH; else the kit's pinned Claude Code
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ class _Context:
     progress: Callable[[str], None]
     claude: str | None = None                 # the claude executable (claude-code)
     allowed: list[str] = field(default_factory=list)  # Claude Code names of the allowed tools
+    withheld: list[str] = field(default_factory=list)  # the endpoint's other tools, by those names
     api: api_loop.ApiAnswerer | None = None
     view: LiveView | None = None              # the run's live view, refreshed under shared.lock
 
@@ -274,8 +276,9 @@ def _endpoint(eval_set: EvalSet, options: HarnessOptions) -> Iterator[str]:
     yield options.mcp_url or ""
 
 
-def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
-    """The endpoint's tools an answerer may use, checked before any answerer starts (exit 3 when
+def _answerer_tools(url: str, eval_set: EvalSet) -> tuple[list[str], list[str]]:
+    """The endpoint's tools an answerer may use, and the others it lists (withheld), checked
+    before any answerer starts (exit 3 when
     the endpoint does not answer, offers none of them, or cannot load the set's package: a
     broken model would otherwise be "answered" once per attempt, at the answerer's price)."""
     try:
@@ -299,7 +302,7 @@ def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
         raise
     except KitError as exc:
         raise UnmeasuredError(f"the MCP endpoint {url} did not answer: {exc}") from None
-    return tools
+    return tools, isolation.withheld_tools(listed)
 
 
 def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOptions,
@@ -352,26 +355,28 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
 
     with _run_lock(run):
         claude = None
+        claude_version = None
         api = None
         protected = isolation.protected_paths(paths.KIT_ROOT, eval_set.dir, run.dir)
         if spec.kind == "claude-code":
-            path = isolation.child_environment(os.environ, protected, Path.cwd()).get("PATH")
-            claude = shutil.which("claude", path=path)
-            if claude is None:
-                raise UnmeasuredError("claude-code: no `claude` on PATH (install Claude Code, or "
-                                      "use --answerer-cmd or --answerer anthropic:<model>)")
+            claude, claude_version = _claude_code(run, options, protected, progress)
         elif spec.kind == "anthropic":
             api = api_loop.ApiAnswerer.create(spec.model or "")
         with _endpoint(eval_set, options) as url:
-            allowed = [isolation.claude_tool_name(t) for t in _answerer_tools(url, eval_set)]
+            tools, others = _answerer_tools(url, eval_set)
+            allowed = [isolation.claude_tool_name(t) for t in tools]
+            withheld = [isolation.claude_tool_name(t) for t in others]
             if not pinned:
                 run.update_info(answererPromptSha=prompt_sha)
+            if claude_version is not None:
+                run.update_info(claudeCodeVersion=claude_version)
             shared = _Shared(queue=iter(plan.todo), total=len(plan.todo), budget=budget,
                              max_failures=options.max_failures)
             ctx = _Context(run=run, eval_set=eval_set, options=options,
                            prompt=render_prompt(template, eval_set), mcp_url=url,
                            protected=protected, log=log, shared=shared, progress=progress,
-                           claude=claude, allowed=allowed, api=api, view=view)
+                           claude=claude, allowed=allowed, withheld=withheld, api=api,
+                           view=view)
             log.write("start", answerer=spec.label, command=redact(spec.template or ""),
                       mcp_url=url, local=options.local, prompt=str(prompt_path),
                       prompt_sha=prompt_sha, samples=options.samples, planned=len(plan.todo),
@@ -395,6 +400,27 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
     return HarnessResult(**base, mcp_url=url, outcomes=outcomes, stopped=shared.stopped,
                          stop_kind=shared.stop_kind, spent_usd=budget.spent,
                          unknown_cost=budget.unknown, local=options.local)
+
+
+def _claude_code(run: Run, options: HarnessOptions, protected: list[str],
+                 progress: Callable[[str], None]) -> tuple[str, str]:
+    """The Claude Code executable and the version it reports (exit 3 when there is none, or it
+    will not say); a run answered by one version refuses another (exit 2), as it refuses
+    another prompt: one run, one answerer."""
+    env = isolation.child_environment(os.environ, protected, Path.cwd(), claude_cli.CLI_ENV)
+    exe = claude_cli.find_claude(options.claude, env)
+    version = claude_cli.claude_version(exe, env)
+    recorded = run.info.get("claudeCodeVersion")
+    if recorded and recorded != version:
+        raise UsageError(f"{run.dir.name}: its attempts were answered by Claude Code {recorded}; "
+                         f"{exe} is {version}. One run, one answerer: make a new run with "
+                         "new_run.py for this version")
+    pinned = claude_cli.pinned_version()
+    note = "the kit's pinned install" if exe == claude_cli.PINNED_EXE else str(exe)
+    if not version.startswith(pinned + " ") and version != pinned:
+        note += f"; the kit pins {pinned}"
+    progress(f"claude-code: Claude Code {version} ({note})")
+    return str(exe), version
 
 
 def _run_all(ctx: _Context, todo: list[PlannedAttempt]) -> list[AttemptOutcome]:
@@ -484,10 +510,10 @@ def _try(ctx: _Context, planned: PlannedAttempt, try_no: int) -> AttemptOutcome:
 def _command_argv(ctx: _Context, planned: PlannedAttempt, space: isolation.AttemptSpace) -> list[str]:
     spec = ctx.options.answerer
     if spec.kind == "claude-code":
-        return command.claude_argv(ctx.claude or "claude", question=planned.question,
-                                   prompt=ctx.prompt, mcp_config=space.mcp_config,
-                                   max_turns=ctx.options.max_turns, allowed=ctx.allowed,
-                                   blocked=list(isolation.CLAUDE_BLOCKED_TOOLS), model=spec.model)
+        return claude_cli.claude_argv(ctx.claude or "claude", question=planned.question,
+                                      prompt=ctx.prompt, mcp_config=space.mcp_config,
+                                      max_turns=ctx.options.max_turns, allowed=ctx.allowed,
+                                      withheld=ctx.withheld, model=spec.model)
     values = {"question_file": str(space.question_file), "prompt_file": str(space.prompt_file),
               "mcp_config": str(space.mcp_config), "workdir": str(space.workdir),
               "max_turns": str(ctx.options.max_turns), "qid": planned.qid,
@@ -506,7 +532,8 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
                  space: isolation.AttemptSpace, started: float) -> AttemptOutcome:
     options = ctx.options
     cap = options.max_output_mb << 20
-    env = isolation.child_environment(os.environ, ctx.protected, space.workdir)
+    extra = claude_cli.CLI_ENV if options.answerer.kind == "claude-code" else None
+    env = isolation.child_environment(os.environ, ctx.protected, space.workdir, extra)
     child = command.run_child(_command_argv(ctx, planned, space), cwd=space.workdir, env=env,
                               timeout=options.timeout, stdout_path=space.stdout,
                               stderr_path=space.stderr, max_stdout_bytes=cap)
