@@ -69,6 +69,7 @@ def run_claude(argv: list[str], *, cwd: Path, env: dict[str, str],
                timeout: float = 600) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     """The real CLI, to its end: the process and its stream-json lines."""
     done = subprocess.run([str(CLAUDE), *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done, lines

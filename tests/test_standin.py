@@ -122,5 +122,6 @@ def test_the_script_prints_its_url_once_listening_and_refuses_a_missing_script(t
         proc.terminate()
         proc.wait(timeout=60)
     missing = subprocess.run([sys.executable, str(KIT / "scripts" / "model_standin.py"),
-                              "--scripts", str(tmp_path / "nope.json")], capture_output=True, text=True)
+                              "--scripts", str(tmp_path / "nope.json")],
+                             capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "no such file" in missing.stderr

@@ -273,11 +273,11 @@ def _handler(stand_in: StandIn) -> type[BaseHTTPRequestHandler]:
                              tools=tool_names(body), n_messages=len(messages), body=body)
             return entry
 
-        def do_GET(self) -> None:  # noqa: N802 (the http.server spelling)
+        def do_GET(self) -> None:
             self._error(404, "not_found_error", f"stand-in: no route GET {self.path}",
                         self._entry())
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
             try:
                 body = jsonl.loads(raw.decode("utf-8"))
@@ -315,7 +315,7 @@ def _handler(stand_in: StandIn) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.close_connection = True
             for name, data in stream_events(reply):
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode("utf-8"))
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
 
     return Handler

@@ -61,7 +61,8 @@ def claude_version(exe: Path, env: Mapping[str, str]) -> str:
     will not say (a broken install is not an answerer)."""
     try:
         out = subprocess.run([str(exe), "--version"], env=dict(env), capture_output=True,
-                             text=True, timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL)
+                             text=True, timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                             check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UnmeasuredError(f"{exe} --version: {exc}") from None
     said = (out.stdout or "").strip().splitlines()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import shutil
 import signal
 import threading
 import time
