@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from claude_support import (
     tool_results,
     write_script,
 )
-from harness_support import BOOKSHOP, KIT, answer, ledger, make_set, new_run
+from harness_support import BOOKSHOP, KIT, answer, ledger, new_run
 from malloy_evals.answer.harness import claude_cli
 from malloy_evals.llm.select import make_provider
 from malloy_evals.sets.eval_set import load_set
@@ -149,7 +150,8 @@ def test_bash_read_grep_and_glob_reaching_for_the_key_are_flagged_from_the_real_
     # Unsealed: a command answerer running the real CLI with its own file and shell tools allowed,
     # so the tools really run and really find the key; the contamination check reads the
     # transcript the CLI wrote.
-    set_dir = make_set(tmp_path, {QID: None})
+    set_dir = tmp_path / "bookshop"
+    shutil.copytree(BOOKSHOP, set_dir)
     cases = set_dir / "cases.jsonl"
     turns = [
         {"tool_use": [{"name": "Bash", "input": {"command": f"cat {cases}"}},
@@ -167,7 +169,7 @@ def test_bash_read_grep_and_glob_reaching_for_the_key_are_flagged_from_the_real_
     with model_server([script], tmp_path / "home", monkeypatch):
         monkeypatch.setenv("ENABLE_TOOL_SEARCH", "false")
         code, doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
-                                 "--answerer-cmd", command], capsys)
+                                 "--only", QID, "--answerer-cmd", command], capsys)
     assert code == 0, err
     [attempt] = _attempts(run)
     assert attempt["contaminated"] is True and "contaminated" in err
@@ -183,6 +185,17 @@ def test_bash_read_grep_and_glob_reaching_for_the_key_are_flagged_from_the_real_
 
 # ---------------------------------------------------------------- the kit as a plugin
 
+def _tracked_copy(dest: Path) -> Path:
+    """The kit's tracked files (as they are in the working tree), copied to `dest`."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=KIT, capture_output=True, check=True)
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = KIT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 def test_the_kit_loads_as_a_plugin_and_lists_its_three_skills(needs_claude, tmp_path, monkeypatch):
     script = write_script(tmp_path / "scripts", "hi", "Which skills do you have?", ["Three."])
     work = tmp_path / "work"
@@ -194,9 +207,12 @@ def test_the_kit_loads_as_a_plugin_and_lists_its_three_skills(needs_claude, tmp_
                                  cwd=work, env=env)
         assert done.returncode == 0, done.stderr
         skills = init_line(lines)["skills"]
-        # Installed from the checkout with the CLI's own plugin commands, in one command.
-        installed = run_claude(["plugin", "install", "malloy-evals", "--marketplace", str(KIT)],
-                               cwd=work, env=env)[0]
+        # Installed from a checkout with the CLI's own plugin commands, in one command. (A copy
+        # of the tracked files: the CLI copies the whole folder into its plugin cache, and this
+        # checkout's .venv and Node runtime would make that 1.5 GB.)
+        checkout = _tracked_copy(tmp_path / "checkout")
+        installed = run_claude(["plugin", "install", "malloy-evals", "--marketplace",
+                                str(checkout)], cwd=work, env=env)[0]
         listed = run_claude(["plugin", "list"], cwd=work, env=env)[0]
         _done, lines = run_claude(["-p", "Which skills do you have?", "--output-format",
                                    "stream-json", "--verbose"], cwd=work, env=env)
