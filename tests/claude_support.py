@@ -1,6 +1,6 @@
 """Running the real Claude Code CLI in tests: the kit's pinned install against the model stand-in
 (llm/standin.py) on loopback, with a scratch HOME so the user's own configuration never loads and
-nothing is written into it. Tests that need the CLI take the `needs_claude` fixture: it skips
+nothing is written into it. Tests that need the CLI take conftest's `needs_claude` fixture: it skips
 with the reason where the Node runtime (and so the CLI) is missing, and fails instead under CI."""
 
 from __future__ import annotations
@@ -25,16 +25,6 @@ def claude_missing_reason() -> str | None:
         return (f"the kit's Claude Code is not installed ({CLAUDE} is missing): run `make setup` "
                 "with Node 20+ and npm on PATH")
     return None
-
-
-@pytest.fixture
-def needs_claude() -> None:
-    reason = claude_missing_reason()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set, so the real-CLI tests must run: {reason}")
-    pytest.skip(reason)
 
 
 def write_script(folder: Path, name: str, question: str, turns: list[Any],

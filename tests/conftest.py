@@ -39,6 +39,20 @@ def needs_node() -> None:
 
 
 @pytest.fixture
+def needs_claude() -> None:
+    """Skip a test of the real Claude Code with the reason when the kit's pinned CLI is not
+    installed (no Node runtime), except in CI, where it fails."""
+    from claude_support import claude_missing_reason
+
+    reason = claude_missing_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set, so the real-CLI tests must run: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
 def kit_root() -> Path:
     return KIT_ROOT
 

@@ -23,7 +23,6 @@ from claude_support import (
     cli_env,
     init_line,
     model_server,
-    needs_claude,  # noqa: F401 (a fixture)
     result_text,
     run_claude,
     tool_results,
@@ -168,8 +167,8 @@ def test_bash_read_grep_and_glob_reaching_for_the_key_are_flagged_from_the_real_
     run = new_run(tmp_path, set_dir, "leak1")
     with model_server([script], tmp_path / "home", monkeypatch):
         monkeypatch.setenv("ENABLE_TOOL_SEARCH", "false")
-        code, doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
-                                 "--only", QID, "--answerer-cmd", command], capsys)
+        code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
+                                  "--only", QID, "--answerer-cmd", command], capsys)
     assert code == 0, err
     [attempt] = _attempts(run)
     assert attempt["contaminated"] is True and "contaminated" in err
