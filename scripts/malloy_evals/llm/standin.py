@@ -268,9 +268,10 @@ def _handler(stand_in: StandIn) -> type[BaseHTTPRequestHandler]:
             entry: dict[str, Any] = {"method": self.command, "path": path,
                                      "user_agent": self.headers.get("user-agent", "")}
             if body is not None:
-                messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+                messages = body.get("messages")
+                n_messages = len(messages) if isinstance(messages, list) else 0
                 entry.update(model=body.get("model"), stream=bool(body.get("stream")),
-                             tools=tool_names(body), n_messages=len(messages), body=body)
+                             tools=tool_names(body), n_messages=n_messages, body=body)
             return entry
 
         def do_GET(self) -> None:
