@@ -128,7 +128,8 @@ def model_standin(scratch: Path) -> Iterator[dict[str, str]]:
     neither read nor written)."""
     log = scratch / "standin-requests.jsonl"
     proc = subprocess.Popen([sys.executable, str(STANDIN), "--scripts", str(MODEL_SCRIPTS),
-                             "--log", str(log)], cwd=KIT, stdout=subprocess.PIPE, text=True)
+                             "--request-log", str(log)], cwd=KIT, stdout=subprocess.PIPE,
+                            text=True)
     try:
         assert proc.stdout is not None
         ready: list[str] = []
