@@ -13,12 +13,13 @@ from malloy_evals.llm.base import (
     HAND_AUTHORED,
     LlmReply,
     LlmRequest,
+    OneShot,
     RecordingMissing,
     reply_from_sample,
 )
 
 
-class HandProvider:
+class HandProvider(OneShot):
     """`hand:<FILE>`: replies a person wrote, as JSONL lines `{key, replies: [reply, ...]}`.
     The k-th call of a key gets replies[k] (the last one repeats). A reply that is an object is the
     structured reply; a string is raw text (to exercise the text parser)."""
