@@ -27,15 +27,19 @@ def node_runtime_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture
-def needs_node() -> None:
-    """Skip a runtime-backed test with a clear reason when Node is absent, except in CI."""
-    reason = node_runtime_missing_reason()
+def _skip_unless_ci(reason: str | None, what: str) -> None:
+    """Skip with the reason when something a test needs is missing; under CI, fail instead."""
     if reason is None:
         return
     if os.environ.get("CI"):
-        pytest.fail(f"CI is set, so runtime tests must run: {reason}")
+        pytest.fail(f"CI is set, so {what} must run: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def needs_node() -> None:
+    """Skip a runtime-backed test with a clear reason when Node is absent, except in CI."""
+    _skip_unless_ci(node_runtime_missing_reason(), "runtime tests")
 
 
 @pytest.fixture
@@ -44,12 +48,7 @@ def needs_claude() -> None:
     installed (no Node runtime), except in CI, where it fails."""
     from claude_support import claude_missing_reason
 
-    reason = claude_missing_reason()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set, so the real-CLI tests must run: {reason}")
-    pytest.skip(reason)
+    _skip_unless_ci(claude_missing_reason(), "the real-CLI tests")
 
 
 @pytest.fixture

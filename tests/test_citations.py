@@ -241,11 +241,11 @@ def skill_path_problems(skill_md: str, text: str, tree: Tree) -> list[str]:
 
 def test_every_path_a_skill_md_names_resolves_from_the_skills_own_folder():
     paths = tracked_files()
+    skills = [n for n in paths if n.startswith("skills/") and n.endswith("/SKILL.md")]
+    assert len(skills) == 3
     tree = Tree(paths)
-    problems = []
-    for name in paths:
-        if name.startswith("skills/") and name.endswith("/SKILL.md"):
-            problems += skill_path_problems(name, (KIT / name).read_text(encoding="utf-8"), tree)
+    problems = [p for n in skills
+                for p in skill_path_problems(n, (KIT / n).read_text(encoding="utf-8"), tree)]
     assert problems == [], "\n".join(problems)
 
 
