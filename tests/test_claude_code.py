@@ -142,6 +142,23 @@ exec {shlex.quote(str(CLAUDE))} "$@"
     assert len(_attempts(run)) == 1
 
 
+def test_a_turn_the_script_does_not_have_is_refused_and_logged_as_a_harness_failure(
+        needs_claude, needs_node, tmp_path, capsys, monkeypatch):
+    # The script stops after its first call: the CLI's next request has no scripted turn, the
+    # stand-in refuses it (400), and the CLI's error result is a harness failure, not an attempt.
+    script = write_script(tmp_path / "scripts", "short", _question(), _answer_turns()[:1])
+    run = new_run(tmp_path, BOOKSHOP, "cc3")
+    with model_server([script], tmp_path / "home", monkeypatch) as server:
+        code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--local",
+                                 "--only", QID, "--answerer", "claude-code", "--retries", "0",
+                                 "--max-failures", "1"], capsys)
+        refused = [r for r in server.requests if r["status"] == 400]
+    assert code == 3 and doc["failed"] == 1 and _attempts(run) == []
+    assert refused and all("no scripted turn" in r["refused"] for r in refused)
+    [failure] = [o["failure"] for o in doc["outcomes"]]
+    assert "the answerer reported an error" in failure and "400 stand-in" in failure
+
+
 # ---------------------------------------------------------------- reaching for the key
 
 def test_bash_read_grep_and_glob_reaching_for_the_key_are_flagged_from_the_real_transcript(
