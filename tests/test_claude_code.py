@@ -149,9 +149,9 @@ def test_a_turn_the_script_does_not_have_is_refused_and_logged_as_a_harness_fail
     script = write_script(tmp_path / "scripts", "short", _question(), _answer_turns()[:1])
     run = new_run(tmp_path, BOOKSHOP, "cc3")
     with model_server([script], tmp_path / "home", monkeypatch) as server:
-        code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--local",
-                                 "--only", QID, "--answerer", "claude-code", "--retries", "0",
-                                 "--max-failures", "1"], capsys)
+        code, doc, _err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--local",
+                                  "--only", QID, "--answerer", "claude-code", "--retries", "0",
+                                  "--max-failures", "1"], capsys)
         refused = [r for r in server.requests if r["status"] == 400]
     assert code == 3 and doc["failed"] == 1 and _attempts(run) == []
     assert refused and all("no scripted turn" in r["refused"] for r in refused)
