@@ -32,6 +32,7 @@ from harness_support import BOOKSHOP, KIT, answer, ledger, new_run
 from malloy_evals.answer.harness import claude_cli
 from malloy_evals.llm.select import make_provider
 from malloy_evals.sets.eval_set import load_set
+from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.run_scorer import score_run
 from script_support import make_scratch
 
@@ -112,8 +113,8 @@ def test_real_claude_code_answers_offered_only_the_publisher_tools_and_is_scored
         {"why": "re-executed revenue equals the golden", "verdict": "match", "confidence": 9,
          "column_pairing": {}, "gold_status": "verified", "gold_note": ""}]}) + "\n")
     judge = make_provider(f"hand:{replies}", role="judge", set_dir=BOOKSHOP)
-    scored = score_run(run.dir, BOOKSHOP, judge=judge, judge_spec=f"hand:{replies}",
-                       local=True, progress=lambda _m: None)
+    scored = score_run(RunOutputs.load(run.dir, BOOKSHOP), judge=judge,
+                       judge_spec=f"hand:{replies}", local=True, progress=lambda _m: None)
     assert {o.qid: o.verdict for o in scored.outcomes} == {QID: "match"}
 
 
