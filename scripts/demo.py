@@ -13,7 +13,8 @@ scratch folder, and compare_runs.py compares the candidate with the baseline aga
 Then the live leg: run_answers.py puts four questions to the real Claude Code the kit pins
 (--answerer claude-code), its model's turns replayed by the model stand-in on loopback
 (scripts/model_standin.py, from evals/bookshop/model-scripts/): the CLI really calls get_context
-and execute_query on the local endpoint. Without the Node runtime (so without the CLI) it uses
+and execute_query on the local endpoint, each attempt sealed in bubblewrap (without bwrap the leg stops with exit
+3 saying how to install it). Without the Node runtime (so without the CLI) it uses
 the kit's scripted answerer instead (scripts/scripted_answerer.py, no model, the same calls over
 MCP), and says which. Each attempt is recorded and score_run.py scores them; only the judge's
 replies are recordings (hand-authored, evals/bookshop/recordings/judge/_authored.live.jsonl).

@@ -15,7 +15,8 @@ Modes, for testing the harness (--mode, or `[scripted:MODE]` anywhere in the que
 answer (default), hang (waits forever, ignoring SIGTERM, with a sleeping child), crash (exits 1
 mid-session), flood (endless output), error (a result line reporting an API error), noise (lines
 that are not JSON), read (reads --read PATH, or `[scripted:read=PATH]`, with a Read tool use it
-reports, then answers). --env-out FILE writes the cwd, its entries and the environment it got.
+reports, whether or not the file could be read, then answers). --env-out FILE writes the cwd, its
+entries and the environment it got (a path the answerer can write: run it with --no-sandbox).
 
 Examples (run_answers.py --answerer-cmd runs it for you; by hand, serve the model first, and write
 mcp.json as {"mcpServers": {"malloy": {"type": "http", "url": "http://127.0.0.1:4040/mcp"}}}):
@@ -260,10 +261,15 @@ def main(argv: list[str] | None = None) -> int:
             while True:
                 time.sleep(60)
         if mode == "read" and read_path is not None:
-            text = read_path.read_text(encoding="utf-8", errors="replace")
+            # Reported whether or not it could be read (sealed, the set is not there to read):
+            # the attempt is what it tried, as Claude Code's Read reports a missing file.
+            try:
+                text, failed = read_path.read_text(encoding="utf-8", errors="replace"), False
+            except OSError as exc:
+                text, failed = f"cannot read {read_path}: {exc.strerror}", True
             session.say([{"type": "tool_use", "id": "toolu_scripted_read", "name": "Read",
                           "input": {"file_path": str(read_path)}}])
-            writer.tool_results([{"tool_use_id": "toolu_scripted_read", "is_error": False,
+            writer.tool_results([{"tool_use_id": "toolu_scripted_read", "is_error": failed,
                                   "content": [{"type": "text", "text": text[:200]}]}])
         _answer(session, question, plan)
         return 0

@@ -139,8 +139,6 @@ def test_touching_a_needle_is_contaminated(uses, needle):
                  id="gold_string_in_a_query"),
     pytest.param([use("TodoWrite", todos=[{"content": "check evals/ later", "status": "pending"}])],
                  id="todo_text_is_not_a_path"),
-    pytest.param([use("Task", prompt="do not read evals/", description="sub")],
-                 id="subagent_prompt_is_not_a_path"),
     pytest.param([use("Read", file_path="/w/src/app.py")], id="ordinary_source_file"),
 ])
 def test_similar_names_and_non_paths_are_clean(uses):
@@ -812,8 +810,6 @@ def test_pwd_of_an_honest_file_stays_clean():
 @pytest.mark.parametrize("uses", [
     pytest.param([use("ExitPlanMode", plan="1. Never open `sets/shop/a.csv` or 'runs/'")],
                  id="plan_text"),
-    pytest.param([use("Task", description="check", prompt="do not read 'sets/shop/a.csv'",
-                      subagent_type="general-purpose")], id="subagent_prompt"),
     pytest.param([use("AskUserQuestion", questions=[{"question": "Use 'runs/' or not?"}])],
                  id="question_to_the_user"),
 ])

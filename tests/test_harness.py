@@ -129,7 +129,8 @@ os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
                              bookshop_mcp_url, "--only", "bk_total_revenue", "--answerer",
                              "claude-code:claude-sonnet-4-5", "--max-turns", "12",
-                             "--claude", str(fake)], capsys)
+                             "--claude", str(fake), "--no-sandbox"],  # the stand-in logs to,
+                            capsys)  # and runs from, tmp_path
     assert code == 0, err
     argv = json.loads(log.read_text())
     question = load_set(BOOKSHOP).case("bk_total_revenue").question
@@ -166,7 +167,8 @@ def test_timeout_records_a_truncated_attempt_and_kills_the_whole_process_group(
     pids = tmp_path / "pids.txt"
     run = new_run(tmp_path, BOOKSHOP, "to1")
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
-                             bookshop_mcp_url, "--only", "bk_total_revenue", "--timeout", "4",
+                             bookshop_mcp_url, "--only", "bk_total_revenue", "--timeout", "15",
+                             "--no-sandbox",  # unsealed: the group kill alone must end them
                              "--answerer-cmd", scripted_cmd("--mode hang", f"--pid-file {pids}")],
                             capsys)
     assert code == 0, err
@@ -276,7 +278,8 @@ def test_the_answerer_runs_in_an_empty_folder_with_the_kit_and_set_filtered_out(
     seen = tmp_path / "seen.json"
     run = new_run(tmp_path, set_dir, "env1")
     code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
-                              bookshop_mcp_url, "--answerer-cmd", scripted_cmd(f"--env-out {seen}")],
+                              bookshop_mcp_url, "--no-sandbox",  # the unsealed deny-list
+                              "--answerer-cmd", scripted_cmd(f"--env-out {seen}")],
                              capsys)
     assert code == 0, err
     got = json.loads(seen.read_text())

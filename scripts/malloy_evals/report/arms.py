@@ -190,6 +190,7 @@ class RunInfo:
     model_sha: str | None
     attempts: int
     left_out: dict[str, int]
+    sandbox: str | None = None     # run.json's `sandbox`: how its answerers ran
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,8 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
             run_id=str(info.get("runId") or Path(directory).name), dir=str(directory),
             started=info.get("started"), set_name=info.get("setName"), phase=info.get("phase"),
             answerer_model=info.get("answererModel"), model_sha=info.get("modelSha"),
-            attempts=run_attempts, left_out=dict(sorted(run_left.items()))))
+            attempts=run_attempts, left_out=dict(sorted(run_left.items())),
+            sandbox=info.get("sandbox")))
     cases = {qid: case_outcome(qid, outs, golden_revisions=revisions.get(qid, ()),
                                question_shas=shas.get(qid, ()))
              for qid, outs in sorted(per_case.items())}

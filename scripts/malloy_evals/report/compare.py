@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core import cli, commands, files, schemas
+from malloy_evals.core import cli, commands, files, schemas, seal
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, UsageError
 from malloy_evals.report.arms import (
@@ -220,7 +220,22 @@ def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | 
                  set_label: str = "<set>") -> Comparison:
     """Compare two arms already read: refuse (naming every difference) or compute the flip
     table, the paired statistics over cases decided in both arms, the band decision, the
-    targets and the verdict line."""
+    targets and the verdict line; a run answered unsealed marks the verdict and the headline."""
+    c = _compare_arms(base, candidate, set_name=set_name, band=band, targets=targets, seed=seed,
+                      resamples=resamples, allow_different_judge=allow_different_judge,
+                      only_common_cases=only_common_cases, fail_on_regression=fail_on_regression,
+                      set_label=set_label)
+    note = seal.unsealed_note((r.run_id, {"sandbox": r.sandbox})
+                              for arm in (base, candidate) for r in arm.runs)
+    if note is None:
+        return c
+    return replace(c, verdict=f"{c.verdict} ({note})", headline=[note, *c.headline])
+
+
+def _compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | None,
+                  targets: Sequence[str], seed: int, resamples: int, allow_different_judge: bool,
+                  only_common_cases: bool, fail_on_regression: bool,
+                  set_label: str) -> Comparison:
     # The band must describe both arms: held against every judge pin either arm's scores carry.
     pins = {k: list(dict.fromkeys([*base.pins.get(k, []), *candidate.pins.get(k, [])]))
             for k in {*base.pins, *candidate.pins}}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from malloy_evals.answer import retrieval
-from malloy_evals.core import commands
+from malloy_evals.core import commands, seal
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import EXIT_UNMEASURED, KitError
@@ -554,6 +554,7 @@ def summarize_events(
         shown_rate = rate
     drift = [str(q) for q in (info.get("goldenDrift") or [])]
     headline += "".join(f"; {mark}" for mark in headline_marks(info))
+    headline = seal.sealed_headline(headline, [(str(info.get("runId") or run_dir), info)])
 
     retrieval_figures = _retrieval_figures(retrieval_rows)
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None

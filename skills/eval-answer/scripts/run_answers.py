@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
 """Put every question of a run's set to a blind answerer, N times each, and record every attempt.
 
-Each attempt runs in a fresh empty folder outside the kit, the set and the run, with a filtered
-environment and an MCP configuration naming only the endpoint; it is recorded the moment it ends,
-through the same code as record_attempt.py (contamination check included). Answerers:
+Each attempt runs in a fresh empty folder outside the kit, the set and the run, with an MCP
+configuration naming only the endpoint, sealed in a bubblewrap sandbox: it sees the system
+folders and its own program read-only, its working folder, an empty /tmp and HOME, only its own
+processes, and only PATH, LANG, TZ, what its answerer needs and --pass-env NAME from the
+environment (the network is shared). --sandbox-bind PATH adds a read-only path (refused, exit 2,
+when it holds a set, a run or the kit's evals/). No bwrap, or a kernel refusing its namespaces:
+exit 3 saying how to install it (Debian: apt-get install bubblewrap), unless --no-sandbox, which
+runs it UNSEALED (printed first and last, and in every headline of the run). Each attempt is
+recorded the moment it ends, through the same code as record_attempt.py (contamination check
+included). Answerers:
 `claude-code[:MODEL]` (Claude Code: the version the kit pins, installed by `make setup`, or
 --claude PATH; only the Publisher tools offered; run.json records its claudeCodeVersion),
 `anthropic:MODEL` (the
@@ -15,13 +22,14 @@ truncated. A crash, a model or transport error, or no stream-json at all is not 
 to <run>/harness.jsonl and is tried again; --max-failures of those in a row stop the run. Running
 the same command again resumes; --redo QIDS answers chosen cases again. Exit 0 ran (a budget stop
 included), 2 bad flags, 3 stopped by harness failures or could not start (no run.json, no endpoint,
-no Claude Code, no API key).
+no Claude Code, no API key, no working bwrap).
 
 Examples (the first makes the run; the second answers two cases with the kit's scripted answerer,
 scripts/scripted_answerer.py, which needs no model; $PWD is the kit's root, so its paths are
 absolute):
   .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/live1 --answerer-model scripted-answerer --run-id live1
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_by_genre --no-sandbox --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs ANTHROPIC_API_KEY (Claude Code calls the Messages API)
 """
@@ -37,10 +45,15 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.answer.harness.command import check_template
-from malloy_evals.answer.harness.harness import HarnessOptions, render_text, run_answers
+from malloy_evals.answer.harness.harness import (
+    UNSEALED_LINE,
+    HarnessOptions,
+    render_text,
+    run_answers,
+)
 from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
 from malloy_evals.core import cli
-from malloy_evals.core.errors import UsageError
+from malloy_evals.core.errors import KitError, UsageError
 from malloy_evals.llm.prices import PRICES_PATH, price_for
 
 
@@ -100,6 +113,13 @@ def build_parser() -> cli.ScriptParser:
     cli.add_count_argument(p, "--max-output-mb", default=64,
                            help="a command's stdout beyond this stops it: a harness failure "
                                 "(default 64)")
+    p.add_argument("--sandbox-bind", action="append", default=[], metavar="PATH",
+                   help="one more path the sealed answerer may read (read-only; repeatable); "
+                        "refused when it holds a set, a run or the kit's evals/")
+    p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                   help="one more environment variable the sealed answerer gets (repeatable)")
+    p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
+                   help="run the answerer without bubblewrap: the run reads UNSEALED everywhere")
     cli.add_check(p, _answerer)
     cli.add_json_flag(p)
     return p
@@ -113,11 +133,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         only=args.only, redo=args.redo, split=args.split, parallel=args.parallel,
         max_turns=args.max_turns, timeout=args.timeout, max_cost_usd=args.max_cost_usd,
         prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
-        max_output_mb=args.max_output_mb,
+        max_output_mb=args.max_output_mb, sandbox=args.sandbox,
+        sandbox_binds=args.sandbox_bind, pass_env=args.pass_env,
         claude=str(args.claude) if args.claude is not None else None)
-    result = run_answers(args.run, args.set_dir, options)
-    cli.emit(result, as_json=args.json, render=render_text)
-    return result.exit_code
+    if not args.sandbox:
+        cli.progress(UNSEALED_LINE)
+    try:
+        result = run_answers(args.run, args.set_dir, options)
+        cli.emit(result, as_json=args.json, render=render_text)
+        code = result.exit_code
+    except KitError as exc:
+        if args.sandbox:
+            raise
+        cli.progress(f"error: {exc}")  # said here, so that UNSEALED stays the last line
+        code = exc.exit_code
+    if not args.sandbox:
+        cli.progress(UNSEALED_LINE)
+    return code
 
 
 if __name__ == "__main__":

@@ -138,21 +138,49 @@ def _pump(source: IO[bytes], sink: IO[bytes], cap: int, on_cap: Any) -> None:
 
 
 def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
-              stdout_path: Path, stderr_path: Path, max_stdout_bytes: int) -> ChildRun:
-    """Run one answerer process to its end, its timeout or its output cap (see the module doc)."""
+              stdout_path: Path, stderr_path: Path, max_stdout_bytes: int,
+              wrapper: list[str] | None = None) -> ChildRun:
+    """Run one answerer process to its end, its timeout or its output cap (see the module doc).
+
+    `wrapper` is `[bwrap, its options...]` (sandbox.py) to run `argv` in: the options reach
+    bwrap through a pipe (`bwrap --args FD -- argv`), never its command line."""
     started = time.monotonic()
     # Both capture files are created, exclusively, before the child exists: nothing it plants in
     # their place (a link to a file elsewhere) can turn the harness's writes into writes there.
     with stdout_path.open("xb") as out, stderr_path.open("xb") as err:
+        fds: tuple[int, ...] = ()
+        if wrapper is not None:
+            head, fds = _args_through_pipe(wrapper[0], wrapper[1:])
+            argv = [*head, "--", *argv]
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=fds)
         except OSError as exc:
             err.write(f"{exc}\n".encode())
             return ChildRun(None, 0.0, False, False, 0, start_error=exc.strerror or str(exc))
+        finally:
+            for fd in fds:
+                os.close(fd)
         return _watch(proc, out, err, started, timeout=timeout,
                       max_stdout_bytes=max_stdout_bytes)
+
+
+def _args_through_pipe(program: str, args: list[str]) -> tuple[list[str], tuple[int, ...]]:
+    """`[program, --args, FD]` and the pipe's read end FD, the NUL-separated args already in it
+    (a sandbox's command line is a few kilobytes: far below a pipe's buffer)."""
+    payload = b"".join(a.encode("utf-8") + b"\0" for a in args)
+    read_end, write_end = os.pipe()
+    try:
+        if len(payload) > 60_000:
+            raise OSError(f"the sandbox's arguments are too long ({len(payload)} bytes)")
+        os.write(write_end, payload)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return [program, "--args", str(read_end)], (read_end,)
 
 
 def _watch(proc: subprocess.Popen[bytes], out: IO[bytes], err: IO[bytes], started: float, *,
