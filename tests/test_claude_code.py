@@ -125,7 +125,7 @@ def test_a_claude_other_than_the_pinned_one_is_recorded_in_run_json(
     wrapper.parent.mkdir()
     wrapper.write_text(f"""#!/bin/sh
 if [ "$1" = "--version" ]; then echo "2.0.77 (Claude Code)"; exit 0; fi
-exec {shlex.quote(str(CLAUDE))} "$@"
+exec {shlex.quote(str(CLAUDE.resolve()))} "$@"
 """)
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     script = write_script(tmp_path / "scripts", "rev", _question(), _answer_turns())
@@ -133,7 +133,10 @@ exec {shlex.quote(str(CLAUDE))} "$@"
     base = ["--run", str(run.dir), "--set", str(BOOKSHOP), "--local", "--only", QID,
             "--answerer", "claude-code"]
     with model_server([script], tmp_path / "home", monkeypatch):
-        code, doc, err = answer([*base, "--claude", str(wrapper)], capsys)
+        # Sealed, the wrapper sees only its own file: the CLI it runs is bound in by hand.
+        installed = CLAUDE.resolve().parents[1]
+        code, doc, err = answer([*base, "--claude", str(wrapper), "--sandbox-bind",
+                                 str(installed)], capsys)
         assert code == 0, err
         assert json.loads(run.info_path.read_text())["claudeCodeVersion"] == "2.0.77 (Claude Code)"
         assert f"the kit pins {claude_cli.pinned_version()}" in err and doc["recorded"] == 1
@@ -182,22 +185,38 @@ def test_bash_read_grep_and_glob_reaching_for_the_key_are_flagged_from_the_real_
     command = (f"{shlex.quote(str(CLAUDE))} -p \"$(cat {{question_file}})\" --output-format "
                f"stream-json --verbose --mcp-config {{mcp_config}} --strict-mcp-config --tools "
                f"{tools} --allowedTools {tools} --permission-mode dontAsk")
-    run = new_run(tmp_path, set_dir, "leak1")
+    base = ["--set", str(set_dir), "--local", "--only", QID, "--answerer-cmd", command]
+    unsealed, sealed = new_run(tmp_path, set_dir, "leak1"), new_run(tmp_path, set_dir, "leak2")
     with model_server([script], tmp_path / "home", monkeypatch):
         monkeypatch.setenv("ENABLE_TOOL_SEARCH", "false")
-        code, _doc, err = answer(["--run", str(run.dir), "--set", str(set_dir), "--local",
-                                  "--only", QID, "--answerer-cmd", command], capsys)
-    assert code == 0, err
-    [attempt] = _attempts(run)
+        code, _doc, err = answer(["--run", str(unsealed.dir), *base, "--no-sandbox"], capsys)
+        assert code == 0, err
+        # The same script sealed: the CLI (bound in by hand) and its settings passed through.
+        sealed_code, _doc, sealed_err = answer(
+            ["--run", str(sealed.dir), *base, "--sandbox-bind", str(CLAUDE.resolve().parents[1]),
+             *[f"--pass-env={n}" for n in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY",
+                                          "ENABLE_TOOL_SEARCH")]], capsys)
+    [attempt] = _attempts(unsealed)
     assert attempt["contaminated"] is True and "contaminated" in err
-    lines = _transcript(run, attempt)
+    lines = _transcript(unsealed, attempt)
     assert sorted(init_line(lines)["tools"])[:4] == ["Bash", "Glob", "Grep", "Read"]
     results = {k: result_text(v) for k, v in tool_results(lines).items()}
-    # The tools ran: the shell and the read returned the golden, the searches found the file.
+    # Unsealed the tools ran and found the key: the shell and the read returned the golden, the
+    # searches found the file.
     assert '"golden"' in results["toolu_s0t0u0"] and '"golden"' in results["toolu_s0t0u1"]
     assert str(cases) in results["toolu_s0t1u0"] and str(cases) in results["toolu_s0t1u1"]
     reasons = attempt["contamination_reasons"]
     assert {r["tool"] for r in reasons} == {"Bash", "Read", "Grep", "Glob"}
+    # Sealed, the same calls find nothing: the set is not there to read. The reach is still in
+    # the transcript, so the attempt is flagged all the same.
+    assert sealed_code == 0, sealed_err
+    [sealed_attempt] = _attempts(sealed)
+    sealed_results = {k: result_text(v) for k, v in
+                      tool_results(_transcript(sealed, sealed_attempt)).items()}
+    assert len(sealed_results) == 4
+    assert not any('"golden"' in text or f"{cases}\n" in text + "\n"
+                   for text in sealed_results.values()), sealed_results
+    assert sealed_attempt["contaminated"] is True
 
 
 # ---------------------------------------------------------------- the kit as a plugin
