@@ -466,7 +466,7 @@ def test_default_needles_are_spec_5_1():
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=600, check=False)
 
 
 def _write_log(tmp_path: Path, uses: list[dict[str, Any]], **extra: Any) -> Path:

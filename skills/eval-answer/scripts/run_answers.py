@@ -98,7 +98,8 @@ def build_parser() -> cli.ScriptParser:
                            help="turns per attempt before it is cut off, recorded truncated "
                                 "(default 30)")
     p.add_argument("--timeout", type=cli.seconds, default=900.0,
-                   help="seconds per attempt before it is cut off, recorded truncated (default 900)")
+                   help="seconds per attempt, counted from the answerer's first output, "
+                        "before it is cut off, recorded truncated (default 900)")
     p.add_argument("--max-cost-usd", type=cli.dollars, metavar="X",
                    help="stop once the run's answerers have spent X dollars (earlier sessions "
                         "count); anthropic: before the call that could exceed it; a command: "

@@ -50,10 +50,12 @@ from malloy_evals.core.errors import (
     UsageError,
 )
 from malloy_evals.core.redact import Redactor, redact
-from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.vocab import is_contaminated, is_truncated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
+from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.llm.prices import PRICES_PATH, price_for
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
@@ -301,8 +303,11 @@ def _answerer_tools(url: str, eval_set: EvalSet) -> tuple[list[str], list[str]]:
             if not tools:
                 raise UnmeasuredError(f"the MCP endpoint {url} offers no get_context or "
                                       f"execute_query tool (it lists: {', '.join(listed) or 'nothing'})")
-            sources = client.get_context(environmentName=eval_set.environment,
-                                         packageName=eval_set.target_package)
+            # The endpoint loads the package on this call (its runners start): the readiness
+            # signal, waited for up to the runner's own load ceiling.
+            sources = client.call_ok("get_context", {"environmentName": eval_set.environment,
+                                                     "packageName": eval_set.target_package},
+                                     timeout=LOAD_TIMEOUT_S)
             if isinstance(sources, dict) and not (sources.get("results") or sources.get("sources")):
                 note = sources.get("note") or "no sources listed"
                 raise UnmeasuredError(f"the MCP endpoint {url} serves package "
@@ -335,6 +340,9 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
         raise UsageError(f"--prompt {prompt_path}: not a file")
 
     run = Run.open(run_dir)
+    # The ledger it appends to, checked before any answerer is paid for: a bad line is the
+    # ledger's (named: file, line, what), never blamed on an answer recorded after it.
+    check_before_append(run.dir, "run_answers.py")
     eval_set = load_set(set_dir)
     cases_file = eval_set.dir / CASES_FILE
     cli.check_known(options.only, eval_set.cases, where=cases_file)
@@ -659,7 +667,7 @@ def _try_api(ctx: _Context, planned: PlannedAttempt, try_no: int,
         api_loop.run_api_session(ctx.api, mcp_url=ctx.mcp_url, question=planned.question,
                                  system_prompt=ctx.prompt, workdir=space.workdir,
                                  max_turns=options.max_turns,
-                                 deadline=started + options.timeout, budget=ctx.shared.budget,
+                                 timeout=options.timeout, budget=ctx.shared.budget,
                                  transcript=space.stdout)
     except api_loop.BudgetStop as exc:
         why = (f"--max-cost-usd {options.max_cost_usd:g} would be exceeded by the next model call "
@@ -700,7 +708,7 @@ def _record(ctx: _Context, planned: PlannedAttempt, try_no: int, space: isolatio
     seconds = time.monotonic() - started
     outcome = AttemptOutcome(planned.qid, planned.sample, "recorded", try_no,
                              attempt_event_id=rec.attempt_event_id, submitted=rec.submitted,
-                             truncated=bool(attempt.get("truncated")),
+                             truncated=is_truncated(attempt.get("truncated")),
                              contaminated=rec.contaminated, num_turns=attempt.get("num_turns"),
                              cost_usd=attempt.get("cost_usd"), seconds=seconds)
     ctx.log.write("try", outcome="recorded", attempt_event_id=rec.attempt_event_id,
