@@ -39,6 +39,12 @@ def _skip_unless_ci(reason: str | None, what: str) -> None:
 @pytest.fixture
 def needs_node() -> None:
     """Skip a runtime-backed test with a clear reason when Node is absent, except in CI."""
+    skip_without_node()
+
+
+def skip_without_node() -> None:
+    """Skip the calling test (or fixture, of any scope) with a clear reason when Node is absent,
+    except in CI."""
     _skip_unless_ci(node_runtime_missing_reason(), "runtime tests")
 
 
