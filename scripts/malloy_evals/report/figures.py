@@ -25,10 +25,9 @@ from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.report.stats import wilson_interval
 from malloy_evals.sets.eval_set import EvalSet
 
-# Two-sided 95%: the normal quantile at 0.975.
-Z95 = 1.959963984540054
 
 # The verdict counts in the order a summary shows them: the two decisions first, then the rest.
 VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
@@ -37,22 +36,6 @@ ENVIRONMENT_FAILURE = "environment_failure"  # the null reason that makes a run 
 
 # ---------------------------------------------------------------------------------------------
 # Pass rate with a Wilson interval
-
-
-def wilson_interval(passed: int, total: int, z: float = Z95) -> tuple[float, float] | None:
-    """The Wilson score interval for passed/total as fractions; None when total is 0.
-
-    Wilson rather than the normal approximation because runs are small and rates sit near 0 or 1,
-    where p +- z*sqrt(p(1-p)/n) leaves [0, 1] or collapses to a point.
-    """
-    if total <= 0:
-        return None
-    p = passed / total
-    z2 = z * z
-    denom = 1 + z2 / total
-    centre = (p + z2 / (2 * total)) / denom
-    half = (z / denom) * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)

@@ -75,3 +75,95 @@ def paired_bootstrap(differences: Sequence[float], *, seed: int = DEFAULT_SEED,
     means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
     tail = (1 - level) / 2
     return percentile(means, tail), percentile(means, 1 - tail)
+
+
+# --------------------------------------------------------------------------- agreement and k samples
+
+Z95 = 1.959963984540054  # two-sided 95%: the normal quantile at 0.975
+
+
+def wilson_interval(passed: int, total: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval for passed/total as fractions; None when total is 0.
+
+    Wilson rather than the normal approximation because runs are small and rates sit near 0 or 1,
+    where p +- z*sqrt(p(1-p)/n) leaves [0, 1] or collapses to a point.
+    """
+    if total <= 0:
+        return None
+    p = passed / total
+    z2 = z * z
+    denom = 1 + z2 / total
+    centre = (p + z2 / (2 * total)) / denom
+    half = (z / denom) * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
+    """Cohen's kappa of two raters over the same items: (p_o - p_e) / (1 - p_e).
+
+    p_o is the share of pairs the raters agree on; p_e the agreement two raters with these
+    marginals would reach by chance (the sum over labels of the product of each rater's share).
+    None with no pair, or when chance agreement is already total (both raters used one label
+    throughout): kappa is 0/0 there, and a number would pretend to measure something.
+    """
+    n = len(pairs)
+    if n == 0:
+        return None
+    observed = sum(1 for a, b in pairs if a == b) / n
+    first: dict[str, int] = {}
+    second: dict[str, int] = {}
+    for a, b in pairs:
+        first[a] = first.get(a, 0) + 1
+        second[b] = second.get(b, 0) + 1
+    chance = math.fsum(first[label] * second.get(label, 0) for label in first) / (n * n)
+    if chance >= 1.0:
+        return None
+    return (observed - chance) / (1 - chance)
+
+
+def kappa_bootstrap(pairs: Sequence[tuple[str, str]], *, seed: int = DEFAULT_SEED,
+                    resamples: int = DEFAULT_RESAMPLES,
+                    level: float = 0.95) -> tuple[float, float] | None:
+    """The percentile interval of Cohen's kappa, resampling pairs with replacement (seeded).
+
+    A resample whose raters both used one label throughout agrees totally, so it counts as
+    kappa 1 (its kappa is 0/0; see `cohen_kappa`). None with no pair.
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, not {resamples}")
+    n = len(pairs)
+    if n == 0:
+        return None
+    rng = random.Random(seed)
+    values = list(pairs)
+    kappas = []
+    for _ in range(resamples):
+        k = cohen_kappa(rng.choices(values, k=n))
+        kappas.append(1.0 if k is None else k)
+    kappas.sort()
+    tail = (1 - level) / 2
+    return percentile(kappas, tail), percentile(kappas, 1 - tail)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The chance that at least one of k samples drawn without replacement from n, c of them
+    correct, is correct: 1 - C(n-c, k) / C(n, k) (with n == k: 1 when any sample passed)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, not n={n} c={c} k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """The chance that all of k samples drawn without replacement from n are correct:
+    C(c, k) / C(n, k) (with n == k: 1 only when every sample passed)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass^k needs 0 <= c <= n and 1 <= k <= n, not n={n} c={c} k={k}")
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def mean_bootstrap(values: Sequence[float], *, seed: int = DEFAULT_SEED,
+                   resamples: int = DEFAULT_RESAMPLES,
+                   level: float = 0.95) -> tuple[float, float] | None:
+    """The percentile interval of a mean, resampling the values with replacement (seeded);
+    None with no value. One value per case: the case is the unit that was sampled."""
+    return paired_bootstrap(values, seed=seed, resamples=resamples, level=level)
