@@ -19,7 +19,7 @@ from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
 from malloy_evals.core.words import sample_words
-from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
+from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate, judge_samples_for
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
 from malloy_evals.ledger.artifacts import PredictionView, read_prediction, read_prediction_csv
@@ -111,10 +111,13 @@ def prediction_from_reexecution(result: ReexecuteResult, run: Run) -> Prediction
 def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, provider: Provider,
                   endpoint: QueryEndpoint | None = None, reexecutor: Reexecutor | None = None,
                   judge_retries: int = 1, append: bool = True, reexecute: bool = True,
-                  doctrine: Doctrine | None = None, view: LiveView | None = None) -> ScoreResult:
+                  doctrine: Doctrine | None = None, view: LiveView | None = None,
+                  judge_samples: int | None = None) -> ScoreResult:
     """Score one attempt in the order of reference/scoring.md and append exactly one score event
     (append=False: judge.py, which only prints). One endpoint, one provider and one live view of
-    the ledger (`view`, read here when not given) serve every attempt of a run."""
+    the ledger (`view`, read here when not given) serve every attempt of a run. `judge_samples`:
+    how many times the judge is asked (--judge-samples); None is 3 where the judge is known
+    unstable, else 1 (`decision.judge_samples_for`)."""
 
     view = view or run.view()
     attempt = run.attempt(qid, sample, view)
@@ -167,7 +170,8 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
                             truncated=attempt.get("truncated") is True,
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
-                            doctrine=doctrine, definitions=case_definitions(eval_set, case))
+                            doctrine=doctrine, definitions=case_definitions(eval_set, case),
+                            judge_samples=judge_samples_for(case, submission, judge_samples))
     except HostReplyPending as exc:
         waiting = "pending" if ingest else "emitted"
         return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,
@@ -192,7 +196,8 @@ def _emit_first(run: Run, eval_set: EvalSet, qid: str, sample: int | None) -> st
 def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,
                      provider: Provider, mcp_url: str | None = None, local: bool = False,
                      judge_retries: int = 1, append: bool = True,
-                     model_dir: str | Path | None = None) -> ScoreResult:
+                     model_dir: str | Path | None = None,
+                     judge_samples: int | None = None) -> ScoreResult:
     """score_attempt.py / judge.py: open the run and set, connect when re-execution needs it,
     score (or only judge) one attempt. A host ingest reuses the prediction its emit judged.
     `model_dir` (--model): the package the attempt was answered against, served by --local and
@@ -206,10 +211,12 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
         if append and not ingest:
             raise UsageError(cli.ENDPOINT_NEEDED)
         return score_attempt(run, eval_set, qid, sample, provider=provider, reexecute=False,
-                             judge_retries=judge_retries, append=append)
+                             judge_retries=judge_retries, append=append,
+                             judge_samples=judge_samples)
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         return score_attempt(run, eval_set, qid, sample, provider=provider, endpoint=endpoint,
-                             judge_retries=judge_retries, append=append)
+                             judge_retries=judge_retries, append=append,
+                             judge_samples=judge_samples)
 
 
 def render_score(result: ScoreResult) -> str:

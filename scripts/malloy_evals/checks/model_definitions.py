@@ -78,6 +78,7 @@ def _compile(folder: Path, model_path: str | None) -> Definitions | str:
     try:
         with MalloyRuntime(folder, allow=default_allow(folder)) as runtime:
             raw = runtime.definitions()
+            surface = runtime.describe()  # which fields are measures (the veto's lineage)
     except KitError as exc:
         return f"the model could not be compiled: {exc}"
     errors = [e for e in raw.get("errors") or [] if isinstance(e, dict)]
@@ -85,7 +86,7 @@ def _compile(folder: Path, model_path: str | None) -> Definitions | str:
     if bad and (model_path is not None or not raw.get("models")):
         first = bad[0]
         return f"{first.get('path', '?')} does not compile: {first.get('message', '?')}"
-    return Definitions.from_runner(raw, model_path)
+    return Definitions.from_runner(raw, model_path, surface)
 
 
 def check_set_with_model(set_dir: str | Path) -> FolderReport:

@@ -88,7 +88,8 @@ def regression_pairs(path: Path) -> list[Pair]:
     if not path.is_file():
         return out
     for _line, fixture in read_objects(path):
-        prov = fixture.get("provenance") if isinstance(fixture.get("provenance"), dict) else {}
+        found = fixture.get("provenance")
+        prov: dict[str, Any] = found if isinstance(found, dict) else {}
         judge, human = prov.get("judgeVerdict"), fixture.get("verdict")
         if judge not in LABELS or human not in LABELS or not isinstance(fixture.get("qid"), str):
             continue

@@ -10,7 +10,7 @@ from malloy_evals.core import commands, files
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
 from malloy_evals.core.words import number_or_na
-from malloy_evals.report.figures import CaseRow, RunSummary, attempt_label
+from malloy_evals.report.figures import CaseRow, RunSummary, attempt_label, samples_text
 
 
 def _pct(x: float | None) -> str:
@@ -57,6 +57,12 @@ def render_markdown(s: RunSummary) -> str:
     out.append("")
     out.append(f"**{s.headline}**")
     out.append("")
+    k_line = samples_text(s.samples)
+    if k_line and s.samples:
+        out.append(k_line + ".")
+        out.append("Per case, samples matched of those decided: " + ", ".join(
+            f"{c['qid']} {c['matched']}/{c['decided']}" for c in s.samples["per_case"]) + ".")
+        out.append("")
     v = s.verdicts
     out.append(f"{s.attempts} attempts, {s.scored} scored. Verdicts: match {v['match']}, "
                f"no_match {v['no_match']}, near_match {v['near_match']}, "

@@ -167,3 +167,60 @@ def mean_bootstrap(values: Sequence[float], *, seed: int = DEFAULT_SEED,
     """The percentile interval of a mean, resampling the values with replacement (seeded);
     None with no value. One value per case: the case is the unit that was sampled."""
     return paired_bootstrap(values, seed=seed, resamples=resamples, level=level)
+
+
+def sample_figures(cases: Sequence[tuple[int, int]], *, seed: int = DEFAULT_SEED,
+                   resamples: int = DEFAULT_RESAMPLES) -> dict[str, float | int | list[float] | None]:
+    """The k-sample figures of a run from (matched, decided) per case, over the cases with at
+    least one decided sample: pass@1 (the mean per-case fraction, with a seeded bootstrap
+    interval over cases), pass@k (the share of cases where any sample matched) and pass^k (where
+    every sample matched), each with its Wilson interval, and the majority figure (cases where
+    more than half matched). k is each case's decided samples (K when every one was decided)."""
+    decided = [(c, n) for c, n in cases if n > 0]
+    if not decided:
+        return {"cases": 0, "pass_at_1": None, "pass_at_1_ci": None, "pass_at_k": None,
+                "pass_at_k_ci": None, "pass_hat_k": None, "pass_hat_k_ci": None,
+                "majority": None, "majority_ci": None}
+    total = len(decided)
+    fractions = [c / n for c, n in decided]
+    any_pass = sum(1 for c, n in decided if pass_at_k(n, c, n) == 1.0)
+    all_pass = sum(1 for c, n in decided if pass_hat_k(n, c, n) == 1.0)
+    majority = sum(1 for c, n in decided if 2 * c > n)
+
+    def ci(interval: tuple[float, float] | None) -> list[float] | None:
+        return [round(interval[0], 4), round(interval[1], 4)] if interval else None
+
+    return {"cases": total,
+            "pass_at_1": round(math.fsum(fractions) / total, 4),
+            "pass_at_1_ci": ci(mean_bootstrap(fractions, seed=seed, resamples=resamples)),
+            "pass_at_k": round(any_pass / total, 4), "pass_at_k_ci": ci(wilson_interval(any_pass, total)),
+            "pass_hat_k": round(all_pass / total, 4), "pass_hat_k_ci": ci(wilson_interval(all_pass, total)),
+            "majority": round(majority / total, 4), "majority_ci": ci(wilson_interval(majority, total))}
+
+
+def sign_flip_p(differences: Sequence[float], *, seed: int = DEFAULT_SEED,
+                resamples: int = DEFAULT_RESAMPLES) -> float:
+    """The two-sided paired sign-flip (permutation) test of a mean per-case difference.
+
+    If the change did nothing, each case's difference was as likely to have the other sign, so
+    the observed |mean| is compared with the means of every sign pattern: exactly (all 2^n of
+    them) up to 16 non-zero differences, else over `resamples` seeded random patterns, counting
+    the observed one (p never 0). Cases with no difference change no pattern and are left out.
+    """
+    values = [d for d in differences if d != 0]
+    n = len(values)
+    if n == 0:
+        return 1.0
+    observed = abs(math.fsum(values)) - 1e-12
+    if n <= 16:
+        hits = 0
+        for mask in range(2 ** n):
+            total = math.fsum(-v if mask >> i & 1 else v for i, v in enumerate(values))
+            hits += abs(total) >= observed
+        return hits / 2 ** n
+    rng = random.Random(seed)
+    hits = 1
+    for _ in range(resamples):
+        total = math.fsum(v if rng.random() < 0.5 else -v for v in values)
+        hits += abs(total) >= observed
+    return hits / (resamples + 1)

@@ -103,7 +103,7 @@ def draw_sample(keys: list[AttemptKey], n: int, seed: int) -> list[AttemptKey]:
 def reverify(run: Run, eval_set: EvalSet, *, provider: Provider, sample: int,
              seed: int = DEFAULT_SEED, max_disagreement: float = DEFAULT_MAX_DISAGREEMENT,
              judge_retries: int = 1, endpoint: QueryEndpoint | None = None,
-             dry_run: bool = False) -> ReverifyReport:
+             dry_run: bool = False, judge_samples: int | None = None) -> ReverifyReport:
     """Re-judge `sample` judged attempts of `run` and append one `reverify` event for each one
     the judge decided again (nothing on a dry run, an emit or a pending host reply)."""
     if not 0 <= max_disagreement <= 1:
@@ -116,7 +116,8 @@ def reverify(run: Run, eval_set: EvalSet, *, provider: Provider, sample: int,
         score = scores[key]
         result = score_attempt(run, eval_set, key.qid, key.sample, provider=provider,
                                endpoint=endpoint, reexecute=endpoint is not None,
-                               judge_retries=judge_retries, append=False, view=view)
+                               judge_retries=judge_retries, append=False, view=view,
+                               judge_samples=judge_samples)
         if result.status != "judged":
             items.append(Reverified(key.qid, key.sample, str(score["verdict"]), None, None,
                                     result.status, None, result.message))

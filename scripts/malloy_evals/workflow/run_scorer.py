@@ -364,14 +364,17 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judg
               only: Sequence[str] | None = None, rescore: bool = False,
               allow_drift: bool = False,
               progress: Callable[[str], None] = cli.progress,
-              model_dir: str | Path | None = None) -> RunScoreResult | DriftRefusal:
+              model_dir: str | Path | None = None,
+              judge_samples: int | None = None) -> RunScoreResult | DriftRefusal:
     """score_run: every attempt, then retrieval, then the summary and the files.
 
     Before anything is scored, the goldens it would judge are re-derived from the truth package
     (when the set has one and Node is present): any drift refuses the whole run, naming every
     drifted case, unless `allow_drift`, which scores anyway and pins them as `goldenDrift`.
     `model_dir` (--model): the package folder the run was answered against, served by --local,
-    shown to the judge and pinned as the run's modelSha, instead of the set's model/."""
+    shown to the judge and pinned as the run's modelSha, instead of the set's model/.
+    `judge_samples` (--judge-samples K): the judge asked K times per attempt (None: 3 where it is
+    known unstable, else once; reference/judge.md)."""
 
     cli.require_one_endpoint(mcp_url, local)
     run = Run.open(run_dir)
@@ -411,7 +414,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judg
         def score_one(run_: Run, es: EvalSet, qid: str, sample: int | None) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
                                            endpoint=endpoint, doctrine=doctrine, append=False,
-                                           view=view)
+                                           view=view, judge_samples=judge_samples)
             return result.event if result.event is not None else (
                 result.message or result.status)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
+from malloy_evals.judge.doctrine import add_judge_samples
 from malloy_evals.llm.select import add_provider_arguments, provider_from_args
 from malloy_evals.workflow.run_scorer import DriftRefusal, render_refusal, render_text, score_run
 
@@ -42,6 +43,7 @@ def build_parser() -> cli.ScriptParser:
     cli.add_run_argument(p)
     cli.add_set_argument(p)
     add_provider_arguments(p, "--judge")
+    add_judge_samples(p)
     cli.add_endpoint_arguments(p)
     cli.add_model_argument(p)
     cli.add_coverage_argument(p, use="its measured verdicts beat the authored coverage")
@@ -62,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = score_run(args.run, args.set_dir, judge=judge, judge_spec=args.judge,
                        mcp_url=args.mcp_url, local=args.local, coverage=args.coverage,
                        parallel=args.parallel, only=args.only, rescore=args.rescore,
-                       allow_drift=args.allow_drift, model_dir=args.model)
+                       allow_drift=args.allow_drift, model_dir=args.model,
+                       judge_samples=args.judge_samples)
     if isinstance(result, DriftRefusal):
         cli.emit(result, as_json=args.json, render=render_refusal)
         return result.exit_code
