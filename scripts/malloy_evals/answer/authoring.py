@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import re
-from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,35 +17,9 @@ from malloy_evals.judge.calibration import (
     render_regressions,
 )
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.base import LlmReply, LlmRequest
-from malloy_evals.llm.hand import HandProvider
+from malloy_evals.llm.hand import HandProvider, answering_key
 from malloy_evals.llm.replay import RecordingProvider
 from malloy_evals.sets.eval_set import EvalSet
-
-_SAMPLE_KEY = re.compile(r"^(?P<base>.+)\.s[1-9][0-9]*$")
-
-
-def authored_key(key: str, authored: Container[str]) -> str | None:
-    """The authored key that answers `key`: itself, or for a judge sample `<key>.sN` that has no
-    line of its own, the attempt's `<key>` (a person writes one reply per attempt; where the judge
-    is asked K times it is recorded K times, each sample the same reply). None when neither is."""
-    if key in authored:
-        return key
-    m = _SAMPLE_KEY.match(key)
-    return m.group("base") if m and m.group("base") in authored else None
-
-
-class _SampledHand:
-    """The hand provider, answering a judge sample's key from its attempt's line when the
-    sample has none (the request digest does not cover the key, so the recording is exact)."""
-
-    def __init__(self, hand: HandProvider):
-        self.hand = hand
-        self.spec, self.model = hand.spec, hand.model
-
-    def complete(self, request: LlmRequest) -> LlmReply:
-        key = authored_key(request.key, self.hand.replies) or request.key
-        return self.hand.complete(dataclasses.replace(request, key=key))
 
 
 @dataclass(frozen=True)
@@ -91,7 +62,7 @@ def author_judge_recordings(eval_set: EvalSet, replies: Path, *, out_dir: Path |
 
     out = Path(out_dir) if out_dir else eval_set.recordings_dir("judge")
     hand = HandProvider(Path(replies))
-    provider = RecordingProvider(_SampledHand(hand), out)
+    provider = RecordingProvider(hand, out)
     keys = set(hand.replies)
     calib_qids = sorted({k.split(".")[1] for k in keys if k.startswith("calib.")})
     fixture_ids = sorted({k.removeprefix("regress.") for k in keys if k.startswith("regress.")})
@@ -124,7 +95,7 @@ def author_judge_recordings(eval_set: EvalSet, replies: Path, *, out_dir: Path |
                     except KitError as exc:
                         runs.append({"key": key, "status": "error",
                                      "message": str(exc)})
-    written = sorted(p.stem for p in out.glob("*.json") if authored_key(p.stem, keys))
+    written = sorted(p.stem for p in out.glob("*.json") if answering_key(p.stem, keys))
     return AuthorReport(str(out), written, calibration, regressions, runs)
 
 

@@ -294,7 +294,7 @@ def review_queue(run_dir: str | Path, set_dir: str | Path, *,
             elsewhere = [{"fixtureId": f.get("fixtureId"), "verdict": f.get("verdict"),
                           "line": line, "settledBy": f.get("settledBy")}
                          for line, f in fixtures
-                         if f.get("qid") == qid and f.get("predictionSha", "")[:16] == sha
+                         if f.get("qid") == qid and str(f.get("predictionSha") or "")[:16] == sha
                          and f.get("verdict") != eff.verdict]
             if elsewhere:
                 reasons.append("overruled elsewhere")
