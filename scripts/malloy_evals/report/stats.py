@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import TypeVar
+
+T = TypeVar("T")
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 20261201  # any fixed number; printed with every interval so it can be re-drawn
@@ -65,16 +68,23 @@ def paired_bootstrap(differences: Sequence[float], *, seed: int = DEFAULT_SEED,
     Cases are drawn with replacement, each draw keeping a case's two arms together: that is
     what pairs the bootstrap. Rounding is left to the caller.
     """
+    return bootstrap(list(differences), lambda drawn: math.fsum(drawn) / len(drawn), seed=seed,
+                     resamples=resamples, level=level)
+
+
+def bootstrap(values: Sequence[T], statistic: Callable[[list[T]], float], *, seed: int,
+              resamples: int, level: float) -> tuple[float, float] | None:
+    """The percentile interval of `statistic` over `resamples` seeded draws of `values` with
+    replacement (as many as there are); None with no value."""
     if resamples < 1:
         raise ValueError(f"resamples must be at least 1, not {resamples}")
-    n = len(differences)
+    n = len(values)
     if n == 0:
         return None
     rng = random.Random(seed)
-    values = list(differences)
-    means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    drawn = sorted(statistic(rng.choices(values, k=n)) for _ in range(resamples))
     tail = (1 - level) / 2
-    return percentile(means, tail), percentile(means, 1 - tail)
+    return percentile(drawn, tail), percentile(drawn, 1 - tail)
 
 
 # --------------------------------------------------------------------------- agreement and k samples
@@ -129,20 +139,11 @@ def kappa_bootstrap(pairs: Sequence[tuple[str, str]], *, seed: int = DEFAULT_SEE
     A resample whose raters both used one label throughout agrees totally, so it counts as
     kappa 1 (its kappa is 0/0; see `cohen_kappa`). None with no pair.
     """
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, not {resamples}")
-    n = len(pairs)
-    if n == 0:
-        return None
-    rng = random.Random(seed)
-    values = list(pairs)
-    kappas = []
-    for _ in range(resamples):
-        k = cohen_kappa(rng.choices(values, k=n))
-        kappas.append(1.0 if k is None else k)
-    kappas.sort()
-    tail = (1 - level) / 2
-    return percentile(kappas, tail), percentile(kappas, 1 - tail)
+    def kappa_or_1(drawn: list[tuple[str, str]]) -> float:
+        k = cohen_kappa(drawn)
+        return 1.0 if k is None else k
+
+    return bootstrap(list(pairs), kappa_or_1, seed=seed, resamples=resamples, level=level)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
