@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.base import LlmReply, LlmRequest
+from malloy_evals.llm.base import LlmReply, LlmRequest, OneShot
 from malloy_evals.sets.eval_set import load_set
 
 MODEL_TEXT = """\
@@ -99,7 +99,7 @@ def verdict(verdict: str = "match", confidence: int = 9, why: str = "figures agr
             "gold_status": "verified", "gold_note": None, **extra}
 
 
-class FakeProvider:
+class FakeProvider(OneShot):
     """Answers with scripted replies and records every request (to assert it was not called)."""
 
     spec = "fake"

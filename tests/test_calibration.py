@@ -13,7 +13,7 @@ from malloy_evals.answer import authoring as C_authoring
 from malloy_evals.core import paths
 from malloy_evals.judge import calibration as C_calibration
 from malloy_evals.judge import doctrine as J_doctrine
-from malloy_evals.llm.base import LlmReply, RecordingMissing
+from malloy_evals.llm.base import LlmReply, OneShot, RecordingMissing
 from malloy_evals.sets.eval_set import load_set
 
 ENTRY = {
@@ -30,7 +30,7 @@ ENTRY = {
 }
 
 
-class ByAnswer:
+class ByAnswer(OneShot):
     """A judge whose reply depends on which canned answer it is asked about."""
 
     spec = "by-answer"
@@ -148,7 +148,7 @@ def test_mustnotuse_commit_found_in_the_entries_passes_integrity(tmp_path):
 def test_missing_recordings_fail_closed_with_exit_3(tmp_path):
     es = calib_set(tmp_path)
 
-    class Empty:
+    class Empty(OneShot):
         spec, model = "replay", None
 
         def complete(self, request):
@@ -167,7 +167,7 @@ def fixture(fid, qid="q_rev", want="match", rev=2, **over):
                            "rows": [{"revenue": 1234.5}]}, **over}
 
 
-class Scripted:
+class Scripted(OneShot):
     spec, model = "scripted", "scripted"
 
     def __init__(self, by_key):

@@ -14,13 +14,13 @@ from malloy_evals.answer.coverage.reader import CaseCoverage, CoverageCase, Read
 from malloy_evals.answer.coverage.surface import ModelView
 from malloy_evals.core import cli, paths, schemas
 from malloy_evals.core.errors import KitError
-from malloy_evals.llm.base import LlmReply, RecordingMissing
+from malloy_evals.llm.base import EMITTED, LlmReply, OneShot, RecordingMissing
 
 CHECK_COVERAGE = paths.KIT_ROOT / "skills" / "eval-answer" / "scripts" / "check_coverage.py"
 BOOKSHOP = paths.KIT_ROOT / "evals" / "bookshop"
 
 
-class FakeReader:
+class FakeReader(OneShot):
     """A Provider of our protocol answering canned replies per key, in call order."""
 
     spec = "fake"
@@ -278,7 +278,7 @@ def test_host_emit_with_every_case_pending_exits_0_not_3(tmp_path):
     emitter = make_provider("host", role="coverage", set_dir=tmp_path, host_mode="emit",
                             host_dir=tmp_path / "host")
     report = coverage_reader.measure([CoverageCase("q1", "Revenue?", [])], VIEW, [], emitter)
-    assert report.cases_detail[0]["why"].startswith(coverage_reader.HOST_PENDING)
+    assert report.cases_detail[0]["why"].startswith(EMITTED)
     assert (report.decided, report.pending, report.exit_code) == (0, 1, 0)
     assert list((tmp_path / "host").rglob("*request.json"))
 

@@ -18,7 +18,7 @@ from malloy_evals.diagnose import selection as diagnose_selection
 from malloy_evals.diagnose.replies import Diagnosis, Undiagnosed
 from malloy_evals.diagnose.selection import Bucketed
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.base import LlmReply, RecordingMissing
+from malloy_evals.llm.base import LlmReply, OneShot, RecordingMissing
 from script_support import run_outcome
 
 DIAGNOSE = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
@@ -219,7 +219,7 @@ def test_issue_events_take_the_worst_member_severity_and_validate():
 
 # ---------------------------------------------------------------- diagnose_run on a real ledger
 
-class FakeDiagnoser:
+class FakeDiagnoser(OneShot):
     """A Provider of our protocol: per-case replies by qid, and a clustering reply."""
 
     spec = "fake"

@@ -629,13 +629,13 @@ def test_second_append_reads_only_the_lines_written_since_the_first(tmp_path, mo
     indexed_to = (run.dir / "events.jsonl").stat().st_size
     _in_another_process(_append_tool_calls, str(run.dir), 5)
     starts: list[int] = []
-    take = ledger_index._Index._take_block
+    take = ledger_index.Index._take_block
 
     def spy(self, block, start):
         starts.append(start)
         return take(self, block, start)
 
-    monkeypatch.setattr(ledger_index._Index, "_take_block", spy)
+    monkeypatch.setattr(ledger_index.Index, "_take_block", spy)
     run.append([score(qid="q2")])
     assert starts == [indexed_to]  # one block, from where the first append stopped
     assert run._index.offset == (run.dir / "events.jsonl").stat().st_size
@@ -643,7 +643,7 @@ def test_second_append_reads_only_the_lines_written_since_the_first(tmp_path, mo
 
 def test_plain_batches_do_not_read_the_ledger(tmp_path, monkeypatch):
     run = make_run(tmp_path)
-    monkeypatch.setattr(ledger_index._Index, "refresh", lambda self, fd: pytest.fail("ledger was read"))
+    monkeypatch.setattr(ledger_index.Index, "refresh", lambda self, fd: pytest.fail("ledger was read"))
     run.append([attempt(), {"kind": "tool_call", "qid": "q1", "sample": None,
                             "tool": "get_context", "call_index": 0}])
     assert len(run.read().events) == 2

@@ -1,5 +1,6 @@
 """reference/library.md draws the library as it is: every package and module of
-scripts/malloy_evals/ is on it, and every module and main name it gives exists."""
+scripts/malloy_evals/ is on it, every module and main name it gives exists, no name it gives is
+private, and every name one package (or a script) takes from another package is on it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 KIT = Path(__file__).resolve().parents[1]
 LIBRARY = KIT / "scripts" / "malloy_evals"
+SCRIPT = "a script"  # the package of a skill script or a kit script outside the library
 MAP = KIT / "reference" / "library.md"
 
 MODULE_ROW = re.compile(r"^\| `([\w/]+\.py)` \| (.*?) \| (.*?) \|$", re.MULTILINE)
@@ -52,6 +54,58 @@ def defined_names(path: Path) -> set[str]:
     return names
 
 
+def module_path(dotted: str) -> str | None:
+    """`malloy_evals.a.b` as the library module `a/b.py`, or None (a package, or not the kit's)."""
+    parts = dotted.split(".")
+    if parts[0] != "malloy_evals" or len(parts) < 2:
+        return None
+    rel = "/".join(parts[1:]) + ".py"
+    return rel if (LIBRARY / rel).is_file() else None
+
+
+def package_of(module: str) -> str:
+    return module.rpartition("/")[0] or "."
+
+
+def names_taken(path: Path) -> list[tuple[str, str]]:
+    """(module, name) for every name this source takes from a library module: imported by name,
+    or read as an attribute of a library module it imported."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    taken: list[tuple[str, str]] = []
+    modules: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                whole = module_path(f"{node.module}.{alias.name}")
+                if whole is not None:
+                    modules[alias.asname or alias.name] = whole
+                elif (owner := module_path(node.module)) is not None:
+                    taken.append((owner, alias.name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and (whole := module_path(alias.name)) is not None:
+                    modules[alias.asname] = whole
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in modules:
+            taken.append((modules[node.value.id], node.attr))
+    return taken
+
+
+def cross_package_names() -> dict[tuple[str, str], set[str]]:
+    """(module, name) -> the packages that take it from another package (SCRIPT for scripts)."""
+    sources = [p for p in (KIT / "scripts").rglob("*.py") if "node_modules" not in p.parts]
+    sources += list((KIT / "skills").glob("*/scripts/*.py"))
+    users: dict[tuple[str, str], set[str]] = {}
+    for path in sources:
+        here = (package_of(path.relative_to(LIBRARY).as_posix())
+                if path.is_relative_to(LIBRARY) else SCRIPT)
+        for module, name in names_taken(path):
+            if package_of(module) != here:
+                users.setdefault((module, name), set()).add(here)
+    return users
+
+
 def map_problems(text: str) -> list[str]:
     """Where library.md and the tree disagree, one line each."""
     rows = module_rows(text)
@@ -74,6 +128,11 @@ def map_problems(text: str) -> list[str]:
         have = defined_names(LIBRARY / module)
         problems += [f"{module}: gives `{n}`, which it does not define" for n in names
                      if n not in have]
+        problems += [f"{module}: gives `{n}`, a private name" for n in names if n.startswith("_")]
+    for (module, name), users in sorted(cross_package_names().items()):
+        if module in rows and name not in main_names(rows[module][1]):
+            problems.append(f"{module}: `{name}` is used by {', '.join(sorted(users))}, "
+                            "not on the map")
     return problems
 
 
@@ -94,6 +153,34 @@ def test_a_stale_map_is_found():
         map_problems(renamed)
     ghost = text + "\n| `core/ghost.py` | Nothing. | `nothing` |\n"
     assert "core/ghost.py: on the map, not in the library" in map_problems(ghost)
+
+
+def test_a_door_missing_from_the_map_is_found():
+    # A name another package imports, taken off its module's row, is named with its users.
+    (module, name), users = min(cross_package_names().items())
+    what, cell = module_rows(MAP.read_text(encoding="utf-8"))[module]
+    kept = ", ".join(f"`{n}`" for n in main_names(cell) if n != name) or "`nothing`"
+    text = MAP.read_text(encoding="utf-8").replace(f"| `{module}` | {what} | {cell} |",
+                                                   f"| `{module}` | {what} | {kept} |")
+    assert f"{module}: `{name}` is used by {', '.join(sorted(users))}, not on the map" in \
+        map_problems(text)
+
+
+def test_a_private_main_name_is_found():
+    text = MAP.read_text(encoding="utf-8")
+    module = "core/cli.py"
+    what, cell = module_rows(text)[module]
+    private = text.replace(f"| `{module}` | {what} | {cell} |",
+                           f"| `{module}` | {what} | {cell}, `_hidden` |")
+    assert f"{module}: gives `_hidden`, a private name" in map_problems(private)
+
+
+def test_names_taken_reads_imports_and_module_attributes(tmp_path):
+    source = tmp_path / "s.py"
+    source.write_text("from malloy_evals.core import cli\nfrom malloy_evals.core.files import replace\n"
+                      "import malloy_evals.ledger.run as r\ncli.emit(1)\nr.Run\n")
+    assert sorted(names_taken(source)) == [("core/cli.py", "emit"), ("core/files.py", "replace"),
+                                           ("ledger/run.py", "Run")]
 
 
 def test_names_in_parentheses_are_remarks_not_main_names():

@@ -23,7 +23,7 @@ from malloy_evals.llm.base import (
     RecordingStale,
 )
 from malloy_evals.llm.prices import cost_usd, price_for
-from malloy_evals.llm.select import add_provider_arguments, make_provider, pinned_model
+from malloy_evals.llm.select import add_provider_arguments, make_provider
 
 SCHEMA = {"type": "object", "properties": {"verdict": {"type": "string"}},
           "required": ["verdict"], "additionalProperties": False}
@@ -163,7 +163,7 @@ def test_replay_pin_for_a_key_without_recording_is_the_folders_source_before_any
     write_recording(tmp_path, request("r1.q1._"), [verdict()], source="claude-opus-4-1")
     write_recording(tmp_path, request("r1.q2._"), [verdict()], source="claude-opus-4-1")
     provider = make_provider(f"replay:{tmp_path}", role="judge", set_dir=None)
-    assert pinned_model(provider, "r1.q9._") == "claude-opus-4-1"
+    assert provider.pinned_model("r1.q9._") == "claude-opus-4-1"
 
 
 def test_replay_pin_over_a_mixed_folder_is_replay_not_null(tmp_path):
@@ -171,8 +171,8 @@ def test_replay_pin_over_a_mixed_folder_is_replay_not_null(tmp_path):
     write_recording(tmp_path, request("r1.q2._"), [verdict()])
     provider = make_provider(f"replay:{tmp_path}", role="judge", set_dir=None)
     provider.complete(request("r1.q2._"))
-    assert pinned_model(provider, "r1.q9._") == "replay"
-    assert pinned_model(provider, "r1.q1._") == "claude-opus-4-1"
+    assert provider.pinned_model("r1.q9._") == "replay"
+    assert provider.pinned_model("r1.q1._") == "claude-opus-4-1"
 
 
 def test_replay_miss_fails_closed_naming_the_rerecord_command(tmp_path):

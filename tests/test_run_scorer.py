@@ -13,6 +13,7 @@ import pytest
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.ledger.live import live_view
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm.base import OneShot
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.workflow import run_scorer as rs
 from script_support import Outcome, run_outcome
@@ -362,7 +363,13 @@ def test_mcp_url_credentials_never_reach_run_json_or_the_repair_commands(tiny, m
 
     monkeypatch.setattr(rs, "open_endpoint", fake_endpoint)
     monkeypatch.setattr(rs, "score_attempts", lambda *a, **k: [])
-    rs.score_run(run.dir, es.dir, judge=SimpleNamespace(model="m", spec="hand:x"),
+    class Judge(OneShot):  # never asked: score_attempts is replaced above
+        spec, model = "hand:x", "m"
+
+        def complete(self, request):
+            raise AssertionError("no judge call expected")
+
+    rs.score_run(run.dir, es.dir, judge=Judge(),
                  judge_spec="hand:x", mcp_url=CREDENTIAL_URL)
     for name in ("run.json", "RESULTS.md", "summary.json"):
         text = (run.dir / name).read_text()

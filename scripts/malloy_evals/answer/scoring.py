@@ -26,7 +26,16 @@ from malloy_evals.ledger.artifacts import PredictionView, read_prediction, read_
 from malloy_evals.ledger.events import check_qid, sample_segment
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.base import DryRun, HostReplyPending, Provider
+from malloy_evals.llm.base import (
+    COUNTED,
+    EMITTED,
+    NO_REPLY,
+    DryRun,
+    HostReplyPending,
+    Provider,
+    no_reply,
+    phase_of,
+)
 from malloy_evals.sets.eval_set import EvalSet, load_set
 
 
@@ -136,7 +145,7 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     submission = attempt_submission(run, attempt, qid, sample, view)
     contaminated = attempt_contamination(run, eval_set, attempt)
 
-    ingest = getattr(provider, "mode", None) == "ingest"
+    ingest = phase_of(provider) == "ingest"
 
     def rerun() -> PredictionView | None:
         if reexecutor is not None:
@@ -172,13 +181,10 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
                             doctrine=doctrine, definitions=case_definitions(eval_set, case),
                             judge_samples=judge_samples_for(case, submission, judge_samples))
-    except HostReplyPending as exc:
-        waiting = "pending" if ingest else "emitted"
-        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status=waiting,
-                           message=str(exc))
-    except DryRun as exc:
-        return ScoreResult(**base, verdict=None, reason=None, event_id=None, status="dry_run",
-                           message=str(exc))
+    except (HostReplyPending, DryRun) as exc:
+        waiting = no_reply(provider, exc)
+        return ScoreResult(**base, verdict=None, reason=None, event_id=None,
+                           status=WAITING_STATUS[waiting.state], message=waiting.message)
     event = {"kind": "score", **base, **decision.event_fields()}
     if not append:
         return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
@@ -186,6 +192,10 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     written = run.append([event])[0]
     return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                        event_id=written.get("event_id"), status="scored", event=written)
+
+
+# A score that was not written, by why the judge call brought no reply (llm/base.py no_reply).
+WAITING_STATUS = {EMITTED: "emitted", NO_REPLY: "pending", COUNTED: "dry_run"}
 
 
 def _emit_first(run: Run, eval_set: EvalSet, qid: str, sample: int | None) -> str:
@@ -206,7 +216,7 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
     run = Run.open(run_dir)
     eval_set = load_set(set_dir, model_dir)
     check_qid(qid)
-    ingest = getattr(provider, "mode", None) == "ingest"
+    ingest = phase_of(provider) == "ingest"
     if not append or ingest or not (mcp_url or local):
         if append and not ingest:
             raise UsageError(cli.ENDPOINT_NEEDED)

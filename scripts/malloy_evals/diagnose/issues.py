@@ -102,12 +102,12 @@ def validate_clusters(obj: Any, diagnoses: list[Diagnosis],
 
 def singleton_clusters(diagnoses: list[Diagnosis]) -> list[Cluster]:
     """One cluster per case: the fallback when clustering was not possible or was rejected."""
-    return [Cluster(f"{d.primary_code.lower().replace('_', '-')}-{_slug(d.qid)}", [d.qid],
+    return [Cluster(f"{d.primary_code.lower().replace('_', '-')}-{slug_of(d.qid)}", [d.qid],
                     d.primary_code, d.contributing_codes, d.component, d.owner, d.diagnosis,
                     d.reasoning[:500], d.confidence) for d in diagnoses]
 
 
-def _slug(text: str) -> str:
+def slug_of(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "case"
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from malloy_evals.core import commands, files
 from malloy_evals.core.errors import EXIT_OK
-from malloy_evals.diagnose.issues import _slug
-from malloy_evals.diagnose.run import _retrieval_rows
+from malloy_evals.diagnose.issues import slug_of
+from malloy_evals.diagnose.run import attempt_retrieval_rows
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
 
@@ -51,7 +51,7 @@ def mechanical_clusters(rows: Iterable[Mapping[str, Any]],
     asked: Mapping[Any, str] = questions or {}  # looked up by a row's qid, whatever it holds
     out: list[dict[str, Any]] = []
     for (where, missing), members in groups.items():
-        cid = _slug(where) + (f":{missing}" if missing else "")
+        cid = slug_of(where) + (f":{missing}" if missing else "")
         out.append({
             "cluster_id": cid, "where_to_fix": where, "missing": missing or None,
             "component": members[0].get("component"), "owner": members[0].get("owner"),
@@ -73,7 +73,7 @@ def cluster_failures(run_dir: Path, set_dir: Path) -> MechanicalResult:
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
     warnings: list[str] = []
-    rows = _retrieval_rows(run, run.view(), eval_set, warnings)
+    rows = attempt_retrieval_rows(run, run.view(), eval_set, warnings)
     clusters = mechanical_clusters(rows.values(),
                                    {q: c.question for q, c in eval_set.cases.items()})
     path = run.dir / MECHANICAL_FILE

@@ -33,7 +33,6 @@ from malloy_evals.diagnose.replies import (
 from malloy_evals.diagnose.selection import (
     DIAGNOSED_BY,
     PARALLEL,
-    ROLE,
     Bucketed,
     Selection,
     select_cases,
@@ -42,20 +41,22 @@ from malloy_evals.ledger.events import AttemptKey, attempt_key, effective_verdic
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.llm.base import (
-    DryRun,
-    HostReplyPending,
+    COUNTED,
+    EMITTED,
+    NO_REPLY,
     LlmReply,
     LlmRequest,
+    NoReply,
     Provider,
+    ask,
     last_json_object,
+    provider_label,
 )
-from malloy_evals.llm.host import HostProvider
 from malloy_evals.llm.select import provider_stats
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
-# An --ingest that found no reply for a request: that case is undiagnosed (exit 3 when no case
-# was diagnosed), unlike an --emit, whose written requests are its result.
-NO_HOST_REPLY = "no host reply"
+# An --ingest that found no reply for a request (llm/base.py NO_REPLY): that case is undiagnosed
+# (exit 3 when no case was diagnosed), unlike an --emit, whose written requests are its result.
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class DiagnoseResult:
     def exit_code(self) -> int:
         # Selected cases and not one diagnosed is "could not measure" (exit 3); host emits are not.
         if self.selection.selected_qids and not self.diagnoses and not all(
-                u.reason.startswith(("host reply pending", "dry run")) for u in self.undiagnosed):
+                u.reason.startswith((EMITTED, COUNTED)) for u in self.undiagnosed):
             return EXIT_UNMEASURED
         return EXIT_OK
 
@@ -94,7 +95,7 @@ class DiagnoseResult:
                 "warnings": self.warnings}
 
 
-def _retrieval_rows(run: Run, view: LiveView, eval_set: EvalSet,
+def attempt_retrieval_rows(run: Run, view: LiveView, eval_set: EvalSet,
                     warnings: list[str]) -> dict[AttemptKey, dict[str, Any]]:
     """Each attempt's retrieval row: its live retrieval_score event, else computed now from the
     same live view."""
@@ -115,15 +116,12 @@ def _call(provider: Provider, request: LlmRequest) -> tuple[LlmReply | None, str
     """(reply, None) or (None, why): provider failures become a reason, never a guess."""
 
     try:
-        return provider.complete(request), None
-    except HostReplyPending as exc:
-        if getattr(provider, "mode", None) == "ingest":
-            return None, f"{NO_HOST_REPLY}: {exc}"  # nothing to read: not decided, not waiting
-        return None, f"host reply pending: {exc}"
-    except DryRun as exc:
-        return None, f"dry run: {exc}"
+        reply = ask(provider, request)
     except KitError as exc:
         return None, f"diagnoser failed: {exc}"
+    if isinstance(reply, NoReply):
+        return None, reply.why
+    return reply, None
 
 
 def _reply_object(reply: LlmReply, key: str) -> Any:
@@ -146,7 +144,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     view = run.view()  # the one read of the ledger for this pass
     events = view.events
     warnings: list[str] = []
-    retrieval_rows = _retrieval_rows(run, view, eval_set, warnings)
+    retrieval_rows = attempt_retrieval_rows(run, view, eval_set, warnings)
     misses = {k: ((recall := r.get("recall")) is not None and recall < 1)
               for k, r in retrieval_rows.items()}
     selection = select_cases(events, {q: c.split for q, c in eval_set.cases.items()},
@@ -190,11 +188,11 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
                 undiagnosed.append(outcome)
     clusters, clustered_by = _cluster(run, view, selection, diagnoses, provider, table,
                                       artifacts)
-    diagnoser = _provider_name(provider)  # after the calls: replay learns its source from them
+    diagnoser = provider_label(provider)  # after the calls: replay learns its source from them
     # An earlier issue whose cases all pass now is fixed, whoever filed it: it gets a `fixed`
     # status rather than being replaced by a re-diagnosis. A dry run writes nothing at all.
     passing = {k: v == "match" and not misses.get(k, False) for k, v in _verdicts(view).items()}
-    fixed = [] if getattr(provider, "dry_run", False) else fixed_issue_statuses(events, passing)
+    fixed = [] if provider.dry_run else fixed_issue_statuses(events, passing)
     fixed_ids = {e["issue_id"] for e in fixed}
     appended: list[str] = []
     old: list[Mapping[str, Any]] = []
@@ -237,15 +235,14 @@ def _cluster(run: Run, view: LiveView, selection: Selection,
         return singleton_clusters(diagnoses), "single case"
     request = cluster_request(run.run_id, diagnoses, controls_block(view, selection), table)
     reply, why = _call(provider, request)
-    if reply is None and why and why.startswith(NO_HOST_REPLY):
-        # Host flow: the per-case replies are in; emit the clustering request for the host and
-        # write no issue until its reply is there (a second --ingest picks it up).
-
-        emitter = HostProvider("emit", getattr(provider, "host_dir", None), role=ROLE)
-        _, why = _call(emitter, request)
+    cycle = provider.cycle
+    if reply is None and cycle is not None and why and why.startswith(NO_REPLY):
+        # Two-phase flow: the per-case replies are in; emit the clustering request and write
+        # no issue until its reply is there (a second --ingest picks it up).
+        _, why = _call(cycle.emitter(), request)
         return [], f"pending: {why}"
     if reply is None:
-        if why and why.startswith(("host reply pending", "dry run")):
+        if why and why.startswith((EMITTED, COUNTED)):
             return [], f"pending: {why}"  # nothing was asked, so nothing may be written
         _keep(artifacts / "clusters.json", request, None, why)
         return singleton_clusters(diagnoses), f"fallback: {why}"
@@ -270,12 +267,6 @@ def _keep(path: Path, request: LlmRequest, reply: LlmReply | None, outcome: Any)
            "outcome": outcome}
     # Under the run folder (its `diagnose/`): created and rewritten without following a link.
     files.replace(path, cli.dumps(doc) + "\n", path.parent.parent)
-
-
-def _provider_name(provider: Provider) -> str:
-    spec = getattr(provider, "spec", None) or "unknown"
-    model = getattr(provider, "model", None)
-    return f"{spec} ({model})" if model and model not in spec else str(spec)
 
 
 def render_text(result: DiagnoseResult) -> str:

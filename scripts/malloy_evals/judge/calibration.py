@@ -297,7 +297,7 @@ def calibrate(eval_set: EvalSet, provider: Provider, *, samples: int = 3, judge_
             results.append(CannedResult(name, key, want, want_reason, got, reasons, calls,
                                         "ok" if ok else "MISMATCH", message))
         entries.append(CalibrationEntry(str(qid), line, [], results))
-    return CalibrationReport(str(eval_set.dir), getattr(provider, "spec", "?"), samples, entries,
+    return CalibrationReport(str(eval_set.dir), provider.spec, samples, entries,
                              doctrine.version, doctrine.sha, judge_prompt_sha(), dry_run=dry,
                              usage=provider_stats(provider))
 
@@ -393,7 +393,7 @@ def check_regressions(eval_set: EvalSet, provider: Provider, *, repeat: int = 1,
     phrases = load_agreement_phrases()
     path = Path(fixtures) if fixtures else eval_set.regressions_path
     pins = (doctrine.version, doctrine.sha, judge_prompt_sha())
-    spec = getattr(provider, "spec", "?")
+    spec = provider.spec
     if not path.is_file():
         return RegressionReport(str(eval_set.dir), spec, repeat, [], *pins, fixtures_file=False)
     cli.check_known(only, (str(v) for line, fx in read_objects(path)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from malloy_evals.checks.must_not_use import Definitions, MustNotUseResult, check_must_not_use
 from malloy_evals.core import files
@@ -28,12 +28,11 @@ from malloy_evals.ledger.run import Run
 from malloy_evals.llm.base import (
     BudgetExhausted,
     HostReplyPending,
-    PlacedProvider,
     Provider,
     ProviderError,
     RecordingMissing,
+    phase_of,
 )
-from malloy_evals.llm.select import pinned_model
 from malloy_evals.sets.eval_set import VALUE_KINDS, Case, EvalSet, golden_value
 
 # Every golden status but `verified` stops an attempt before the judge (a missing status is verified).
@@ -117,7 +116,7 @@ class JudgeArtifacts:
 
 
 def _pins(doctrine: Doctrine, case: Case, provider: Provider, key: str) -> dict[str, Any]:
-    return {"judge_model": pinned_model(provider, key),
+    return {"judge_model": provider.pinned_model(key),
             "judge_version": judge_version_pin(doctrine), "rubric_sha": doctrine.sha,
             "judge_prompt_sha": judge_prompt_sha(), "golden_revision": case.golden_revision}
 
@@ -275,22 +274,21 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
     # A contaminated attempt is null whatever the judge says, so a reply nobody wrote (no
     # authored or recorded reply, no host reply) is not required: the judge's read is kept when
     # there is one, and its absence never leaves the attempt unscored.
-    emitting = getattr(provider, "mode", None) == "emit"
-    host = getattr(provider, "spec", "") == "host"
-    if artifacts is not None and host:
-        if not emitting:
-            folder = artifacts.pending_host_folder()
-            if folder is None:
-                if tainted:
-                    return null("contaminated", **common)
-                raise HostReplyPending(f"{key}: no emitted judge request waiting for a reply; "
-                                       "run with --emit first")
-        else:
-            folder = artifacts.new_folder()
+    # A two-phase provider's request and reply live in the attempt's judge folder: a new one
+    # when emitting, the one an earlier emit left waiting when ingesting.
+    emitting = phase_of(provider) == "emit"
+    cycle = provider.cycle
+    if artifacts is not None and cycle is not None:
+        folder = artifacts.new_folder() if emitting else artifacts.pending_host_folder()
+        if folder is None:
+            if tainted:
+                return null("contaminated", **common)
+            raise HostReplyPending(f"{key}: no emitted judge request waiting for a reply; "
+                                   "run with --emit first")
         for i, k in enumerate(keys, 1):
             # One request per sample: the judge folder itself, or its s1/ ... sK/ for K samples.
-            place = folder if len(keys) == 1 else folder / f"s{i}"
-            cast(PlacedProvider, provider).place(k, place, root=artifacts.run.dir)  # spec host
+            cycle.place(k, folder if len(keys) == 1 else folder / f"s{i}",
+                        root=artifacts.run.dir)
 
     calls: list[JudgeCall] = []
     pending: HostReplyPending | None = None

@@ -218,8 +218,8 @@ def call_judge(provider: Provider, request: LlmRequest, *, retries: int = 1) -> 
     (ProviderError, BudgetExhausted, RecordingMissing, ...) propagate to the caller."""
     call = JudgeCall(parsed=None, replies=[], problems=[])
     planted = planted_verdicts(request)
-    # A host reply is a person's or subagent's one answer: asking again would re-read the same file.
-    attempts = 1 if getattr(provider, "spec", "") == "host" else 1 + max(0, retries)
+    # A two-phase reply is a person's or subagent's one answer: asking again re-reads the same file.
+    attempts = 1 if provider.cycle is not None else 1 + max(0, retries)
     for _ in range(attempts):
         reply = provider.complete(request)
         parsed, problem = parse_reply(reply, planted)

@@ -107,7 +107,7 @@ def well_formed_key(event: Mapping[str, Any]) -> AttemptKey | None:
 _new_key = tuple.__new__  # builds an AttemptKey without NamedTuple's Python-level __new__
 
 
-def _check_name(name: str) -> list[str]:
+def check_name(name: str) -> list[str]:
     """The segments of an artifact name, each a safe file name (so no name climbs out of the run)."""
     segments = name.split("/") if isinstance(name, str) else []
     if not segments or not all(vocab.QID_RE.fullmatch(s) for s in segments):
@@ -131,7 +131,7 @@ class LedgerRead:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while building many objects that hold no cycles.
 
     Decoding 200,000 events creates millions of dicts and lists, and the collector keeps walking
@@ -263,7 +263,7 @@ def iter_lines(fh: BinaryIO, start: int, end: int) -> Iterator[tuple[bytes, bool
 
 def parse_ledger(data: bytes, file: str = EVENTS_FILE) -> LedgerRead:
     """Parse ledger bytes: every line that is a whole JSON object becomes an event; others are problems."""
-    with _gc_paused():
+    with gc_paused():
         return _collect(_split(data), LineDecoder(file))
 
 
@@ -297,7 +297,7 @@ def read_ledger(path: str | Path) -> LedgerRead:
     try:
         with path.open("rb") as fh:
             end = snapshot_end(fh.fileno())
-            with _gc_paused():
+            with gc_paused():
                 # A public-loop line the kit cannot place on an attempt: stop rather than guess.
                 return _collect(iter_lines(fh, 0, end), LineDecoder(path.name, refuse=path))
     except FileNotFoundError:

@@ -89,7 +89,7 @@ class _IdTable:
         return [offsets[i] for i, h in enumerate(self.hashes) if h in wanted]
 
 
-class _Index:
+class Index:
     """What an appender must know of the ledger to enforce its rules (`LedgerRules`), read incrementally.
 
     `refresh` (under the append lock) reads only the bytes past `offset`, the end of the last line

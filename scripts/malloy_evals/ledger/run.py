@@ -33,14 +33,14 @@ from malloy_evals.ledger.events import (
     AttemptKey,
     LedgerError,
     LedgerRead,
-    _check_name,
+    check_name,
     check_qid,
     new_event_id,
     now,
     read_ledger,
     sample_segment,
 )
-from malloy_evals.ledger.index import _Index
+from malloy_evals.ledger.index import Index
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.sets.eval_set import EvalSet, load_set
 
@@ -59,7 +59,7 @@ class Run:
     def __init__(self, directory: Path, info: dict[str, Any]):
         self.dir = directory
         self._info = info
-        self._index: _Index | None = None
+        self._index: Index | None = None
 
     # ---- creating and opening
 
@@ -110,7 +110,7 @@ class Run:
         d = Path(directory).resolve()
         if not d.is_dir():
             raise InputError(directory, None, "not a folder")
-        info = _load_run_json(d / RUN_FILE)
+        info = load_run_json(d / RUN_FILE)
         if info.get("phase") not in vocab.PHASES:
             raise InputError(d / RUN_FILE, None, f"phase: {shown(info.get('phase'))} is not one of "
                                                  f"{list(vocab.PHASES)}")
@@ -170,7 +170,7 @@ class Run:
                 raise InputError(self.info_path, None, f"{key}: part of the run's identity; "
                                                        "start a new run instead")
         with self._locked():
-            info = _load_run_json(self.info_path)
+            info = load_run_json(self.info_path)
             info.update(pins)
             problems = schemas.validate("run", info)
             errors = [p for p in problems if p.field.split(".")[0].split("[")[0] in pins
@@ -209,7 +209,7 @@ class Run:
                                           self.events_path)
         return out
 
-    def _check_batch(self, batch: list[dict[str, Any]], index: _Index, fd: int,
+    def _check_batch(self, batch: list[dict[str, Any]], index: Index, fd: int,
                      supplied: set[str]) -> None:
         """Refuse repeated ids and whatever the ledger's rules refuse (`LedgerRules`), taking each
         event into the index's rules as it passes, so later events of the batch see earlier ones.
@@ -268,7 +268,7 @@ class Run:
                 raise LedgerError(self.events_path, 1, public_loop.refusal("appending to it"))
             index = None
             if needs_index:
-                index = self._index if self._index is not None else _Index()
+                index = self._index if self._index is not None else Index()
                 tail = index.refresh(fd)
                 # Until the batch is written the index may hold what the file does not (a torn
                 # last line taken in, the batch's own events): it is kept only once written.
@@ -371,7 +371,7 @@ class Run:
                        ) -> Path:
         """Write a new artifact file, never overwriting and never through a link: a second `x.csv`
         becomes `x.2.csv`, then `x.3.csv`."""
-        segments = _check_name(name)
+        segments = check_name(name)
         parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
         if isinstance(data, (dict, list)):
             data = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
@@ -390,7 +390,7 @@ class Run:
 
     def new_artifact_dir(self, qid: str, sample: int | None, name: str) -> Path:
         """Create a fresh artifact folder: `judge/`, or `judge.2/` when that exists, and so on."""
-        segments = _check_name(name)
+        segments = check_name(name)
         parent = self.artifact_dir(qid, sample).joinpath(*segments[:-1])
         return files.make_new_dir(parent / segments[-1], self.dir)
 
@@ -409,7 +409,7 @@ class Run:
         return p
 
 
-def _load_run_json(path: Path) -> dict[str, Any]:
+def load_run_json(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -23,12 +23,12 @@ from malloy_evals.ledger.events import (
     EVENTS_FILE,
     RUN_FILE,
     LineDecoder,
-    _gc_paused,
+    gc_paused,
     iter_lines,
     snapshot_end,
 )
 from malloy_evals.ledger.rules import LedgerRules
-from malloy_evals.ledger.run import _load_run_json
+from malloy_evals.ledger.run import load_run_json
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def validate_run(directory: str | Path) -> FolderReport:
     phase = None
     public = public_loop.ledger_is_public(d / EVENTS_FILE)
     try:
-        info = _load_run_json(d / RUN_FILE)
+        info = load_run_json(d / RUN_FILE)
     except InputError as exc:
         errors.append(LineProblem(RUN_FILE, exc.line, exc.message))
     else:
@@ -94,7 +94,7 @@ def validate_run(directory: str | Path) -> FolderReport:
     else:
         checker = _LedgerCheck(phase, errors, warnings)
         try:
-            with fh, _gc_paused():
+            with fh, gc_paused():
                 end = snapshot_end(fh.fileno())
                 for number, (line, torn) in enumerate(iter_lines(fh, 0, end), start=1):
                     checker.line(number, line, torn)

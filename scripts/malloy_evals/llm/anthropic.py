@@ -12,41 +12,23 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from malloy_evals.core.errors import UnmeasuredError, UsageError
 from malloy_evals.llm.base import (
     STRUCTURED_TOOL,
     BudgetExhausted,
+    CallStats,
     DryRun,
     LlmReply,
     LlmRequest,
+    OneShot,
     ProviderError,
     canonical_json,
 )
 from malloy_evals.llm.prices import PRICES_PATH, Price, cost_usd, load_prices, price_for
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
-
-
-@dataclass
-class CallStats:
-    """What a provider spent: counted calls, tokens and dollars (None when any cost was unknown)."""
-
-    calls: int = 0
-    attempts: int = 0
-    estimated_input_tokens: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def to_json(self) -> dict:
-        return {"calls": self.calls, "attempts": self.attempts,
-                "estimated_input_tokens": self.estimated_input_tokens,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cost_usd": self.cost_usd}
 
 
 def estimate_tokens(request: LlmRequest) -> int:
@@ -66,7 +48,7 @@ def unpriced_cap(model: str, max_cost_usd: float | None, dry_run: bool,
             "its row, or drop the cap)")
 
 
-class AnthropicProvider:
+class AnthropicProvider(OneShot):
     """`anthropic:<model>`: the Messages API, structured output, cached system, bounded retries."""
 
     def __init__(self, model: str, *, max_cost_usd: float | None = None, dry_run: bool = False,
@@ -94,6 +76,9 @@ class AnthropicProvider:
         if problem:
             raise UsageError(problem)
         self._batcher = _Batcher(self, batch_poll_seconds, batch_window_seconds) if batch else None
+
+    def call_stats(self) -> CallStats:
+        return self.stats
 
     # The SDK client is built lazily so --dry-run and --help never need a key.
     def client(self) -> Any:

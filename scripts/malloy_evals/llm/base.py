@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from malloy_evals.core import commands
 from malloy_evals.core.errors import KitError
@@ -128,8 +129,51 @@ class LlmReply:
                 "cache_write_tokens": self.cache_write_tokens, "cost_usd": self.cost_usd}
 
 
+@dataclass
+class CallStats:
+    """What a provider spent: counted calls, tokens and dollars (None when any cost was unknown)."""
+
+    calls: int = 0
+    attempts: int = 0
+    estimated_input_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def to_json(self) -> dict:
+        return {"calls": self.calls, "attempts": self.attempts,
+                "estimated_input_tokens": self.estimated_input_tokens,
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cost_usd": self.cost_usd}
+
+
+# --------------------------------------------------------------------------- what a provider declares
+
+Phase = Literal["emit", "ingest"]
+
+
+class TwoPhase(Protocol):
+    """The two-phase cycle (`host`): one run writes each request and stops (`emit`); a later run
+    reads the reply someone wrote beside it (`ingest`). Judge, coverage and diagnosis drive it
+    through this declaration alone (reference/providers.md)."""
+
+    @property
+    def phase(self) -> Phase: ...
+
+    @property
+    def folder(self) -> Path | None: ...  # where requests no attempt folder was placed for go
+
+    def place(self, key: str, folder: Path, root: Path | None = None) -> None: ...
+    # ^ this key's request is `folder/request.json` and its reply `folder/reply.json` (an
+    #   attempt's judge folder, inside the run `root`, which writes never leave through a link)
+
+    def emitter(self) -> Provider: ...  # this cycle's emit phase: a request first asked at ingest
+
+
 class Provider(Protocol):
-    """What every model-calling role asks of a provider (read-only: a wrapper may forward them)."""
+    """What a provider is and can do, declared: callers ask these, never probe for attributes
+    (read-only, so a wrapper may forward them)."""
 
     @property
     def spec(self) -> str: ...  # "anthropic:<model>", "replay[:DIR]", "host", "hand:<FILE>"
@@ -137,13 +181,86 @@ class Provider(Protocol):
     @property
     def model(self) -> str | None: ...  # the model id pinned (replay: the recording's source)
 
+    @property
+    def cycle(self) -> TwoPhase | None: ...  # None: one-shot, complete() returns the reply
+
+    @property
+    def dry_run(self) -> bool: ...  # complete() counts the call and makes none (raises DryRun)
+
+    @property
+    def batch(self) -> bool: ...  # calls go through a batch API (slower, cheaper)
+
+    def call_stats(self) -> CallStats | None: ...  # calls, tokens and dollars, when it counts them
+
+    def pinned_model(self, key: str) -> str | None: ...  # the model a score pins before any call
+
     def complete(self, request: LlmRequest) -> LlmReply: ...
 
 
-class PlacedProvider(Provider, Protocol):
-    """A provider whose replies live in a folder placed per key (`host`, or a recorder around it)."""
+class OneShot:
+    """The declaration of a provider that answers within complete() and counts nothing; a
+    provider class states only where it differs."""
 
-    def place(self, key: str, folder: Path, root: Path | None = None) -> None: ...
+    model: str | None
+    cycle: TwoPhase | None = None
+    dry_run: bool = False
+    batch: bool = False
+
+    def call_stats(self) -> CallStats | None:
+        return None
+
+    def pinned_model(self, key: str) -> str | None:
+        return self.model
+
+
+def provider_label(provider: Provider) -> str:
+    """How a report names the provider that answered: its spec, and the model when the spec
+    does not already say it."""
+    spec, model = provider.spec, provider.model
+    return f"{spec} ({model})" if model and model not in spec else spec
+
+
+# --------------------------------------------------------------------------- one call, any provider
+
+# Why a call brought no reply without failing, in the words every report uses.
+EMITTED = "host reply pending"   # emit wrote the request: a later --ingest reads the reply
+NO_REPLY = "no host reply"       # ingest found no reply: that item is undecided
+COUNTED = "dry run"              # --dry-run counted the call and made none
+
+
+@dataclass(frozen=True)
+class NoReply:
+    """A call that returned no reply and is not a failure: `state` is EMITTED, NO_REPLY or
+    COUNTED; `why` is the state and the provider's message, the way reports print it."""
+
+    state: str
+    message: str
+
+    @property
+    def why(self) -> str:
+        return f"{self.state}: {self.message}"
+
+
+def phase_of(provider: Provider) -> Phase | None:
+    """`emit` or `ingest` for a two-phase provider, None for a one-shot one."""
+    return provider.cycle.phase if provider.cycle is not None else None
+
+
+def no_reply(provider: Provider, exc: HostReplyPending | DryRun) -> NoReply:
+    """The one reading of a call that brought no reply: a dry run counted it; an ingest phase
+    found no reply (nothing decided); otherwise the request was written and waits (its result)."""
+    if isinstance(exc, DryRun):
+        return NoReply(COUNTED, str(exc))
+    return NoReply(NO_REPLY if phase_of(provider) == "ingest" else EMITTED, str(exc))
+
+
+def ask(provider: Provider, request: LlmRequest) -> LlmReply | NoReply:
+    """One call through any provider: its reply, or why there is none yet (NoReply). Every other
+    failure (replay miss, budget, gave up) propagates."""
+    try:
+        return provider.complete(request)
+    except (HostReplyPending, DryRun) as exc:
+        return no_reply(provider, exc)
 
 
 def reply_from_sample(sample: Any, *, source: str, digest: str) -> LlmReply:
@@ -216,7 +333,7 @@ AUTHORED_REPLIES = {"judge": "_authored.jsonl", "coverage": "authored-replies.js
                     "diagnose": "authored-replies.jsonl"}
 
 
-def _hand_hint(role: str, set_dir: Path | None) -> str:
+def hand_hint(role: str, set_dir: Path | None) -> str:
     """How to regenerate hand-authored recordings of a role through its own code path."""
     name = AUTHORED_REPLIES.get(role, "_authored.jsonl")
     replies = Path(set_dir) / "recordings" / role / name if set_dir else None

@@ -15,6 +15,7 @@ from malloy_evals.llm.base import (
     HAND_AUTHORED,
     LlmReply,
     LlmRequest,
+    OneShot,
     RecordingMissing,
     reply_from_sample,
 )
@@ -32,7 +33,7 @@ def answering_key(key: str, authored: Container[str]) -> str | None:
     return m.group("base") if m and m.group("base") in authored else None
 
 
-class HandProvider:
+class HandProvider(OneShot):
     """`hand:<FILE>`: replies a person wrote, as JSONL lines `{key, replies: [reply, ...]}`.
     The k-th call of a key gets replies[k] (the last one repeats); a judge sample's key
     (`<key>.sN`) without a line of its own is answered from `<key>` (`answering_key`). A reply

@@ -16,12 +16,14 @@ from malloy_evals.llm.base import (
     HostReplyPending,
     LlmReply,
     LlmRequest,
+    OneShot,
+    Phase,
     RecordingStale,
     reply_from_sample,
 )
 
 
-class HostProvider:
+class HostProvider(OneShot):
     """`host`: --emit writes the request for a host subagent; --ingest reads the reply beside it.
 
     Where: a folder placed for the key (`place(key, folder)`: the attempt's `judge/` artifact
@@ -34,7 +36,8 @@ class HostProvider:
             raise UsageError("--judge host needs --emit or --ingest")
         self.spec = "host"
         self.model = HOST_SOURCE
-        self.mode = mode
+        self.phase: Phase = "emit" if mode == "emit" else "ingest"
+        self.cycle = self  # two-phase: the declaration every caller asks (llm/base.py TwoPhase)
         self.host_dir = Path(host_dir) if host_dir else None
         # Outside a run, the folder taken as given: host_dir's folders below it are walked
         # without following links (a shared temporary folder is anyone's to plant a link in).
@@ -50,12 +53,22 @@ class HostProvider:
         if root is not None:
             self._roots[key] = Path(root)
 
+    @property
+    def folder(self) -> Path | None:
+        """Where a request no attempt folder was placed for is written: `<host_dir>/host/<role>/`."""
+        return self.host_dir / "host" / self.role if self.host_dir is not None else None
+
+    def emitter(self) -> HostProvider:
+        """The emit phase of this cycle, over the same folders (a request first asked at ingest,
+        such as diagnosis's clustering request)."""
+        return HostProvider("emit", self.host_dir, role=self.role, host_root=self.host_root)
+
     def files_for(self, key: str) -> tuple[Path, Path]:
         if key in self._placed:
             return self._placed[key] / "request.json", self._placed[key] / "reply.json"
-        if self.host_dir is None:
+        base = self.folder
+        if base is None:
             raise UsageError("host provider without an attempt folder needs an --out folder")
-        base = self.host_dir / "host" / self.role
         return base / f"{key}.request.json", base / f"{key}.reply.json"
 
     def complete(self, request: LlmRequest) -> LlmReply:
@@ -63,7 +76,7 @@ class HostProvider:
         # The host subagent's model is not known: emit (to_json's default) and ingest both
         # digest with model null, so they agree.
         digest = request.digest(model=None)
-        if self.mode == "emit":
+        if self.phase == "emit":
             doc = request.to_json()
             doc["reply_path"] = str(reply_path)
             doc["reply_format"] = ("write the result object as JSON to reply_path (or "

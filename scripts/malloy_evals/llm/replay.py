@@ -11,17 +11,19 @@ import json
 import threading
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from malloy_evals.core import files, jsonl
 from malloy_evals.core.errors import InputError
 from malloy_evals.llm.base import (
+    CallStats,
     LlmReply,
     LlmRequest,
+    OneShot,
     Provider,
     RecordingMissing,
     RecordingStale,
-    _hand_hint,
+    TwoPhase,
+    hand_hint,
     reply_from_sample,
     rerecord_command,
 )
@@ -38,7 +40,7 @@ def _load_recording(path: Path) -> dict:
     return rec
 
 
-class ReplayProvider:
+class ReplayProvider(OneShot):
     """`replay[:DIR]`: the k-th identical call of a key reads samples[k]; fails closed."""
 
     def __init__(self, directory: Path, *, role: str, set_dir: Path | None):
@@ -54,7 +56,7 @@ class ReplayProvider:
     def path_for(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
-    def source_of(self, key: str) -> str | None:
+    def pinned_model(self, key: str) -> str:
         """The recording's source for a key, without consuming a sample (for pins); for a key
         with no readable recording (a score decided before any judge call), the folder's."""
         path = self.path_for(key)
@@ -86,7 +88,7 @@ class ReplayProvider:
 
     def _fix(self, key: str) -> str:
         return (f"re-record with: {rerecord_command(self.role, key, self.set_dir)}; "
-                f"{_hand_hint(self.role, self.set_dir)}")
+                f"{hand_hint(self.role, self.set_dir)}")
 
     def complete(self, request: LlmRequest) -> LlmReply:
         path = self.path_for(request.key)
@@ -129,12 +131,28 @@ class RecordingProvider:
         self._fresh: set[str] = set()
         self._lock = threading.Lock()
 
+    # What the wrapped provider declares, forwarded: recording changes none of it.
     @property
     def model(self) -> str | None:
         return self.inner.model
 
-    def __getattr__(self, name: str) -> Any:  # stats, dry_run, place(...) of the inner provider
-        return getattr(self.inner, name)
+    @property
+    def cycle(self) -> TwoPhase | None:
+        return self.inner.cycle
+
+    @property
+    def dry_run(self) -> bool:
+        return self.inner.dry_run
+
+    @property
+    def batch(self) -> bool:
+        return self.inner.batch
+
+    def call_stats(self) -> CallStats | None:
+        return self.inner.call_stats()
+
+    def pinned_model(self, key: str) -> str | None:
+        return self.inner.pinned_model(key)
 
     def complete(self, request: LlmRequest) -> LlmReply:
         reply = self.inner.complete(request)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from malloy_evals.core import cli
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.llm.anthropic import AnthropicProvider, CallStats, unpriced_cap
+from malloy_evals.llm.anthropic import AnthropicProvider, unpriced_cap
 from malloy_evals.llm.base import ROLES, Provider
 from malloy_evals.llm.hand import HandProvider
 from malloy_evals.llm.host import HostProvider
@@ -100,10 +99,12 @@ def add_provider_arguments(p: argparse.ArgumentParser, flag: str, *, host: bool 
         g = p.add_mutually_exclusive_group()
         g.add_argument("--emit", action="store_true", help="host: write the request and stop")
         g.add_argument("--ingest", action="store_true", help="host: read the host's reply")
+    else:
+        p.set_defaults(emit=False, ingest=False)  # every parsed command line carries both
     dest = flag.lstrip("-").replace("-", "_")
 
     def combination(args: argparse.Namespace) -> str | None:
-        kind = getattr(args, dest).partition(":")[0]
+        kind = vars(args)[dest].partition(":")[0]
         if kind == "host" and not host:
             # This script has no --emit / --ingest, so "needs --emit or --ingest" would name
             # flags it does not accept.
@@ -116,7 +117,7 @@ def add_provider_arguments(p: argparse.ArgumentParser, flag: str, *, host: bool 
         if kind == "replay" and args.record is not None:
             return RECORD_WITH_REPLAY
         if kind == "anthropic":
-            return unpriced_cap(getattr(args, dest).partition(":")[2], args.max_cost_usd,
+            return unpriced_cap(vars(args)[dest].partition(":")[2], args.max_cost_usd,
                                 args.dry_run)
         return None
 
@@ -126,37 +127,20 @@ def add_provider_arguments(p: argparse.ArgumentParser, flag: str, *, host: bool 
 def provider_from_args(args: argparse.Namespace, flag_attr: str, *, role: str,
                        set_dir: Path | None, host_dir: Path | None = None,
                        host_root: Path | None = None) -> Provider:
-    """make_provider from the flags of add_provider_arguments."""
-    record = getattr(args, "record", None)
-    record_dir = None if record is None else (Path(record) if record else
-                                              default_record_dir(set_dir, role))
-    host_mode = "emit" if getattr(args, "emit", False) else (
-        "ingest" if getattr(args, "ingest", False) else None)
-    return make_provider(getattr(args, flag_attr), role=role, set_dir=set_dir,
+    """make_provider from the flags of add_provider_arguments (every one of them is on `args`)."""
+    record_dir = None if args.record is None else (Path(args.record) if args.record else
+                                                   default_record_dir(set_dir, role))
+    host_mode = "emit" if args.emit else ("ingest" if args.ingest else None)
+    return make_provider(vars(args)[flag_attr], role=role, set_dir=set_dir,
                          record_dir=record_dir, host_mode=host_mode, host_dir=host_dir,
-                         host_root=host_root,
-                         max_cost_usd=getattr(args, "max_cost_usd", None),
-                         dry_run=getattr(args, "dry_run", False),
-                         concurrency=getattr(args, "concurrency", 4),
-                         batch=getattr(args, "batch", False))
+                         host_root=host_root, max_cost_usd=args.max_cost_usd,
+                         dry_run=args.dry_run, concurrency=args.concurrency, batch=args.batch)
 
 
 def provider_stats(provider: Provider) -> dict | None:
     """Calls, tokens and dollars a provider spent, when it counts them."""
-    stats = getattr(provider, "stats", None)
-    return stats.to_json() if isinstance(stats, CallStats) else None
-
-
-def pinned_model(provider: Provider, key: str) -> str | None:
-    """The model id a score pins before (or without) a call: the live model, the recording's
-    source for replay, `host` / `hand-authored` otherwise."""
-    source_of: Callable[[str], str | None] | None = getattr(provider, "source_of", None)
-    if source_of is not None:
-        return source_of(key) or getattr(provider, "model", None)
-    inner = getattr(provider, "inner", None)
-    if inner is not None and getattr(inner, "source_of", None) is not None:
-        return pinned_model(inner, key)
-    return getattr(provider, "model", None)
+    stats = provider.call_stats()
+    return stats.to_json() if stats is not None else None
 
 
 _KEY_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,250}$")

@@ -418,7 +418,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judg
             return result.event if result.event is not None else (
                 result.message or result.status)
 
-        dry_run = bool(getattr(judge, "dry_run", False))
+        dry_run = judge.dry_run
         outcomes = score_attempts(run, eval_set, score_one, judge_pins, only=only,
                                   rescore=rescore, parallel=parallel, progress=progress,
                                   dry_run=dry_run, view=view)
@@ -428,8 +428,7 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judg
                   "modelPath": endpoint.model_path}
 
     drift_pin = None if drifted is None else sorted(c.qid for c in drifted)
-    model = getattr(judge, "model", None)
-    pins = {"judgeModel": str(model) if model else None, "goldenDrift": drift_pin,
+    pins = {"judgeModel": judge.model or None, "goldenDrift": drift_pin,
             "judgeVersion": judge_pins.get("judge_version"),
             "rubricSha": judge_pins.get("rubric_sha"),
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),
@@ -456,9 +455,8 @@ def _judge_model(view: LiveView, fallback: str | None) -> str | None:
 
 def _model_sha(eval_set: EvalSet, endpoint: QueryEndpoint, local: bool) -> str | None:
     """modelSha: sha256 over the served model files, known here for the local endpoint."""
-    sha = getattr(endpoint, "model_sha", None)
-    if isinstance(sha, str) and sha:
-        return sha
+    if endpoint.model_sha:
+        return endpoint.model_sha
     if local:
 
         return package_sha(eval_set.model_dir)

@@ -26,10 +26,13 @@ from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError, UsageError
 from malloy_evals.core.words import shown
 from malloy_evals.llm.base import (
-    HostReplyPending,
+    EMITTED,
     LlmRequest,
+    NoReply,
     Provider,
+    ask,
     last_json_object,
+    provider_label,
 )
 from malloy_evals.llm.select import provider_stats
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
@@ -309,10 +312,6 @@ def build_request(qid: str, question: str, concepts: list[str], conventions: lis
 
 # --------------------------------------------------------------------------- the report
 
-HOST_PENDING = "host reply pending"
-HOST_MISSING = "no host reply"
-
-
 @dataclass(frozen=True)
 class CoverageReport:
     """check_coverage's report (reference/schemas/coverage_report.schema.json)."""
@@ -349,7 +348,7 @@ class CoverageReport:
     def pending(self) -> int:
         """Cases whose host request was emitted and awaits its reply (host --emit)."""
         return sum(1 for row in self.cases_detail
-                   if str(row.get("why") or "").startswith(HOST_PENDING))
+                   if str(row.get("why") or "").startswith(EMITTED))
 
     @property
     def exit_code(self) -> int:
@@ -433,16 +432,15 @@ def read_case(provider: Provider, request: LlmRequest, repeat: int, known: froze
         for attempt in range(retries + 1):
             calls += 1
             try:
-                reply = provider.complete(request)
-            except HostReplyPending as exc:
-                # --emit wrote the request (a result); --ingest found no reply (nothing decided).
-                waiting = HOST_MISSING if getattr(provider, "mode", None) == "ingest" else HOST_PENDING
-                return CaseReading([*readings, Reading(None, f"{waiting}: {exc}")], rejected, calls)
+                reply = ask(provider, request)
             except KitError as exc:  # replay miss/stale, budget, gave up: this case is undecided
                 failed = Reading(None, f"reader failed: {exc}")
                 if rejected and attempt:  # the re-ask found nothing: the rejection is the story
                     failed = Reading(None, f"{readings_why(rejected)}; re-asked, and {failed.why}")
                 return CaseReading([*readings, failed], rejected, calls)
+            if isinstance(reply, NoReply):
+                # --emit wrote the request (a result); --ingest found no reply (nothing decided).
+                return CaseReading([*readings, Reading(None, reply.why)], rejected, calls)
             reading = read_reply(reply.data, reply.text, known)
             if reading.rejected is None:
                 break
@@ -520,19 +518,13 @@ def measure(cases: list[CoverageCase], view: ModelView, conventions: list[str], 
                          "(a served package is read whole): nothing was sent")}
     return CoverageReport(
         version=version, modelSha256=view.model_sha256, compiledSurface=view.compiled_surface,
-        reader=_reader_name(provider), cases=summary["cases"], decided=summary["decided"],
+        reader=provider_label(provider), cases=summary["cases"], decided=summary["decided"],
         modelled=summary["modelled"], coverage=summary["coverage"],
         by_verdict=summary["by_verdict"], cases_detail=[_row_json(r) for r in rows],
         labelComparison=comparison, inventory=inventory,
         reader_calls=sum(r.calls for r in rows),
         rejected_replies=dict(sorted(Counter(x for r in rows for x in r.rejected).items())),
         dry_run=dry_run)
-
-
-def _reader_name(provider: Provider) -> str:
-    spec = getattr(provider, "spec", None) or "unknown"
-    model = getattr(provider, "model", None)
-    return f"{spec} ({model})" if model and model not in spec else str(spec)
 
 
 # --------------------------------------------------------------------------- the script's one call
@@ -561,7 +553,7 @@ def host_root(out: Path | None) -> Path:
 _CONVENTION_SCOPE = re.compile(r"\bappl(y|ies)\b|^[^:]{1,80}:\s", re.IGNORECASE)
 
 
-def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
+def check_coverage(set_dir: Path, provider_factory: Callable[[], Provider], *,
                    model_dir: Path | None = None, publisher_url: str | None = None,
                    environment: str | None = None, package: str | None = None,
                    repeat: int = 1, only: list[str] | None = None, version: str | None = None,
@@ -602,13 +594,13 @@ def check_coverage(set_dir: Path, provider_factory: Callable[[], Any], *,
             view.close()
     if warn and report.inventory and report.inventory["narrowed"]:
         warn(f"inventory narrowed per case: {report.inventory['how']}")
-    if getattr(provider, "spec", None) == "host":
-        folder = Path(provider.host_dir) / "host" / ROLE
-        report = replace(report, host_folder=str(folder))
+    cycle = provider.cycle
+    if cycle is not None and cycle.folder is not None:
+        report = replace(report, host_folder=str(cycle.folder))
         if warn:
-            done = ("wrote the reader requests into" if provider.mode == "emit"
+            done = ("wrote the reader requests into" if cycle.phase == "emit"
                     else "read the host replies from")
-            warn(f"host: {done} {folder}")
+            warn(f"host: {done} {cycle.folder}")
 
     stats = provider_stats(provider)
     if warn and stats:  # calls, tokens and dollars (a --dry-run's estimate) on stderr

@@ -11,10 +11,10 @@ from typing import Literal
 
 from malloy_evals.checks.contamination.refs import Ref, to_ref
 from malloy_evals.checks.contamination.touches import (
-    _QUOTED_RE,
-    _READ_PRIMITIVES,
+    QUOTED_RE,
+    READ_PRIMITIVES,
     Sweep,
-    _glob_split,
+    glob_split,
 )
 
 Lang = str  # "python", "js", "ruby", "perl", "php", "r", "sql" or "other"
@@ -223,7 +223,7 @@ def _pattern_sweep(pattern: str, base: Ref | None, *, recursive: bool = True) ->
     """A glob pattern as a sweep from its fixed folder; a non-recursive glob reads `**` as `*`."""
     if not recursive:
         pattern = re.sub(r"\*\*+", "*", pattern)
-    fixed, rest = _glob_split(pattern, base)
+    fixed, rest = glob_split(pattern, base)
     return Sweep(root=fixed, pattern=rest, kind="glob")
 
 
@@ -306,7 +306,7 @@ def read_code(code: str, lang: Lang, cwd: Ref | None) -> CodeReading:
         python_glob = lang == "python" and not _PY_RECURSIVE.search(code)
         out.sweeps.append(_pattern_sweep(pat, base, recursive=not python_glob))
         handled.append((m.start(), _call_end(code, m.end())))
-    for lit in _QUOTED_RE.finditer(code):
+    for lit in QUOTED_RE.finditer(code):
         text = next(g for g in lit.groups() if g is not None)
         if "/" in text and re.search(r"[*?]", text) and text not in called:
             # A path pattern anywhere else in code (DuckDB's read_csv('/repo/**/*.csv'), the same
@@ -430,5 +430,5 @@ def _shell_commands(code: str, lang: Lang, reading: CodeReading) -> list[str]:
 
 def may_read(code: str) -> str | None:
     """The first file-reading primitive in code (`open`, `readdirSync`, ...), or None."""
-    m = _READ_PRIMITIVES.search(code)
+    m = READ_PRIMITIVES.search(code)
     return m.group(0).lstrip(".").strip() if m else None

@@ -9,29 +9,29 @@ from dataclasses import dataclass
 
 from malloy_evals.checks.contamination.code import Lang, lang_of, may_read, read_code
 from malloy_evals.checks.contamination.programs import (
-    _ENV_SCRIPT_RE,
-    _NO_PIPE,
-    _made_at_run_time,
-    _only_writes,
-    _Piped,
-    _piped_into,
-    _printed,
-    _program,
-    _see_writes,
-    _sets_up_the_environment,
+    ENV_SCRIPT_RE,
+    NO_PIPE,
+    Piped,
+    made_at_run_time,
+    only_writes,
+    piped_into,
+    printed_output,
+    program_of,
+    see_writes,
+    sets_up_the_environment,
 )
-from malloy_evals.checks.contamination.refs import Ref, _home, below, to_ref
-from malloy_evals.checks.contamination.shell import SUBST, _Simple, _Word, split_shell
+from malloy_evals.checks.contamination.refs import Ref, below, implied_home, to_ref
+from malloy_evals.checks.contamination.shell import SUBST, Simple, Word, split_shell
 from malloy_evals.checks.contamination.touches import (
-    _SENSITIVE_SAMPLES,
-    _URL_RE,
+    SENSITIVE_SAMPLES,
+    URL_RE,
     Script,
+    Seen,
+    State,
     Sweep,
     Touch,
-    _embedded,
-    _glob_split,
-    _Seen,
-    _State,
+    embedded,
+    glob_split,
 )
 
 _NO_PATH_ARGS = frozenset({"echo", "printf", "true", "false", ":", "export", "set", "unset",
@@ -73,7 +73,7 @@ _VALUE_OPTS: dict[str, frozenset[str]] = {
 }
 
 
-def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
+def see_shell(command: str, cwd: Ref | None, state: State, seen: Seen,
                depth: int = 0) -> Ref | None:
     """Analyse one shell command string; returns the cwd it leaves behind (`cd`)."""
     if cwd is not None and cwd.absolute:
@@ -86,13 +86,13 @@ def _see_shell(command: str, cwd: Ref | None, state: _State, seen: _Seen,
     feeds_xargs = any(w.value.rsplit("/", 1)[-1] == "xargs" for s in simples for w in s.words)
     printed: dict[int, str | None] = {}  # what each command writes to stdout, when the log shows it
     # `cat <<EOF | tee a.py`: cat only hands its here-document to tee, which writes it
-    into_tee = {id(s.piped_from) for s in simples if s.piped_from and _program(s.words)[0] == "tee"}
+    into_tee = {id(s.piped_from) for s in simples if s.piped_from and program_of(s.words)[0] == "tee"}
     for simple in simples:
         _expand_variables(simple, state.env)
-        piped = _piped_into(simple, printed)
+        piped = piped_into(simple, printed)
         cwd = _see_simple(simple, cwd, state, seen, depth, feeds_xargs, piped,
-                          writes_only=_only_writes(simple) or id(simple) in into_tee)
-        printed[id(simple)] = _printed(simple, state, cwd, piped)
+                          writes_only=only_writes(simple) or id(simple) in into_tee)
+        printed[id(simple)] = printed_output(simple, state, cwd, piped)
         if cwd is not None and cwd.absolute:
             state.env["PWD"] = cwd.text()
     return cwd
@@ -111,7 +111,7 @@ def _var_value(m: re.Match[str], env: dict[str, str]) -> str:
     return m.group(2) if m.group(2) is not None else m.group(0)
 
 
-def _expand_variables(simple: _Simple, env: dict[str, str]) -> None:
+def _expand_variables(simple: Simple, env: dict[str, str]) -> None:
     """Substitute variables the session set earlier (`D=/repo/evals; cat $D/x`), then record
     this command's own assignments."""
     def sub(text: str) -> str:
@@ -129,37 +129,37 @@ def _expand_variables(simple: _Simple, env: dict[str, str]) -> None:
         env[m.group(1)] = m.group(2)
 
 
-def _carries_mcp(simple: _Simple) -> bool:
+def _carries_mcp(simple: Simple) -> bool:
     """A JSON-RPC `tools/call` posted to an `/mcp` URL: an MCP call riding on the shell."""
     text = " ".join([w.value for w in simple.words] + simple.stdin_text)
     if "tools/call" not in text:
         return False
-    return any(re.search(r"/mcp(?:[/?#]|$)", m.group(2)) for m in _URL_RE.finditer(text))
+    return any(re.search(r"/mcp(?:[/?#]|$)", m.group(2)) for m in URL_RE.finditer(text))
 
 
-def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
-                depth: int, feeds_xargs: bool = False, piped: _Piped = _NO_PIPE, *,
+def _see_simple(simple: Simple, cwd: Ref | None, state: State, seen: Seen,
+                depth: int, feeds_xargs: bool = False, piped: Piped = NO_PIPE, *,
                 writes_only: bool = False) -> Ref | None:
     exempt = _carries_mcp(simple)
-    _see_writes(simple, cwd, state, piped)
+    see_writes(simple, cwd, state, piped)
     for _op, target in simple.redirects:
         seen.touches.append(Touch(text=target.value, ref=to_ref(target.value, cwd), base=cwd,
                                   path_like=True, model_exempt=exempt))
         if target.glob:
-            fixed, rest = _glob_split(target.value, cwd)
+            fixed, rest = glob_split(target.value, cwd)
             seen.sweeps.append(Sweep(root=fixed, pattern=rest, kind="glob"))
     if not writes_only:
         for body in simple.stdin_text:
-            seen.touches.extend(_embedded(body, cwd, literals_path_like=True, exempt=exempt))
+            seen.touches.extend(embedded(body, cwd, literals_path_like=True, exempt=exempt))
     for w in simple.words:
         m = re.match(r"^[A-Za-z_][A-Za-z0-9_]*=(.+)$", w.value)
         if m and not w.quoted:
             seen.touches.extend(_word_touches(m.group(1), cwd, exempt))
-    prog, args = _program(simple.words)
+    prog, args = program_of(simple.words)
     if not prog:
         return cwd
     head = next((w for w in simple.words if w.value.rsplit("/", 1)[-1].lower() == prog), None)
-    if head is not None and _made_at_run_time(head.value):
+    if head is not None and made_at_run_time(head.value):
         # `$CMD x`, `$(printf ...) x`: which program runs is not in the log.
         seen.unseen.append(f"program {head.value.replace(SUBST, '$(...)')}")
         return cwd
@@ -169,7 +169,7 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
     if prog in ("cd", "pushd"):
         folder = next((a.value for a in args if not a.value.startswith("-")), "~")
         if folder == "-" or SUBST in folder or (folder.startswith("~") and cwd is not None
-                                                and _home(cwd) is None):
+                                                and implied_home(cwd) is None):
             return cwd  # back to a folder (or a home) the log does not show: keep what we know
         seen.touches.append(Touch(text=folder, ref=to_ref(folder, cwd), base=cwd, path_like=True))
         return to_ref(folder, cwd)
@@ -178,7 +178,7 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
     if prog in _SOCKETS:
         # `printf 'GET /api/.../models/shop.malloy HTTP/1.0\r\n\r\n' | nc host 4000`: a fetch
         for text in [piped.text or "", *simple.stdin_text]:
-            seen.touches.extend(_embedded(text, None, literals_path_like=True))
+            seen.touches.extend(embedded(text, None, literals_path_like=True))
     if prog in ("ln", "link"):
         _remember_link(args, cwd, state)
     if prog == "git" and args:
@@ -188,7 +188,7 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
         else:
             _see_git(args, cwd, seen, exempt)
     if prog == "eval":
-        if not _sets_up_the_environment([a for a in args if a.dynamic]):
+        if not sets_up_the_environment([a for a in args if a.dynamic]):
             _see_program(" ".join(a.value for a in args), "eval", "shell", cwd, state, seen, depth)
         return cwd
     if prog in _SHELLS:
@@ -199,7 +199,7 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
     # Which words are paths: all but options, a grep's pattern and option values.
     pattern_index = _pattern_index(prog, args)
     value_opts = _VALUE_OPTS.get(prog, frozenset())
-    path_args: list[_Word] = []
+    path_args: list[Word] = []
     skip_next = False
     for k, w in enumerate(args):
         if skip_next:
@@ -220,13 +220,13 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
             _see_program_text(prog, v, cwd, seen, exempt)
             continue
         path_args.append(w)
-        for expanded in _brace_expand(v) if not w.quoted and "{" in v else [v]:
+        for expanded in brace_expand(v) if not w.quoted and "{" in v else [v]:
             seen.touches.extend(_word_touches(expanded, cwd, exempt))
     _sweeps_for(prog, args, path_args, cwd, seen)
     for w in path_args:
         if w.glob and not w.quoted:
-            for expanded in _brace_expand(w.value):
-                fixed, rest = _glob_split(expanded, cwd)
+            for expanded in brace_expand(w.value):
+                fixed, rest = glob_split(expanded, cwd)
                 seen.sweeps.append(Sweep(root=fixed, pattern=rest,
                                          kind="ls-glob" if prog in ("ls", "du", "tree") else "glob"))
     if prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python") or prog in _SOURCES:
@@ -236,17 +236,17 @@ def _see_simple(simple: _Simple, cwd: Ref | None, state: _State, seen: _Seen,
     return cwd
 
 
-def _see_program(text: str, how: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen,
+def _see_program(text: str, how: str, lang: Lang, cwd: Ref | None, state: State, seen: Seen,
                  depth: int, argv: Sequence[str] = (), *, touch: bool = False) -> None:
     """Program text handed to a shell or an interpreter: read it when the log shows it, else the
     program is unseen (`sh -c "$CMD"`, `eval "$(...)"`, `python3 -c "$(curl ...)"`)."""
-    if SUBST in text or _made_at_run_time(text):
+    if SUBST in text or made_at_run_time(text):
         seen.unseen.append(f"{how} {text.strip().replace(SUBST, '$(...)')[:60]}".strip())
         return
     if depth >= 4:
         return
     if lang == "shell":
-        _see_shell(text, cwd, state, seen, depth + 1)
+        see_shell(text, cwd, state, seen, depth + 1)
     else:
         _see_code(text, lang, cwd, state, seen, depth, argv, touch=touch)
 
@@ -260,7 +260,7 @@ _GIT_LOG_CONTENT = ("-p", "-u", "--patch", "--stat", "--name-only", "--name-stat
 _REV_PATH_RE = re.compile(r"^[^\s:/]*:(?!/)(.+)$")
 
 
-def _see_git(args: list[_Word], cwd: Ref | None, seen: _Seen, exempt: bool) -> str:
+def _see_git(args: list[Word], cwd: Ref | None, seen: Seen, exempt: bool) -> str:
     """A git command: paths in `REV:PATH` objects, and what prints contents from the whole tree
     (`git log -p`, `git show`, `git diff`, `git ls-files`, `git archive`). Returns the subcommand.
 
@@ -312,16 +312,16 @@ _SED_READ_RE = re.compile(r"(?:^|[;{}\n])\s*(?:[0-9$]+|/[^/\n]*/)?(?:,\s*(?:[0-9
                           r"\s*[rR]\s+([^;}\n]+)")
 
 
-def _see_program_text(prog: str, text: str, cwd: Ref | None, seen: _Seen, exempt: bool) -> None:
+def _see_program_text(prog: str, text: str, cwd: Ref | None, seen: Seen, exempt: bool) -> None:
     """The script operand of awk or sed, which can read files itself: awk's `getline < "f"` and
     `system()`, sed's `r FILE` / `R FILE` and `e`. Its regexes are not paths (`/evals/`); only
     quoted literals (awk) and `r` operands (sed) are."""
     if prog in ("awk", "gawk", "mawk", "nawk"):
-        seen.touches.extend(_embedded(text, cwd, literals_path_like=False, exempt=exempt,
+        seen.touches.extend(embedded(text, cwd, literals_path_like=False, exempt=exempt,
                                       runs=False))
         m = re.search(r"\bgetline\b|\bsystem\s*\(|\|\s*getline|\bclose\s*\(", text)
         if m:
-            roots = tuple(t.ref for t in _embedded(text, cwd, literals_path_like=True, runs=False)
+            roots = tuple(t.ref for t in embedded(text, cwd, literals_path_like=True, runs=False)
                           if not t.url)
             seen.scripts.append(Script(cwd=cwd, primitive=m.group(0).strip(), roots=roots))
     elif prog in ("sed", "gsed"):
@@ -336,16 +336,16 @@ def _see_program_text(prog: str, text: str, cwd: Ref | None, seen: _Seen, exempt
 def _word_touches(value: str, cwd: Ref | None, exempt: bool) -> list[Touch]:
     out = []
     if value and not any(ch.isspace() for ch in value):
-        if _URL_RE.match(value):
-            return _embedded(value, cwd, literals_path_like=True, exempt=exempt)
+        if URL_RE.match(value):
+            return embedded(value, cwd, literals_path_like=True, exempt=exempt)
         out.append(Touch(text=value, ref=to_ref(value.lstrip("@"), cwd), base=cwd, path_like=True,
                          model_exempt=exempt))
     # Code and JSON bodies carry paths inside them (python -c "open('evals/x')").
-    out.extend(_embedded(value, cwd, literals_path_like=True, exempt=exempt))
+    out.extend(embedded(value, cwd, literals_path_like=True, exempt=exempt))
     return out
 
 
-def _pattern_index(prog: str, args: list[_Word]) -> int | None:
+def _pattern_index(prog: str, args: list[Word]) -> int | None:
     """Where a command's pattern or script operand is (grep's pattern, sed's and awk's script,
     jq's filter): its first operand, unless an option (-e, -f) supplied it."""
     if prog not in _PATTERN_FIRST:
@@ -368,7 +368,7 @@ def _pattern_index(prog: str, args: list[_Word]) -> int | None:
     return None
 
 
-def _opt_values(args: list[_Word], names: tuple[str, ...]) -> list[str]:
+def _opt_values(args: list[Word], names: tuple[str, ...]) -> list[str]:
     """Values of options such as `--include=*.py`, `--include '*.py'`, `-g '*.py'`."""
     out: list[str] = []
     for k, w in enumerate(args):
@@ -380,14 +380,14 @@ def _opt_values(args: list[_Word], names: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _sweeps_for(prog: str, args: list[_Word], path_args: list[_Word], cwd: Ref | None,
-                seen: _Seen) -> None:
+def _sweeps_for(prog: str, args: list[Word], path_args: list[Word], cwd: Ref | None,
+                seen: Seen) -> None:
     """Recursive reads and listings a program makes over its operands (rule 3)."""
     here = cwd or Ref(False, ())
     values = [a.value for a in args]
     short = "".join(v[1:] for v in values if v.startswith("-") and not v.startswith("--"))
 
-    def roots(operands: list[_Word]) -> list[Ref]:
+    def roots(operands: list[Word]) -> list[Ref]:
         return [to_ref(w.value, cwd) for w in operands if not (w.glob and not w.quoted)] \
             or ([here] if not operands else [])
 
@@ -412,7 +412,7 @@ def _sweeps_for(prog: str, args: list[_Word], path_args: list[_Word], cwd: Ref |
         for root in roots(path_args):
             seen.sweeps.append(Sweep(root=root, pattern=None, filters=includes, excludes=excludes))
     elif prog == "find":
-        operands: list[_Word] = []
+        operands: list[Word] = []
         for w in args:
             if w.value.startswith("-") or w.value in ("(", "!", ")"):
                 break
@@ -460,7 +460,7 @@ def _sweeps_for(prog: str, args: list[_Word], path_args: list[_Word], cwd: Ref |
                 seen.sweeps.append(Sweep(root=root, pattern=None))
 
 
-def _inline_code(prog: str, args: list[_Word]) -> str | None:
+def _inline_code(prog: str, args: list[Word]) -> str | None:
     """The code given on the command line (`python -c CODE`, `node -e CODE`, `bash -lc CMD`)."""
     flags = _INLINE_FLAGS | ({"-r"} if prog == "php" else set())
     for k, w in enumerate(args):
@@ -470,8 +470,8 @@ def _inline_code(prog: str, args: list[_Word]) -> str | None:
     return None
 
 
-def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | None,
-                     state: _State, seen: _Seen, piped: _Piped = _NO_PIPE, depth: int = 0) -> None:
+def _see_interpreter(prog: str, args: list[Word], simple: Simple, cwd: Ref | None,
+                     state: State, seen: Seen, piped: Piped = NO_PIPE, depth: int = 0) -> None:
     """The program a shell or an interpreter runs: inline code (-c, -e), a here-document, text
     piped in, a redirected file or a script file. A program the log cannot show (piped from
     `base64 -d`, a process substitution) is unseen; one it shows is read."""
@@ -483,7 +483,7 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
     if not shell:
         inline = _inline_code(prog, args)
         if inline is not None:
-            if SUBST in inline or _made_at_run_time(inline):
+            if SUBST in inline or made_at_run_time(inline):
                 _see_program(inline, f"{prog} -c", lang, cwd, state, seen, depth)
                 return
             code_parts.append(inline)
@@ -494,10 +494,10 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
                               and any(ch.isspace() for ch in a.value))
             script = None
     if script is not None and script.dynamic:
-        if not (prog in _SOURCES and _sets_up_the_environment([script])):
+        if not (prog in _SOURCES and sets_up_the_environment([script])):
             _see_program(script.value, f"{prog} <(...)", lang, cwd, state, seen, depth)
         return
-    if prog in _SOURCES and script is not None and _ENV_SCRIPT_RE.search(script.value) and not (
+    if prog in _SOURCES and script is not None and ENV_SCRIPT_RE.search(script.value) and not (
             {to_ref(script.value, cwd)} & (state.made | set(state.written))):
         return  # `source .venv/bin/activate`, `. ~/.bashrc`: setting up the shell
     for body in simple.stdin_text:
@@ -556,7 +556,7 @@ def _see_interpreter(prog: str, args: list[_Word], simple: _Simple, cwd: Ref | N
                      lang=lang)
 
 
-def _see_script_file(script: str, cwd: Ref | None, state: _State, seen: _Seen,
+def _see_script_file(script: str, cwd: Ref | None, state: State, seen: Seen,
                      argv: Sequence[str] = (), depth: int = 0, lang: Lang = "other") -> None:
     """A script file: what the answerer wrote into it, when the log shows it, is read as code run
     from the cwd (its paths are reads, wherever the script lives); else the script is unseen."""
@@ -573,14 +573,14 @@ def _see_script_file(script: str, cwd: Ref | None, state: _State, seen: _Seen,
     if lang == "shell" or script.endswith((".sh", ".bash")) or (
             first.startswith("#!") and first.rstrip().endswith("sh")):
         if depth < 4:
-            _see_shell(body, cwd, state, seen, depth + 1)
+            see_shell(body, cwd, state, seen, depth + 1)
         return
     if lang == "other":
         lang = lang_of(script=script, body=body)
     _see_code(body, lang, cwd, state, seen, depth, argv, touch=True)
 
 
-def _see_code(code: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen, depth: int,
+def _see_code(code: str, lang: Lang, cwd: Ref | None, state: State, seen: Seen, depth: int,
               argv: Sequence[str] = (), *, redirected: bool = False, touch: bool = False) -> None:
     """Interpreter code the log shows: its recursive walks and globs (rule 3, wherever it runs),
     the shell commands it runs, code it builds at run time (unseen), and, when it can read
@@ -594,16 +594,16 @@ def _see_code(code: str, lang: Lang, cwd: Ref | None, state: _State, seen: _Seen
         state.written.pop(ref, None)
     for text in reading.shell:
         if depth < 4:
-            _see_shell(text, cwd, state, seen, depth + 1)
+            see_shell(text, cwd, state, seen, depth + 1)
     if reading.dynamic:
         seen.unseen.append(f"{reading.dynamic}(...)")
     if touch:
-        seen.touches.extend(_embedded(reading.code, cwd, literals_path_like=True, runs=False))
+        seen.touches.extend(embedded(reading.code, cwd, literals_path_like=True, runs=False))
     primitive = (may_read(reading.code) or ("<" if redirected else None)
                  or next(iter(reading.unrooted), None))
     if primitive:
         # What else it names may be read: not the walks and globs whose reach is known above.
-        roots = [t.ref for t in _embedded(reading.rest, cwd, literals_path_like=True) if not t.url]
+        roots = [t.ref for t in embedded(reading.rest, cwd, literals_path_like=True) if not t.url]
         roots += [to_ref(a, cwd) for a in argv if a and not a.startswith("-")]
         seen.scripts.append(Script(cwd=cwd, primitive=primitive, roots=tuple(roots)))
 
@@ -620,7 +620,7 @@ def _through_link(ref: Ref, links: dict[Ref, list[Ref]]) -> list[Ref]:
     return out
 
 
-def _follow_links(seen: _Seen, links: dict[Ref, list[Ref]]) -> None:
+def follow_links(seen: Seen, links: dict[Ref, list[Ref]]) -> None:
     """Add, for every path a use names through a link it made (`ln -s /repo/sets /tmp/x`, then
     `cat /tmp/x/shop/a.csv`), the path the link leads to: a read through a link is a read of
     its target."""
@@ -643,7 +643,7 @@ def _follow_links(seen: _Seen, links: dict[Ref, list[Ref]]) -> None:
                                            roots=script.roots))
 
 
-def _remember_link(args: list[_Word], cwd: Ref | None, state: _State) -> None:
+def _remember_link(args: list[Word], cwd: Ref | None, state: State) -> None:
     """`ln [-s] TARGET LINK` (or `ln -s TARGET DIR/`): remember where the link leads. A relative
     target is taken both against the cwd and against the link's folder (where ln resolves it)."""
     operands = [a.value for a in args if not a.value.startswith("-")]
@@ -664,7 +664,7 @@ def _remember_link(args: list[_Word], cwd: Ref | None, state: _State) -> None:
 # ------------------------------------------------------------------------------------ rules
 
 @dataclass(frozen=True)
-class _Target:
+class Target:
     """Something a read must not reach: a protected folder or the model file."""
 
     label: str
@@ -672,7 +672,7 @@ class _Target:
     is_file: bool
 
 
-def _reaches(sweep: Sweep, target: _Target, model_names: Sequence[str]) -> bool:
+def sweep_reaches(sweep: Sweep, target: Target, model_names: Sequence[str]) -> bool:
     """Whether a recursive read or glob from `sweep.root` can reach the target."""
     rel = below(sweep.root, target.ref)
     if rel is False:
@@ -692,7 +692,7 @@ def _reaches(sweep: Sweep, target: _Target, model_names: Sequence[str]) -> bool:
 
 
 def _glob_reaches(pattern: tuple[str, ...], rel: tuple[str, ...] | None, *, ls: bool,
-                  target: _Target, model_names: Sequence[str]) -> bool:
+                  target: Target, model_names: Sequence[str]) -> bool:
     """Whether a glob (segments below its fixed folder) can match the target or a file in it.
 
     `rel` is the target's path below that folder (None: above it, depth unknown). Segments past
@@ -720,7 +720,7 @@ def _glob_reaches(pattern: tuple[str, ...], rel: tuple[str, ...] | None, *, ls: 
     return len(pattern) == len(rel) or (ls and len(pattern) == len(rel) - 1)
 
 
-def _filter_admits(pattern: str, target: _Target, model_names: Sequence[str]) -> bool:
+def _filter_admits(pattern: str, target: Target, model_names: Sequence[str]) -> bool:
     """Whether a name filter (`*.py`, `cases.*`) could let a read take a file from the target.
 
     The target's contents may not be on this machine, so a filter is judged by the kinds of
@@ -730,9 +730,9 @@ def _filter_admits(pattern: str, target: _Target, model_names: Sequence[str]) ->
     pat = pattern.strip().lower().lstrip("!")
     if "/" in pat:
         pat = pat.rsplit("/", 1)[-1] or "*"
-    names = list(model_names) if target.is_file else list(_SENSITIVE_SAMPLES) + list(model_names)
+    names = list(model_names) if target.is_file else list(SENSITIVE_SAMPLES) + list(model_names)
     extensions = {name.rsplit(".", 1)[-1] for name in names}
-    for expanded in _brace_expand(pat):
+    for expanded in brace_expand(pat):
         if "." not in expanded.strip("*"):
             return True
         if any(fnmatch.fnmatchcase(name, expanded) for name in names):
@@ -742,11 +742,11 @@ def _filter_admits(pattern: str, target: _Target, model_names: Sequence[str]) ->
     return False
 
 
-def _brace_expand(pattern: str) -> list[str]:
+def brace_expand(pattern: str) -> list[str]:
     m = re.search(r"\{([^{}]*)\}", pattern)
     if not m:
         return [pattern]
     out: list[str] = []
     for option in m.group(1).split(","):
-        out.extend(_brace_expand(pattern[:m.start()] + option + pattern[m.end():]))
+        out.extend(brace_expand(pattern[:m.start()] + option + pattern[m.end():]))
     return out

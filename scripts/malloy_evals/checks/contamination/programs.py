@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from malloy_evals.checks.contamination.refs import Ref, to_ref
-from malloy_evals.checks.contamination.shell import SUBST, _Simple, _Word
-from malloy_evals.checks.contamination.touches import _State
+from malloy_evals.checks.contamination.shell import SUBST, Simple, Word
+from malloy_evals.checks.contamination.touches import State
 
 _WRAPPERS = frozenset({"sudo", "env", "time", "nohup", "nice", "command", "exec", "builtin",
                        "stdbuf", "ionice", "timeout", "xargs", "then", "do", "else", "if",
@@ -18,7 +18,7 @@ _WRAPPERS = frozenset({"sudo", "env", "time", "nohup", "nice", "command", "exec"
 _RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye"})
 
 
-def _program(words: list[_Word]) -> tuple[str, list[_Word]]:
+def program_of(words: list[Word]) -> tuple[str, list[Word]]:
     """The program a simple command runs (after wrappers and VAR=value), and its arguments."""
     i = 0
     while i < len(words):
@@ -44,7 +44,7 @@ def _program(words: list[_Word]) -> tuple[str, list[_Word]]:
 
 
 @dataclass(frozen=True)
-class _Piped:
+class Piped:
     """A command's stdin when it is the far end of a pipe: whether it is, and the text, when the
     log shows what the near end printed (`echo '...' | python3`); None when it was made at run
     time (`base64 -d`, `curl`)."""
@@ -54,24 +54,24 @@ class _Piped:
     files: tuple[str, ...] = ()  # `cat a.sql | duckdb`: the files the near end printed
 
 
-_NO_PIPE = _Piped()
+NO_PIPE = Piped()
 
 
-def _piped_into(simple: _Simple, printed: dict[int, str | None]) -> _Piped:
+def piped_into(simple: Simple, printed: dict[int, str | None]) -> Piped:
     """What reaches a command's stdin through a pipe: the near end's text when the log shows it,
     and the files it printed when it was a plain `cat FILE...`."""
     near = simple.piped_from
     if near is None:
-        return _NO_PIPE
-    prog, args = _program(near.words)
+        return NO_PIPE
+    prog, args = program_of(near.words)
     files = tuple(a.value for a in args if not a.value.startswith("-")) if prog == "cat" else ()
-    return _Piped(True, printed.get(id(near)), files if not any(SUBST in f for f in files) else ())
+    return Piped(True, printed.get(id(near)), files if not any(SUBST in f for f in files) else ())
 
 
-def _printed(simple: _Simple, state: _State, cwd: Ref | None, piped: _Piped) -> str | None:
+def printed_output(simple: Simple, state: State, cwd: Ref | None, piped: Piped) -> str | None:
     """What a command prints, when the log shows it: echo and printf of literal words, cat of a
     here-document or of a file the log shows being written, tee passing its input on."""
-    prog, args = _program(simple.words)
+    prog, args = program_of(simple.words)
     if any(a.dynamic for a in args):
         return None
     values = [a.value for a in args]
@@ -126,7 +126,7 @@ def _printf(fmt: str, args: Sequence[str]) -> str:
     return re.sub(r"%[-+ #0-9.]*([a-zA-Z%])", fill, _unescape(fmt))
 
 
-def _see_copies(operands: list[str], cwd: Ref | None, state: _State) -> None:
+def _see_copies(operands: list[str], cwd: Ref | None, state: State) -> None:
     """`cp draft.malloy /tmp/s/shop.malloy`: a copy of files the answerer made is one too (into
     DEST, or DEST/<name> when DEST is a folder)."""
     if len(operands) < 2:
@@ -143,17 +143,17 @@ def _see_copies(operands: list[str], cwd: Ref | None, state: _State) -> None:
                 state.written[ref] = state.written[src]
 
 
-def _only_writes(simple: _Simple) -> bool:
+def only_writes(simple: Simple) -> bool:
     """`cat > f <<EOF` and `tee f <<EOF`: the here-document is text written to a file (a script,
     notes), not paths read; it is read when the file runs."""
-    prog, args = _program(simple.words)
+    prog, args = program_of(simple.words)
     if prog == "tee":
         return True
     return prog == "cat" and not any(not a.value.startswith("-") for a in args) and any(
         op.startswith(">") for op, _w in simple.redirects)
 
 
-def _made_at_run_time(text: str) -> bool:
+def made_at_run_time(text: str) -> bool:
     """Whether a word is only run-time text: a substitution, or a variable the log never set."""
     bare = text.strip().strip('"')
     return bool(bare) and (not bare.replace(SUBST, "").strip("/ ")
@@ -161,11 +161,11 @@ def _made_at_run_time(text: str) -> bool:
                            is not None)
 
 
-def _see_writes(simple: _Simple, cwd: Ref | None, state: _State, piped: _Piped) -> None:
+def see_writes(simple: Simple, cwd: Ref | None, state: State, piped: Piped) -> None:
     """Files a command creates, and their text when the log shows it: `cat > a.py <<EOF`,
     `echo '...' > a.py`, `printf ... >> a.py`, `... | tee a.py`."""
-    prog, args = _program(simple.words)
-    text = _printed(simple, state, cwd, piped) if prog in ("cat", "echo", "printf", "tee") else None
+    prog, args = program_of(simple.words)
+    text = printed_output(simple, state, cwd, piped) if prog in ("cat", "echo", "printf", "tee") else None
     targets = [(op, w.value) for op, w in simple.redirects if op.startswith(">")]
     if prog == "tee":
         targets += [(">>" if any(a.value in ("-a", "--append") for a in args) else ">", a.value)
@@ -198,11 +198,11 @@ _ENV_SETUP_RE = re.compile(
     r"zoxide\s+init|starship\s+init|register-python-argcomplete|\S+\s+completion|"
     r"\S+\s+generate-shell-completion|docker-machine\s+env|minikube\s+docker-env)\b")
 # Scripts sourced to set up a shell: an environment's activate, rc and profile files.
-_ENV_SCRIPT_RE = re.compile(r"(?:^|/)(?:activate(?:\.\w+)?|\.?\w*rc|\.?\w*profile|\.env(?:\.\w+)?|"
+ENV_SCRIPT_RE = re.compile(r"(?:^|/)(?:activate(?:\.\w+)?|\.?\w*rc|\.?\w*profile|\.env(?:\.\w+)?|"
                             r"env\.sh)$")
 
 
-def _sets_up_the_environment(words: Sequence[_Word]) -> bool:
+def sets_up_the_environment(words: Sequence[Word]) -> bool:
     """Whether every substitution in these words runs an environment-setup tool."""
     runs = [r for w in words for r in w.runs]
     if not runs:

@@ -32,7 +32,7 @@ def to_ref(path: str, base: Ref | None = None) -> Ref:
         text = text[7:]
         if text.startswith("localhost/"):
             text = text[9:]
-    home = _home(base) if base is not None else None
+    home = implied_home(base) if base is not None else None
     if (text == "~" or text.startswith("~/")) and home:
         text = "/" + "/".join(home) + text[1:]
     # /proc/self/root is `/` and /proc/self/cwd the cwd (any pid, as the shell's own): aliases.
@@ -62,7 +62,7 @@ def to_ref(path: str, base: Ref | None = None) -> Ref:
     return Ref(absolute, tuple(segs))
 
 
-def _home(base: Ref) -> tuple[str, ...] | None:
+def implied_home(base: Ref) -> tuple[str, ...] | None:
     """The home folder a cwd such as /home/alice/repo or /Users/alice/repo implies, if any."""
     segs = base.segs
     if base.absolute and len(segs) >= 2 and segs[0] in ("home", "users"):

@@ -107,20 +107,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from malloy_evals.checks.contamination.commands import _follow_links, _reaches, _Target
+from malloy_evals.checks.contamination.commands import Target, follow_links, sweep_reaches
 from malloy_evals.checks.contamination.refs import (
     MIN_NEEDLE_CHARS,
     Needle,
     Ref,
-    _home,
     below,
+    implied_home,
     is_under,
     make_needle,
     to_ref,
 )
 from malloy_evals.checks.contamination.tools import tool_kind
-from malloy_evals.checks.contamination.touches import Sweep, Touch, _Seen, _State
-from malloy_evals.checks.contamination.uses import _see
+from malloy_evals.checks.contamination.touches import Seen, State, Sweep, Touch
+from malloy_evals.checks.contamination.uses import see
 from malloy_evals.checks.toollog import ToolLog, ToolUse, read_tool_uses
 from malloy_evals.core import jsonl
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
@@ -172,12 +172,12 @@ class _Protect:
     """Everything the rules compare against, resolved once."""
 
     needles: tuple[Needle, ...]
-    folders: tuple[_Target, ...]
-    models: tuple[_Target, ...]
+    folders: tuple[Target, ...]
+    models: tuple[Target, ...]
     model_names: tuple[str, ...]
 
 
-def _model_match(touch: Touch, model: _Target, made: AbstractSet[Ref]) -> bool:
+def _model_match(touch: Touch, model: Target, made: AbstractSet[Ref]) -> bool:
     """Whether a touch reads the model file: its path, or its file name wherever it is said to
     be, unless it is a file the answerer made itself at another absolute place (a draft)."""
     ref = touch.ref
@@ -190,7 +190,7 @@ def _model_match(touch: Touch, model: _Target, made: AbstractSet[Ref]) -> bool:
     return not (ref in made and ref.absolute and model.ref.absolute)
 
 
-def _url_names_model(ref: Ref, model: _Target) -> bool:
+def _url_names_model(ref: Ref, model: Target) -> bool:
     """Whether a URL's path fetches the model's text: a route that ends with the model file's
     name (the Publisher's `.../packages/<pkg>/models/<path>`, a raw file host), not a route
     under it (`.../models/<path>/query` runs a query)."""
@@ -204,7 +204,7 @@ def _names_model(ref: Ref, model: Ref) -> bool:
     return model.segs[-len(ref.segs):] == ref.segs
 
 
-def _sweep_rule(sweep: Sweep, target: _Target) -> Rule:
+def _sweep_rule(sweep: Sweep, target: Target) -> Rule:
     """The rule a sweep that reaches a target breaks. A glob that names files without recursing
     (`grep x *.malloy` in the model's folder, `cat *` inside the set) reads them directly: the
     model file or the eval area, not a recursive read."""
@@ -218,7 +218,7 @@ def _sweep_rule(sweep: Sweep, target: _Target) -> Rule:
     return "recursive-read"
 
 
-def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect,
+def _rule_hits(index: int, use: ToolUse, seen: Seen, protect: _Protect,
                made: AbstractSet[Ref] = frozenset()) -> list[Reason]:
     """The reasons one tool use gives, at most one per rule."""
     tool = use.name
@@ -249,7 +249,7 @@ def _rule_hits(index: int, use: ToolUse, seen: _Seen, protect: _Protect,
     targets = protect.folders + protect.models
     for sweep in seen.sweeps:
         for target in targets:
-            if _reaches(sweep, target, protect.model_names):
+            if sweep_reaches(sweep, target, protect.model_names):
                 add(_sweep_rule(sweep, target), target.label)
     if not reasons:
         for script in seen.scripts:
@@ -270,7 +270,7 @@ def _spells_start_of(literal: Ref, target: Ref) -> bool:
     return target.text().startswith(literal.text())
 
 
-def _targets(text: str, base: Ref | None, *, is_file: bool) -> list[_Target]:
+def _targets(text: str, base: Ref | None, *, is_file: bool) -> list[Target]:
     """A protected path as the log sees it (a relative one resolved against the log's cwd) and,
     when it is relative and exists on this machine, also where it is here: a session recorded
     here from a scratch folder still reads the set at its real place."""
@@ -279,7 +279,7 @@ def _targets(text: str, base: Ref | None, *, is_file: bool) -> list[_Target]:
     local = Path(text)
     if not local.is_absolute() and local.exists():
         refs.append(to_ref(str(local.resolve())))
-    return [_Target(label=text, ref=ref, is_file=is_file) for ref in dict.fromkeys(refs)]
+    return [Target(label=text, ref=ref, is_file=is_file) for ref in dict.fromkeys(refs)]
 
 
 def _protection(set_dir: str | Path | None, run_dir: str | Path | None,
@@ -371,14 +371,14 @@ def check_contamination(
         return ContaminationResult(contaminated="unknown",
                                    reasons=[Reason("no-log", None, None, None)],
                                    host_tool_uses=None, reported_calls=reported_calls)
-    state = _State(cwd=base)
-    home = _home(base) if base is not None else None
+    state = State(cwd=base)
+    home = implied_home(base) if base is not None else None
     if home:
         state.env["HOME"] = "/" + "/".join(home)
     reasons: list[Reason] = []
     for index, use in enumerate(tool_uses):
-        seen = _see(use, state)
-        _follow_links(seen, state.links)
+        seen = see(use, state)
+        follow_links(seen, state.links)
         reasons.extend(_rule_hits(index, use, seen, protect, state.made))
     host = len(tool_uses)
     if reported_calls is not None and reported_calls > host:

@@ -10,7 +10,7 @@ SUBST = "\x1a"
 
 
 @dataclass
-class _Word:
+class Word:
     value: str = ""
     quoted: bool = False   # any part quoted: the shell does not glob-expand it
     glob: bool = False     # an unquoted *, ? or [
@@ -20,13 +20,13 @@ class _Word:
 
 
 @dataclass
-class _Simple:
+class Simple:
     """One simple command: its words, redirections and here-document bodies."""
 
-    words: list[_Word] = field(default_factory=list)
-    redirects: list[tuple[str, _Word]] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
+    redirects: list[tuple[str, Word]] = field(default_factory=list)
     stdin_text: list[str] = field(default_factory=list)
-    piped_from: _Simple | None = None  # `a | b`: b's stdin is a's stdout
+    piped_from: Simple | None = None  # `a | b`: b's stdin is a's stdout
 
 
 @dataclass
@@ -34,8 +34,8 @@ class _Frame:
     """A command interrupted by a substitution (`$(`, `<(`, a backtick) or a group `(`."""
 
     kind: str                      # "subst", "tick" or "group"
-    cur: _Simple | None = None
-    word: _Word | None = None
+    cur: Simple | None = None
+    word: Word | None = None
     pending: list[str] | None = None
     start: int = 0                 # where the substitution's text starts
 
@@ -66,7 +66,7 @@ def _closing(text: str, start: int, depth: int, opener: str = "(", closer: str =
     return n
 
 
-def _double_quoted(command: str, i: int, out: list[_Simple],
+def _double_quoted(command: str, i: int, out: list[Simple],
                    runs: list[str]) -> tuple[str, int, bool]:
     """The text of a double-quoted string opening at command[i], the index after it, and whether
     it holds a substitution. `$(...)` and backticks inside are lexed on their own (their commands
@@ -109,7 +109,7 @@ def _double_quoted(command: str, i: int, out: list[_Simple],
     return "".join(buf), j + 1, dynamic
 
 
-def split_shell(command: str) -> list[_Simple]:
+def split_shell(command: str) -> list[Simple]:
     """A lenient shell lexer: simple commands with quote-aware words, redirections, heredocs.
 
     Lists, subshells and substitutions are flattened into a sequence of simple commands; that is
@@ -118,11 +118,11 @@ def split_shell(command: str) -> list[_Simple]:
     the output goes; `a | b` records a as b's `piped_from`. Arithmetic (`$((a/b))`, `((x++))`,
     `$[a/b]`) is a number, never a command or a path.
     """
-    out: list[_Simple] = []
-    cur = _Simple()
-    word = _Word()
+    out: list[Simple] = []
+    cur = Simple()
+    word = Word()
     pending_redirect: list[str] = []
-    heredocs: list[tuple[str, bool, _Simple]] = []
+    heredocs: list[tuple[str, bool, Simple]] = []
     stack: list[_Frame] = []
     i, n = 0, len(command)
 
@@ -139,22 +139,22 @@ def split_shell(command: str) -> list[_Simple]:
                     cur.redirects.append((op, word))
             else:
                 cur.words.append(word)
-        word = _Word()
+        word = Word()
 
-    def end_command() -> _Simple | None:
+    def end_command() -> Simple | None:
         nonlocal cur
         end_word()
         ended = None
         if cur.words or cur.redirects or cur.stdin_text:
             out.append(cur)
             ended = cur
-        cur = _Simple()
+        cur = Simple()
         return ended
 
     def open_subst(kind: str, start: int) -> None:
         nonlocal cur, word, pending_redirect
         stack.append(_Frame(kind, cur, word, pending_redirect, start))
-        cur, word, pending_redirect = _Simple(), _Word(), []
+        cur, word, pending_redirect = Simple(), Word(), []
 
     def close_subst(end: int) -> None:
         nonlocal cur, word, pending_redirect
@@ -227,7 +227,7 @@ def split_shell(command: str) -> list[_Simple]:
             continue
         elif c in "<>":
             if word.started and word.value.isdigit() and not word.quoted:
-                word = _Word()  # a file descriptor number (2>)
+                word = Word()  # a file descriptor number (2>)
             else:
                 end_word()
             j = i

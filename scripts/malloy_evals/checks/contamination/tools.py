@@ -18,17 +18,17 @@ _FILE_WORDS = frozenset({"read", "write", "edit", "multiedit", "notebookread", "
                          "view", "file", "files", "cat", "open", "create", "str", "replace",
                          "move", "copy", "delete", "mkdir", "rm", "head", "tail", "stat"})
 _FETCH_WORDS = frozenset({"webfetch", "fetch", "http", "curl", "browse", "url", "download"})
-_TREE_NAMES = ("directorytree", "tree")
+TREE_NAMES = ("directorytree", "tree")
 _LIST_NAMES = frozenset({"ls", "listdir", "listdirectory", "listfiles", "directorytree", "tree",
                          "listallowed", "dirlist"})
 
 
-def _words(name: str) -> set[str]:
+def name_words(name: str) -> set[str]:
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
     return {w for w in re.split(r"[^a-z0-9]+", snake.lower()) if w}
 
 
-def _split_tool(name: str) -> tuple[str, str]:
+def split_tool(name: str) -> tuple[str, str]:
     """(server, bare tool name) of `mcp__server__tool`; ("", name) for a host tool."""
     if not name.startswith("mcp__"):
         return "", name
@@ -39,18 +39,18 @@ def _split_tool(name: str) -> tuple[str, str]:
 def is_publisher_tool(name: str) -> bool:
     """Whether a tool is the Publisher's (malloy_*, or any tool of a publisher/malloy server):
     the only MCP tools whose paths the rule-2 exemption covers wholesale."""
-    server, bare = _split_tool(name)
+    server, bare = split_tool(name)
     key = re.sub(r"[^a-z0-9]", "", bare.lower())
     return key.startswith("malloy") or key in _PUBLISHER_KEYS or (
-        bool(server) and any(w in _words(server) for w in ("publisher", "malloy")))
+        bool(server) and any(w in name_words(server) for w in ("publisher", "malloy")))
 
 
 def tool_kind(name: str) -> ToolKind:
     """What a host tool can do, from its name (Claude Code's names and common others)."""
     prefixed = name.startswith("mcp__")
-    _server, bare = _split_tool(name)
+    _server, bare = split_tool(name)
     key = re.sub(r"[^a-z0-9]", "", bare.lower())
-    words = _words(bare)
+    words = name_words(bare)
     if is_publisher_tool(name):
         return "mcp"
     if words & _SHELL_WORDS or key in _SHELL_NAMES:

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 from malloy_evals.checks.contamination.refs import Ref, to_ref
 
 # Input keys, by what their values are.
-_PATH_KEYS = frozenset({
+PATH_KEYS = frozenset({
     "file_path", "filepath", "path", "paths", "notebook_path", "filename", "file", "files",
     "dir", "directory", "dirname", "folder", "target_file", "target_directory", "target",
     "source", "destination", "dest", "root", "relative_workspace_path", "absolute_path",
@@ -19,18 +19,18 @@ _PATH_KEYS = frozenset({
     "project_name", "project", "uri", "repo_path", "repository_path", "repo_root",
     "root_path", "base_path", "workspace_path", "project_path",
 })
-_MODEL_PATH_KEYS = frozenset({"modelpath", "model_path"})
+MODEL_PATH_KEYS = frozenset({"modelpath", "model_path"})
 # Free-text inputs of a reading tool that are the tool's own code or prose, never its target.
-_PROSE_KEYS = frozenset({"content", "new_string", "old_string", "file_text", "new_source", "text",
+PROSE_KEYS = frozenset({"content", "new_string", "old_string", "file_text", "new_source", "text",
                          "prompt", "description", "new_str", "old_str", "plan"})
-_CWD_KEYS = frozenset({"cwd", "workdir", "working_directory", "workingdirectory"})
-_URL_KEYS = frozenset({"url", "urls", "uri", "href", "endpoint"})
-_COMMAND_KEYS = frozenset({"command", "cmd", "commands", "script"})
-_GLOB_KEYS = frozenset({"pattern", "patterns", "glob"})
-_GREP_FILTER_KEYS = frozenset({"glob", "include", "includes", "file_pattern"})
+CWD_KEYS = frozenset({"cwd", "workdir", "working_directory", "workingdirectory"})
+URL_KEYS = frozenset({"url", "urls", "uri", "href", "endpoint"})
+COMMAND_KEYS = frozenset({"command", "cmd", "commands", "script"})
+GLOB_KEYS = frozenset({"pattern", "patterns", "glob"})
+GREP_FILTER_KEYS = frozenset({"glob", "include", "includes", "file_pattern"})
 
 # File types a filtered recursive read (grep --include, Grep glob=) might still pull gold from.
-_SENSITIVE_SAMPLES = (
+SENSITIVE_SAMPLES = (
     "cases.jsonl", "set.json", "events.jsonl", "judge-regressions.jsonl",
     "judge-calibration.jsonl", "run.json", "golden.csv", "x.csv", "x.tsv", "x.json", "x.jsonl",
     "x.malloy", "x.malloynb", "x.md", "x.txt", "x.parquet", "x.yaml", "x.yml", "x.sql",
@@ -94,7 +94,7 @@ class Script:
 
 
 @dataclass
-class _Seen:
+class Seen:
     """What one tool use names, gathered before the rules look at it."""
 
     touches: list[Touch] = field(default_factory=list)
@@ -104,7 +104,7 @@ class _Seen:
 
 
 @dataclass
-class _State:
+class State:
     """What carries from one tool use to the next: the shell's cwd and files the answerer wrote."""
 
     cwd: Ref | None
@@ -114,14 +114,14 @@ class _State:
     links: dict[Ref, list[Ref]] = field(default_factory=dict)  # link -> where it may point
 
 
-_URL_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*)://([^\s'\"<>()\[\]{}\\,;|`]*)")
-_QUOTED_RE = re.compile(r"'([^'\s]+)'|\"([^\"\s]+)\"|`([^`\s]+)`")
+URL_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*)://([^\s'\"<>()\[\]{}\\,;|`]*)")
+QUOTED_RE = re.compile(r"'([^'\s]+)'|\"([^\"\s]+)\"|`([^`\s]+)`")
 _RUN_RE = re.compile(r"[A-Za-z0-9_.~\-/*?+@%\[\]]+")
 _FILE_LIKE_RE = re.compile(r"^[\w.\-*?]*\w\.[A-Za-z0-9*?]{1,12}$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 # What lets code read files (rule 3 of reference/contamination.md), plus ways to run a shell
 # that could.
-_READ_PRIMITIVES = re.compile(
+READ_PRIMITIVES = re.compile(
     r"\bopen\b|\bread\w*|\w+_read\w*|\.read\w*|\bglob\b|\bglob\w*|\brglob\b|\bwalk\b|"
     r"\blistdir\b|\bscandir\b|\biterdir\b|\breaddir\w*|\bfs\.|\bsubprocess\b|\bos\.system\b|"
     r"\bpopen\b|\bspawn\w*|\bexecSync\b|\bchild_process\b|\bDeno\.\w*read|\bfile\(|\bFile\.",
@@ -138,7 +138,7 @@ def _url_touch(scheme: str, rest: str, base: Ref | None, exempt: bool) -> Touch:
                  model_exempt=exempt)
 
 
-def _embedded(text: str, base: Ref | None, *, literals_path_like: bool,
+def embedded(text: str, base: Ref | None, *, literals_path_like: bool,
               exempt: bool = False, runs: bool = True) -> list[Touch]:
     """Path-like tokens inside free text (inline code, a JSON body, a query).
 
@@ -147,10 +147,10 @@ def _embedded(text: str, base: Ref | None, *, literals_path_like: bool,
     """
     text = text.replace("\\/", "/")
     out: list[Touch] = []
-    for m in _URL_RE.finditer(text):
+    for m in URL_RE.finditer(text):
         out.append(_url_touch(m.group(1), m.group(2), base, exempt))
-    text = _URL_RE.sub(" ", text)
-    for m in _QUOTED_RE.finditer(text):
+    text = URL_RE.sub(" ", text)
+    for m in QUOTED_RE.finditer(text):
         lit = next(g for g in m.groups() if g is not None)
         out.append(Touch(text=lit, ref=to_ref(lit.lstrip("@"), base), base=base,
                          path_like=literals_path_like or "/" in lit, model_exempt=exempt))
@@ -162,38 +162,38 @@ def _embedded(text: str, base: Ref | None, *, literals_path_like: bool,
     return out
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings_in(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _strings(v)
+            yield from strings_in(v)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from _strings(v)
+            yield from strings_in(v)
     elif value is not None and not isinstance(value, bool):
         yield str(value)
 
 
-def _keyed(value: Any, keys: frozenset[str]) -> Iterator[str]:
+def keyed(value: Any, keys: frozenset[str]) -> Iterator[str]:
     """String values under any of `keys`, at any depth (MultiEdit, nested MCP arguments)."""
     if isinstance(value, dict):
         for k, v in value.items():
             if isinstance(k, str) and k.lower() in keys:
-                yield from _strings(v)
+                yield from strings_in(v)
             elif isinstance(v, (dict, list)):
-                yield from _keyed(v, keys)
+                yield from keyed(v, keys)
     elif isinstance(value, list):
         for v in value:
-            yield from _keyed(v, keys)
+            yield from keyed(v, keys)
 
 
-def _path_touch(text: str, base: Ref | None, exempt: bool = False) -> Touch:
+def path_touch(text: str, base: Ref | None, exempt: bool = False) -> Touch:
     cleaned = text.strip().replace("\\", "/")
     return Touch(text=text, ref=to_ref(cleaned, base), base=base, path_like=True, model_exempt=exempt)
 
 
-def _glob_split(pattern: str, base: Ref | None) -> tuple[Ref, tuple[str, ...]]:
+def glob_split(pattern: str, base: Ref | None) -> tuple[Ref, tuple[str, ...]]:
     """A glob's fixed folder (resolved) and the pattern segments below it."""
     cleaned = pattern.strip().replace("\\", "/")
     parts = cleaned.split("/")
