@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.reexecute import QueryEndpoint, open_endpoint
 from malloy_evals.answer.scoring import score_attempt
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, UsageError
@@ -102,8 +101,8 @@ def draw_sample(keys: list[AttemptKey], n: int, seed: int) -> list[AttemptKey]:
 
 def reverify(run: Run, eval_set: EvalSet, *, provider: Provider, sample: int,
              seed: int = DEFAULT_SEED, max_disagreement: float = DEFAULT_MAX_DISAGREEMENT,
-             judge_retries: int = 1, endpoint: QueryEndpoint | None = None,
-             dry_run: bool = False, judge_samples: int | None = None) -> ReverifyReport:
+             judge_retries: int = 1, dry_run: bool = False,
+             judge_samples: int | None = None) -> ReverifyReport:
     """Re-judge `sample` judged attempts of `run` and append one `reverify` event for each one
     the judge decided again (nothing on a dry run, an emit or a pending host reply)."""
     if not 0 <= max_disagreement <= 1:
@@ -115,7 +114,7 @@ def reverify(run: Run, eval_set: EvalSet, *, provider: Provider, sample: int,
     for key in chosen:
         score = scores[key]
         result = score_attempt(run, eval_set, key.qid, key.sample, provider=provider,
-                               endpoint=endpoint, reexecute=endpoint is not None,
+                               reexecute=False,
                                judge_retries=judge_retries, append=False, view=view,
                                judge_samples=judge_samples)
         if result.status != "judged":
@@ -155,20 +154,13 @@ def _event(key: AttemptKey, score: dict[str, Any], attempt: dict[str, Any] | Non
 
 def reverify_at(run_dir: str | Path, set_dir: str | Path, *, provider: Provider, sample: int,
                 seed: int = DEFAULT_SEED, max_disagreement: float = DEFAULT_MAX_DISAGREEMENT,
-                judge_retries: int = 1, mcp_url: str | None = None, local: bool = False,
-                dry_run: bool = False) -> ReverifyReport:
-    """check_judge.py --reverify: open the run and the set, connect when --local or --mcp-url
-    asks for a fresh re-execution (else each attempt's re-executed prediction is judged)."""
-    run = Run.open(run_dir)
-    eval_set = load_set(set_dir)
-    if not (mcp_url or local):
-        return reverify(run, eval_set, provider=provider, sample=sample, seed=seed,
-                        max_disagreement=max_disagreement, judge_retries=judge_retries,
-                        dry_run=dry_run)
-    with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
-        return reverify(run, eval_set, provider=provider, sample=sample, seed=seed,
-                        max_disagreement=max_disagreement, judge_retries=judge_retries,
-                        endpoint=endpoint, dry_run=dry_run)
+                judge_retries: int = 1, dry_run: bool = False,
+                judge_samples: int | None = None) -> ReverifyReport:
+    """check_judge.py --reverify: open the run and the set; each attempt is judged on the
+    prediction its scoring re-executed."""
+    return reverify(Run.open(run_dir), load_set(set_dir), provider=provider, sample=sample,
+                    seed=seed, max_disagreement=max_disagreement, judge_retries=judge_retries,
+                    dry_run=dry_run, judge_samples=judge_samples)
 
 
 def render_text(report: ReverifyReport) -> str:

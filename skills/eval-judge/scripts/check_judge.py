@@ -11,8 +11,7 @@ or unresolved, 3 when a fixture could not be judged or fixtures exist and none w
 (no fixture file is 0).
 
 --reverify RUN --sample N [--seed S]: N of the run's judged attempts, drawn with the seed, are
-judged again with --judge (any provider; the re-executed prediction of each attempt is judged, or
-a fresh one with --local / --mcp-url). Each re-judgement is appended as a `reverify` event (a score
+judged again with --judge (any provider), each on the prediction its scoring re-executed. Each re-judgement is appended as a `reverify` event (a score
 is never replaced); the disagreement rate is printed with its 95% Wilson interval and each
 disagreement. Exit 1 when the interval's lower bound is above --max-disagreement (default 0.1),
 3 when nothing could be re-judged, else 0. --dry-run counts the calls; --max-cost-usd caps them.
@@ -36,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
-from malloy_evals.judge.doctrine import add_judge_retries
+from malloy_evals.judge.doctrine import add_judge_retries, add_judge_samples
 from malloy_evals.llm.select import add_provider_arguments, provider_from_args
 from malloy_evals.report.stats import DEFAULT_SEED
 from malloy_evals.sets.eval_set import load_set
@@ -67,8 +66,8 @@ def build_parser() -> cli.ScriptParser:
                    metavar="FRACTION",
                    help="--reverify: exit 1 when the disagreement's lower bound is above this "
                         f"(default {rv.DEFAULT_MAX_DISAGREEMENT})")
-    cli.add_endpoint_arguments(p, required=False)
     add_judge_retries(p)
+    add_judge_samples(p)
     add_provider_arguments(p, "--judge")
     cli.add_check(p, _combination)
     cli.add_json_flag(p)
@@ -77,8 +76,8 @@ def build_parser() -> cli.ScriptParser:
 
 def _combination(args) -> str | None:
     if args.reverify is None:
-        if args.sample is not None or args.local or args.mcp_url:
-            return "--sample, --local and --mcp-url go with --reverify RUN"
+        if args.sample is not None:
+            return "--sample goes with --reverify RUN"
         if args.judge == "host":
             return "--judge host re-judges a run: use it with --reverify RUN"
     elif args.sample is None:
@@ -93,8 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reverify is not None:
         report = rv.reverify_at(args.reverify, args.set_dir, provider=provider, sample=args.sample,
                                 seed=args.seed, max_disagreement=args.max_disagreement,
-                                judge_retries=args.judge_retries, mcp_url=args.mcp_url,
-                                local=args.local, dry_run=args.dry_run)
+                                judge_retries=args.judge_retries, dry_run=args.dry_run,
+                                judge_samples=args.judge_samples)
         cli.emit(report, as_json=args.json, render=rv.render_text)
         return report.exit_code
     check = rv.check_judge(load_set(args.set_dir), provider, repeat=args.repeat, only=args.only,
