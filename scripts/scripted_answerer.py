@@ -239,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = connect(url=_mcp_url(args.mcp_config, args.server), timeout=60)
         tools = client.list_tools()
+    except ModuleNotFoundError as exc:  # the interpreter, not the server: say which package
+        print(f"scripted_answerer: the Python package {exc.name!r} is missing in "
+              f"{sys.executable}; run the answerer with the kit's .venv/bin/python",
+              file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - a stand-in reports and exits like a CLI would
         print(f"scripted_answerer: cannot reach the MCP server: {exc}", file=sys.stderr)
         return 2

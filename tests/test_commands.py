@@ -32,6 +32,8 @@ FILLED = {
     "<match|near_match|no_match>": "no_match",
     "<why>": "counts shipped orders only",
     "<name>": "Dana Reyes",
+    "<answerer>": "claude-code",
+    "<transcript.jsonl>": "evals/bookshop/transcripts/baseline/bk_total_revenue.jsonl",
 }
 
 
@@ -84,6 +86,11 @@ PRINTED = [
     pytest.param(commands.host_emit(RUN, SET, "bk_total_revenue", 2), id="host-emit"),
     pytest.param(commands.score_run(RUN, SET), id="score-run"),
     pytest.param(commands.score_run(RUN, None, endpoint="--local"), id="score-run-no-set"),
+    pytest.param(commands.score_run(RUN, SET, judge_spec="host", endpoint="--local"),
+                 id="score-run-host"),
+    pytest.param(commands.host_ingest(RUN, SET, endpoint="--local"), id="host-ingest"),
+    pytest.param(commands.answer_run(RUN, SET), id="answer-run"),
+    pytest.param(commands.record_first(RUN, SET), id="record-first"),
     pytest.param(commands.verify_goldens(SET), id="verify-goldens"),
     pytest.param(commands.validate_set(SET), id="validate-set"),
     pytest.param(commands.promote_all(SET), id="promote-all"),

@@ -15,7 +15,7 @@ import pytest
 from browser_support import screenshot, visit
 from malloy_evals.core.errors import EXIT_UNMEASURED
 from malloy_evals.report import compare_page as cp
-from malloy_evals.report import run_page
+from malloy_evals.workflow.outputs import RunOutputs
 from report_support import SAMPLE_SET
 
 KIT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def arms(tmp_path) -> tuple[Path, Path, Path]:
     base, candidate = tmp_path / "runs" / "base", tmp_path / "runs" / "candidate"
     for target in (base, candidate):
         shutil.copytree(SAMPLE_SET / "runs" / "baseline", target)
-        run_page.write_run_page(target, SAMPLE_SET)
+        RunOutputs.load(target, SAMPLE_SET).write()
     return base, candidate, tmp_path / "comparisons" / "c1"
 
 
@@ -82,7 +82,8 @@ def test_verdict_line_and_figures_are_the_documents():
     html = _render(DOC)
     assert f'id="verdict">{escape(VERDICT)}</p>' in html
     assert "+12.5 points (95% CI +3.1 to +21.9)" in html
-    assert "40.0%" in html and "52.5%" in html and "1234" in html and "0.625" in html
+    # McNemar's p as the verdict line prints it (issue 25: statistics as the headline shows them).
+    assert "40.0%" in html and "52.5%" in html and "1234" in html and "p=0.63" in html
 
 
 def test_flip_table_orders_fixed_broken_moved_then_unchanged():

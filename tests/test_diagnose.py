@@ -19,6 +19,14 @@ from malloy_evals.diagnose.replies import Diagnosis, Undiagnosed
 from malloy_evals.diagnose.selection import Bucketed
 from malloy_evals.ledger.run import Run
 from malloy_evals.llm.base import LlmReply, OneShot, RecordingMissing
+from malloy_evals.workflow.outputs import RunOutputs
+
+
+def run_diagnose(run_dir, set_dir, factory, **kw):
+    """diagnose_run over the run as its outputs' owner loads it (as diagnose.py does)."""
+    o = RunOutputs.load(Path(run_dir), Path(set_dir))
+    return diagnose_run.diagnose_run(o.run, o.eval_set, o.view, factory, **kw)
+
 from script_support import run_outcome
 
 DIAGNOSE = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
@@ -281,7 +289,7 @@ def test_run_is_diagnosed_clustered_and_written_as_issues(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake)
+    result = run_diagnose(run.dir, set_dir, lambda d: fake)
     assert [d.qid for d in result.diagnoses] == ["q1", "q2"] and result.exit_code == 0
     assert result.clustered_by == "diagnoser"
     issues = [e for e in Run.open(run.dir).live() if e["kind"] == "issue"]
@@ -295,7 +303,7 @@ def test_packet_holds_only_its_own_cases_golden(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake)
+    run_diagnose(run.dir, set_dir, lambda d: fake)
     q1 = next(r for r in fake.requests if r.key == "diag.r1.q1").messages[0]["content"]
     assert "GOLDEN-Q1" in q1 and "GOLDEN-Q2" not in q1 and "GOLDEN-Q3" not in q1
     assert "judge why q1" in q1 and "books.list_price" in q1  # judge why and the veto hit
@@ -308,8 +316,8 @@ def test_rerun_voids_only_its_own_earlier_issues(tmp_path):
                                "primary_code": "MISSING", "component": "get_context/model",
                                "owner": "model", "diagnosis": "filed by a person"})
     fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    first = diagnose_run.diagnose_run(run.dir, set_dir, fake)
-    second = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    first = run_diagnose(run.dir, set_dir, fake)
+    second = run_diagnose(run.dir, set_dir, fake)
     assert (first.issues_voided, second.issues_voided) == (0, 1)
     live = [e for e in Run.open(run.dir).live() if e["kind"] == "issue"]
     assert sorted(e["issue_id"] for e in live) == ["person:x", "r1:list-price-read-as-revenue"]
@@ -330,7 +338,7 @@ def diagnosed(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
-    diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    run_diagnose(run.dir, set_dir, fake)
     return set_dir, run, fake
 
 
@@ -340,7 +348,7 @@ def test_issue_whose_cases_all_pass_now_is_marked_fixed_naming_the_passing_attem
     set_dir, run, fake = diagnosed
     _rescore(run, "q1", "match")
     _rescore(run, "q2", "match")
-    result = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    result = run_diagnose(run.dir, set_dir, fake)
     assert result.selection.selected_qids == [] and result.issues_appended == []
     assert result.issues_fixed == ["r1:list-price-read-as-revenue"] and result.open_issues == []
     live = Run.open(run.dir).live()
@@ -349,14 +357,14 @@ def test_issue_whose_cases_all_pass_now_is_marked_fixed_naming_the_passing_attem
     assert status["passing_attempt_ids"] == [attempts["q1"], attempts["q2"]]
     assert schemas.validate_event(status) == []
     assert "open issues: none" in diagnose_run.render_text(result)
-    again = diagnose_run.diagnose_run(run.dir, set_dir, fake)
+    again = run_diagnose(run.dir, set_dir, fake)
     assert again.issues_fixed == []  # fixed once; a later pass leaves it alone
 
 
 def test_issue_with_a_case_still_failing_is_not_fixed(diagnosed):
     set_dir, run, _ = diagnosed
     _rescore(run, "q1", "match")
-    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
+    result = run_diagnose(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
     assert result.issues_fixed == []
     assert [i["issue_id"] for i in result.open_issues] == ["r1:wrong-field-q2"]
 
@@ -365,12 +373,12 @@ def test_a_fixed_issue_is_marked_fixed_not_voided_when_other_cases_are_rediagnos
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     # No clustering reply: one issue per case.
-    first = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser(
+    first = run_diagnose(run.dir, set_dir, lambda d: FakeDiagnoser(
         {"q1": WRONG_FIELD, "q2": WRONG_FIELD}))
     assert first.issues_appended == ["r1:wrong-field-q1", "r1:wrong-field-q2"]
     q1_issue = next(e for e in run.live() if e["kind"] == "issue" and e["qids"] == ["q1"])
     _rescore(run, "q1", "match")
-    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
+    result = run_diagnose(run.dir, set_dir, lambda d: FakeDiagnoser({"q2": WRONG_FIELD}))
     assert result.issues_fixed == ["r1:wrong-field-q1"] and result.issues_voided == 1
     assert q1_issue["event_id"] in {e["event_id"] for e in Run.open(run.dir).live()}
     assert [i["issue_id"] for i in result.open_issues] == ["r1:wrong-field-q2"]
@@ -380,7 +388,7 @@ def test_replies_outside_the_table_leave_cases_undiagnosed_and_exit_3(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     bad = good(primary_code="CONVENTION")
-    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: FakeDiagnoser({"q1": bad, "q2": bad}))
+    result = run_diagnose(run.dir, set_dir, lambda d: FakeDiagnoser({"q1": bad, "q2": bad}))
     assert result.diagnoses == [] and len(result.undiagnosed) == 2
     assert all("CONVENTION" in u.reason for u in result.undiagnosed)
     assert result.exit_code == 3
@@ -392,7 +400,7 @@ def test_rejected_clustering_falls_back_to_one_issue_per_case(tmp_path):
     run = make_run(tmp_path, set_dir)
     remedy = {"reasoning": "", "clusters": [cluster("use-unit-price", ["q1", "q2"], "WRONG-FIELD",
                                                      "agent-skill", "construction")]}
-    result = diagnose_run.diagnose_run(run.dir, set_dir,
+    result = run_diagnose(run.dir, set_dir,
                                    lambda d: FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, remedy))
     assert result.clustered_by.startswith("fallback: cluster id 'use-unit-price' prescribes")
     assert len(result.issues_appended) == 2
@@ -402,7 +410,7 @@ def test_limit_zero_diagnoses_nothing_and_calls_nothing(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     fake = FakeDiagnoser({})
-    result = diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake, limit=0)
+    result = run_diagnose(run.dir, set_dir, lambda d: fake, limit=0)
     assert fake.requests == [] and result.exit_code == 0
     assert result.selection.excluded_by_reason() == {"beyond the limit": 2}
 
@@ -478,18 +486,18 @@ def test_host_flow_emits_then_ingests_cases_then_clusters(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     host = _host(set_dir)
-    emitted = diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
+    emitted = run_diagnose(run.dir, set_dir, host("emit"))
     base = run.dir / "host" / "diagnose"
     assert emitted.exit_code == 0 and emitted.issues_appended == []
     assert sorted(p.name for p in base.glob("*.request.json")) == [
         "diag.r1.q1.request.json", "diag.r1.q2.request.json"]
     for q in ("q1", "q2"):
         (base / f"diag.r1.{q}.reply.json").write_text(json.dumps(WRONG_FIELD))
-    waiting = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
+    waiting = run_diagnose(run.dir, set_dir, host("ingest"))
     assert len(waiting.diagnoses) == 2 and waiting.clustered_by.startswith("pending")
     assert (base / "diag.r1.clusters.request.json").is_file() and waiting.issues_appended == []
     (base / "diag.r1.clusters.reply.json").write_text(json.dumps(CLUSTERS))
-    done = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
+    done = run_diagnose(run.dir, set_dir, host("ingest"))
     assert done.issues_appended == ["r1:list-price-read-as-revenue"]
 
 
@@ -499,10 +507,10 @@ def test_host_ingest_with_a_reply_under_the_wrong_name_exits_3_naming_the_file(t
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir)
     host = _host(set_dir)
-    diagnose_run.diagnose_run(run.dir, set_dir, host("emit"))
+    run_diagnose(run.dir, set_dir, host("emit"))
     base = run.dir / "host" / "diagnose"
     (base / "reply.json").write_text(json.dumps(WRONG_FIELD))
-    result = diagnose_run.diagnose_run(run.dir, set_dir, host("ingest"))
+    result = run_diagnose(run.dir, set_dir, host("ingest"))
     assert result.diagnoses == [] and result.exit_code == 3
     why = {u.qid: u.reason for u in result.undiagnosed}
     assert f"no reply yet in {base}" in why["q1"]
@@ -577,7 +585,7 @@ def test_diagnose_never_writes_through_a_planted_link(tmp_path):
     (run.dir / "diagnose").symlink_to(outside)
     fake = FakeDiagnoser({"q1": WRONG_FIELD, "q2": WRONG_FIELD}, CLUSTERS)
     with pytest.raises(InputError, match="symbolic link"):
-        diagnose_run.diagnose_run(run.dir, set_dir, lambda d: fake)
+        run_diagnose(run.dir, set_dir, lambda d: fake)
     assert list(outside.iterdir()) == []
 
 

@@ -40,6 +40,7 @@ from malloy_evals.core.errors import InputError, UsageError
 from malloy_evals.ledger.live import live_view
 from malloy_evals.llm.select import make_provider
 from malloy_evals.sets.eval_set import load_set
+from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.run_scorer import score_run
 
 
@@ -93,7 +94,7 @@ def test_scripted_answerer_through_the_local_endpoint_is_recorded_and_scored(
     replies.write_text("".join(json.dumps({"key": f"loop1.{q}._", "replies": [verdict("match")]})
                                + "\n" for q in qids.split(",")))
     judge = make_provider(f"hand:{replies}", role="judge", set_dir=BOOKSHOP)
-    scored = score_run(run.dir, BOOKSHOP, judge=judge, judge_spec=f"hand:{replies}",
+    scored = score_run(RunOutputs.load(run.dir, BOOKSHOP), judge=judge, judge_spec=f"hand:{replies}",
                        mcp_url=bookshop_mcp_url, progress=lambda _m: None)
     verdicts = {o.qid: o.verdict for o in scored.outcomes}
     # The 2024 answer filtered by ship_date: the case's mustNotUse vetoes the judge's match.

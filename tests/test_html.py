@@ -70,8 +70,11 @@ def test_anchor_ids_name_the_sample_and_keep_ids_safe():
 
 
 def test_text_shows_null_and_yes_no_rather_than_python_words():
+    # A number as the engine returned it, every digit (issue 25: never cut to six), and a
+    # structured value as words, never a Python dict.
     assert [h.shown(None), h.shown(True), h.shown(False), h.shown(0.1 + 0.2)] == [
-        "null", "yes", "no", "0.3"]
+        "null", "yes", "no", "0.30000000000000004"]
+    assert h.shown({"rule": "read", "tools": ["Bash", None]}) == "rule: read; tools: Bash, null"
     assert (h.pct(None), h.usd(None)) == ("n/a", "unknown")
 
 

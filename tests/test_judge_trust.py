@@ -23,6 +23,7 @@ from malloy_evals.report import agreement, stats
 from malloy_evals.report.figures import CaseRow, sample_summary
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.workflow import review
+from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.reverify import reverify
 from script_support import KIT, run_outcome
 
@@ -436,9 +437,10 @@ def test_a_near_match_stable_across_arms_goes_to_diagnosis_not_the_queue(tmp_pat
                      "confidence": 8, "why": "DIVERGENT"}])
         runs.append(run)
     # q_rev is near_match in every arm; q_genre is not in the third
-    queue = review.review_queue(runs[0].dir, set_dir, arms=[runs[1].dir, runs[2].dir])
+    queue = review.review_queue(RunOutputs.load(runs[0].dir, set_dir),
+                                arms=[runs[1].dir, runs[2].dir])
     assert [i.qid for i in queue.items] == ["q_genre"]
     assert [r["qid"] for r in queue.to_diagnosis] == ["q_rev"]
     assert "--verdicts near_match --only q_rev" in queue.diagnose_command
-    alone = review.review_queue(runs[0].dir, set_dir)
+    alone = review.review_queue(RunOutputs.load(runs[0].dir, set_dir))
     assert sorted(i.qid for i in alone.items) == ["q_genre", "q_rev"] and not alone.to_diagnosis

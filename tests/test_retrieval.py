@@ -20,6 +20,7 @@ from malloy_evals.answer.retrieval import (
     cascade_rung,
     coverage_class,
     effective_coverage,
+    load_coverage_report,
     score_retrieval,
     score_row,
     summarize,
@@ -253,9 +254,9 @@ def test_authored_derivable_without_a_measurement_stays_a_model_gap_and_says_why
 def test_score_retrieval_reads_which_expected_entities_the_report_found(run_env, tmp_path):
     set_dir, run_dir = run_env
     report = tmp_path / "coverage.json"
-    report.write_text(json.dumps({"cases_detail": [
-        {"qid": "b", "verdict": "RULE_UNWRITTEN", "expected_in_model": {REVENUE: True}}]}))
-    result = score_retrieval(run_dir, set_dir, coverage=report)
+    report.write_text(json.dumps(coverage_doc([
+        {"qid": "b", "verdict": "RULE_UNWRITTEN", "expected_in_model": {REVENUE: True}}])))
+    result = score_retrieval(run_dir, set_dir, coverage=load_coverage_report(report))
     b = next(r for r in result.rows if r.qid == "b")
     assert b.where_to_fix == "not retrieved" and "the compiled model has measure:orders:revenue" in b.why
 
@@ -428,11 +429,19 @@ def test_voided_tool_call_delivers_nothing(run_env):
     assert a.recall == 0.0
 
 
+def coverage_doc(detail: list[dict]) -> dict:
+    """A whole check_coverage report (its schema's figures) around the per-case detail."""
+    return {"version": None, "modelSha256": None, "compiledSurface": "read", "reader": None,
+            "cases": len(detail), "decided": len(detail), "modelled": 0, "coverage": None,
+            "by_verdict": {}, "cases_detail": detail}
+
+
 def test_measured_coverage_report_replaces_authored_label(run_env, tmp_path):
     set_dir, run_dir = run_env
     report = tmp_path / "cov.json"
-    report.write_text(json.dumps({"cases_detail": [{"qid": "b", "verdict": "MODELLED"}]}))
-    [b] = [r for r in score_retrieval(run_dir, set_dir, coverage=report).rows if r.qid == "b"]
+    report.write_text(json.dumps(coverage_doc([{"qid": "b", "verdict": "MODELLED"}])))
+    [b] = [r for r in score_retrieval(run_dir, set_dir,
+                                  coverage=load_coverage_report(report)).rows if r.qid == "b"]
     assert (b.coverage, b.coverage_source, b.where_to_fix) == ("MODELLED", "measured", "not retrieved")
 
 

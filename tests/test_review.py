@@ -25,6 +25,13 @@ from malloy_evals.report.figures import summarize
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.sets.importer import import_set
 from malloy_evals.workflow import review
+from malloy_evals.workflow.outputs import RunOutputs
+
+
+def outs(run_dir, set_dir):
+    """The run as its outputs' owner loads it (as review.py does)."""
+    return RunOutputs.load(Path(run_dir), Path(set_dir))
+
 
 KIT = Path(__file__).resolve().parents[1]
 SCRIPT = KIT / "skills" / "eval-judge" / "scripts" / "review.py"
@@ -67,7 +74,7 @@ def scored(tmp_path):
 
 
 def test_queue_holds_needs_human_near_match_and_doubted_goldens_only(scored):
-    queue = review.review_queue(scored.run_dir, scored.set_dir)
+    queue = review.review_queue(outs(scored.run_dir, scored.set_dir))
     assert [(i.label, i.reasons) for i in queue.items] == [
         ("q_genre", ["near_match"]), ("q_rev", ["needs_human"]), ("q_salary", ["doubted golden"])]
     rev = next(i for i in queue.items if i.qid == "q_rev")
@@ -94,8 +101,8 @@ def test_include_disagreements_lists_a_prediction_a_person_settled_otherwise(sco
     (scored.set_dir / "judge-regressions.jsonl").write_text(json.dumps({
         "fixtureId": f"q_genre.{sub_sha[:8]}", "qid": "q_genre", "predictionSha": sub_sha,
         "prediction": {"answer_text": "x", "final_query": None}, "verdict": "no_match"}) + "\n")
-    plain = review.review_queue(scored.run_dir, scored.set_dir)
-    wide = review.review_queue(scored.run_dir, scored.set_dir, include_disagreements=True)
+    plain = review.review_queue(outs(scored.run_dir, scored.set_dir))
+    wide = review.review_queue(outs(scored.run_dir, scored.set_dir), include_disagreements=True)
     genre = next(i for i in wide.items if i.qid == "q_genre")
     assert genre.reasons == ["near_match", "overruled elsewhere"]
     assert genre.settled_elsewhere[0]["verdict"] == "no_match"
@@ -114,7 +121,7 @@ def test_text_table_caps_rows_and_cells():
 def test_settling_changes_the_summary_writes_the_fixture_and_check_judge_proves_it(scored, tmp_path):
     before = summarize(Run.open(scored.run_dir), load_set(scored.set_dir))
     assert before.verdicts["needs_human"] == 1 and before.pass_rate.decided == 1
-    result = review.settle(scored.run_dir, scored.set_dir, "q_rev", verdict="match",
+    result = review.settle(outs(scored.run_dir, scored.set_dir), "q_rev", verdict="match",
                            why="the rows hold 1,234.50; shipped-only is the same here",
                            by="Dana Reyes")
     after = summarize(Run.open(scored.run_dir), load_set(scored.set_dir))
@@ -143,10 +150,10 @@ def test_settling_changes_the_summary_writes_the_fixture_and_check_judge_proves_
 
 
 def test_voiding_a_human_verdict_restores_the_judges(scored):
-    review.settle(scored.run_dir, scored.set_dir, "q_genre", verdict="no_match",
+    review.settle(outs(scored.run_dir, scored.set_dir), "q_genre", verdict="no_match",
                   why="list price is the WRONG reading", by="Dana")
     assert summarize(Run.open(scored.run_dir), None).verdicts["no_match"] == 1
-    undone = review.unsettle(scored.run_dir, scored.set_dir, "q_genre", why="settled the wrong case")
+    undone = review.unsettle(outs(scored.run_dir, scored.set_dir), "q_genre", why="settled the wrong case")
     s = summarize(Run.open(scored.run_dir), None)
     assert (s.verdicts["no_match"], s.verdicts["near_match"], s.settled_by_person) == (0, 1, 0)
     assert undone.fixture_removed and (scored.set_dir / "judge-regressions.jsonl").read_text() == ""
@@ -157,8 +164,8 @@ def test_settling_again_replaces_the_first_settlement_and_its_fixture_line(score
     (scored.set_dir / "judge-regressions.jsonl").write_text('{"fixtureId": "other.1", "qid": "q_rev", '
                                                             '"prediction": {"answer_text": "a", '
                                                             '"final_query": null}, "verdict": "match"}\n')
-    first = review.settle(scored.run_dir, scored.set_dir, "q_genre", verdict="match", why="a", by="A")
-    second = review.settle(scored.run_dir, scored.set_dir, "q_genre", verdict="no_match", why="b",
+    first = review.settle(outs(scored.run_dir, scored.set_dir), "q_genre", verdict="match", why="a", by="A")
+    second = review.settle(outs(scored.run_dir, scored.set_dir), "q_genre", verdict="no_match", why="b",
                            by="B")
     assert second.voided == first.event_id and second.fixture_action == "replaced"
     humans = [e for e in Run.open(scored.run_dir).live() if e["kind"] == "human_verdict"]
@@ -169,14 +176,14 @@ def test_settling_again_replaces_the_first_settlement_and_its_fixture_line(score
 
 
 def test_a_settled_attempt_leaves_the_queue(scored):
-    review.settle(scored.run_dir, scored.set_dir, "q_rev", verdict="no_match", why="w", by="A")
-    queue = review.review_queue(scored.run_dir, scored.set_dir)
+    review.settle(outs(scored.run_dir, scored.set_dir), "q_rev", verdict="no_match", why="w", by="A")
+    queue = review.review_queue(outs(scored.run_dir, scored.set_dir))
     assert "q_rev" not in [i.qid for i in queue.items] and queue.settled == 1
 
 
 def test_a_mechanical_null_cannot_be_settled(scored):
     with pytest.raises(InputError, match="null golden_provisional: that is decided by a rule"):
-        review.settle(scored.run_dir, scored.set_dir, "q_prov", verdict="match", why="w", by="A")
+        review.settle(outs(scored.run_dir, scored.set_dir), "q_prov", verdict="match", why="w", by="A")
     assert not any(e["kind"] == "human_verdict" for e in Run.open(scored.run_dir).live())
 
 
@@ -184,7 +191,7 @@ def test_an_attempt_with_no_score_cannot_be_settled(tmp_path):
     set_dir = make_set(tmp_path)
     run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": "x"}])
     with pytest.raises(InputError, match="has no live score: score it first"):
-        review.settle(run.dir, set_dir, "q_rev", verdict="match", why="w", by="A")
+        review.settle(outs(run.dir, set_dir), "q_rev", verdict="match", why="w", by="A")
 
 
 # Regression (hostile input, writes through links): RESULTS.md, summary.json and
@@ -197,7 +204,7 @@ def test_settling_replaces_links_planted_in_place_of_what_it_rewrites(scored, tm
     for path in planted:  # what the set's fixture file links to is read as fixtures: none
         (outside / path.name).write_text("" if path.suffix == ".jsonl" else "theirs")
         path.symlink_to(outside / path.name)
-    review.settle(scored.run_dir, scored.set_dir, "q_rev", verdict="match", why="w", by="Dana")
+    review.settle(outs(scored.run_dir, scored.set_dir), "q_rev", verdict="match", why="w", by="Dana")
     assert not any(p.is_symlink() for p in planted)
     assert "1 verdict(s) settled by a person" in (scored.run_dir / "RESULTS.md").read_text()
     assert json.loads((scored.set_dir / "judge-regressions.jsonl").read_text())["qid"] == "q_rev"
@@ -217,7 +224,7 @@ def test_review_cards_blank_secrets_in_every_field(tmp_path):
     run.append([score("q_rev", "needs_human", why="the rows carry Pw0rdHidden77 and "
                       "sk-ant-api03-abcdefghijklmnopqrstu", confidence=4,
                       prediction_path="artifacts/q_rev/_/prediction.csv")])
-    queue = review.review_queue(run.dir, set_dir)
+    queue = review.review_queue(outs(run.dir, set_dir))
     text = review.render_queue(queue) + json.dumps(queue.to_json(), default=str)
     assert "Pw0rdHidden77" not in text and "sk-ant-api03-abcdefghijklmnopqrstu" not in text
     assert "[REDACTED]" in review.render_item(queue.items[0])
@@ -258,11 +265,11 @@ def test_mutated_review_inputs_are_read_or_refused_in_one_line(tmp_path_factory,
     else:
         path, raw = prediction, b"revenue\n1234.5\n"
     path.write_bytes(data.draw(damaged_bytes(raw)) if data.draw(st.booleans()) else raw)
-    queue = reads_or_refuses(lambda: review.review_queue(w.run_dir, w.set_dir,
+    queue = reads_or_refuses(lambda: review.review_queue(outs(w.run_dir, w.set_dir),
                                                          include_disagreements=True), path)
     if queue is not None:
         review.render_queue(queue)
-    reads_or_refuses(lambda: review.settle(w.run_dir, w.set_dir, "q_rev", verdict="match",
+    reads_or_refuses(lambda: review.settle(outs(w.run_dir, w.set_dir), "q_rev", verdict="match",
                                            why="w", by="Dana"), path)
 
 

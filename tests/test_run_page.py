@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from browser_support import screenshot, visit
-from malloy_evals.core.errors import EXIT_USAGE, KitError
+from malloy_evals.core.errors import EXIT_USAGE, InputError, KitError
 from malloy_evals.report import run_page
 from malloy_evals.report.html import pct
+from malloy_evals.workflow.outputs import RunOutputs
 from report_support import HOSTILE, SAMPLE_SET, SECRET, generated_run, hostile_run
 
 KIT = Path(__file__).resolve().parents[1]
@@ -146,7 +147,8 @@ def test_opening_a_case_from_the_table_shows_its_evidence(needs_node, demo, brow
     assert '"avg_price_paid": 16.48' in text            # the golden value
     assert "books.list_price.avg()" in text             # must not use, and the veto's hit
     assert case["why"] in text                          # the judge's why, word for word
-    assert "16.476" in section.locator("table.data").inner_text()  # the re-executed rows
+    # The re-executed rows, every digit the engine returned (never cut to six).
+    assert "16.47597174424941" in section.locator("table.data").inner_text()
     assert "get_context" in text and "execute_query" in text
     screenshot(v, "baseline-case-bk_avg_price_paid")
     v.close()
@@ -237,7 +239,7 @@ def test_printed_page_keeps_the_headline_and_every_attempt_open(needs_node, demo
 
 def test_hostile_answer_renders_as_text_and_runs_nothing(browser, tmp_path):
     run = hostile_run(tmp_path)
-    page = run_page.write_run_page(run.dir, SAMPLE_SET)
+    page = RunOutputs.load(run.dir, SAMPLE_SET).write().page
     v = visit(browser, Path(page.path), fragment="attempt-bk_total_revenue")
     p = v.page
     assert p.evaluate("typeof window.__pwned") == "undefined"
@@ -263,7 +265,7 @@ def test_hostile_answer_renders_as_text_and_runs_nothing(browser, tmp_path):
 
 def test_hostile_page_file_holds_no_secret_and_no_live_markup(tmp_path):
     run = hostile_run(tmp_path)
-    html = Path(run_page.write_run_page(run.dir, SAMPLE_SET).path).read_text()
+    html = Path(RunOutputs.load(run.dir, SAMPLE_SET).write().page.path).read_text()
     assert SECRET not in html
     assert html.count("<script") == 1 and "<img" not in html
     assert not re.search(r'(?i)\b(?:href|src)\s*=\s*"\s*[a-z][a-z0-9+.-]*:', html)
@@ -276,10 +278,11 @@ def test_hostile_page_file_holds_no_secret_and_no_live_markup(tmp_path):
 
 
 def test_unscored_run_gets_a_page_that_says_so_and_shows_each_answer(unscored, browser):
-    page = run_page.write_run_page(unscored, SAMPLE_SET)
+    page = RunOutputs.load(unscored, SAMPLE_SET).write().page
     assert (page.exit_code, page.unscored, page.attempts) == (0, 18, 18)
     v = visit(browser, Path(page.path))
-    assert _text(v, "#headline") == "pass rate n/a (0/0; nothing decided)"
+    assert _text(v, "#headline") == ("PARTIAL: 18 unscored, 0 stale; no pass rate (nothing is "
+                                     "scored under current pins yet)")
     assert _text(v, "#not-scored-line") == "not scored yet: none of the 18 attempt(s) has a score"
     assert "score_run.py --run" in _text(v, "#not-scored pre")
     assert v.page.locator("details.attempt").count() == 18
@@ -298,7 +301,7 @@ def test_page_replaces_a_link_planted_in_its_place(unscored, tmp_path):
     target = tmp_path / "elsewhere.html"
     target.write_text("theirs")
     (unscored / "report.html").symlink_to(target)
-    page = run_page.write_run_page(unscored, SAMPLE_SET)
+    page = RunOutputs.load(unscored, SAMPLE_SET).write().page
     assert not Path(page.path).is_symlink() and "<!doctype html>" in Path(page.path).read_text().lower()
     assert target.read_text() == "theirs"
 
@@ -308,15 +311,17 @@ def test_run_inside_its_set_finds_the_set_without_set_flag():
     assert run_page.find_set(SAMPLE_SET / "runs" / "baseline", "another-set") is None
 
 
-def test_page_without_a_set_says_what_it_cannot_show(unscored):
-    page = run_page.write_run_page(unscored)   # a copy outside any set: nothing to find
-    html = Path(page.path).read_text()
-    assert page.set_dir is None and 'id="no-set"' in html
+def test_a_run_without_a_set_is_refused_and_no_page_is_written(unscored):
+    # Issue 25: a page written without the set could not say which scores are stale, nor take a
+    # verified_wrong golden out; its figures would differ from score_run's. It is refused.
+    with pytest.raises(InputError, match="no set given and none found around the run"):
+        RunOutputs.load(unscored, None)   # a copy outside any set: nothing to find
+    assert not (unscored / "report.html").exists()
 
 
 def test_page_of_a_500_attempt_run_stays_under_2_mb(tmp_path):
     run = generated_run(tmp_path, 500)
-    page = run_page.write_run_page(run.dir, SAMPLE_SET)
+    page = RunOutputs.load(run.dir, SAMPLE_SET).write().page
     assert page.attempts == 500
     assert page.bytes == len(Path(page.path).read_bytes()) < 2_000_000
     html = Path(page.path).read_text()

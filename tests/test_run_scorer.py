@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -16,6 +17,7 @@ from malloy_evals.ledger.run import Run
 from malloy_evals.llm.base import OneShot
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.workflow import run_scorer as rs
+from malloy_evals.workflow.outputs import RunOutputs
 from script_support import Outcome, run_outcome
 
 KIT = Path(__file__).resolve().parents[1]
@@ -202,7 +204,7 @@ def test_finish_run_writes_results_and_pins_run_json(tiny):
     run, es = tiny
     outcomes = rs.score_attempts(run, es, FakeScorer(PINS, verdicts={"q2": ("no_match", None)}),
                                  PINS, progress=lambda _: None)
-    result = rs.finish_run(run, es, coverage=None, judge_spec="replay", endpoint_flag="--local",
+    result = rs.finish_run(RunOutputs(run, es, run.view(), None, run_label=str(run.dir), set_label=str(es.dir)), judge_spec="replay", endpoint_flag="--local",
                            pins={"judgeVersion": "3", "judgeModel": "hand-authored"},
                            outcomes=outcomes)
     assert result.exit_code == EXIT_OK
@@ -229,7 +231,7 @@ def test_a_run_scored_by_two_judges_names_both_with_counts(tiny):
                       progress=lambda _: None)
     outcomes = rs.score_attempts(run, es, FakeScorer({**PINS, "judge_model": "hand-authored"}),
                                  PINS, only=["q2"], progress=lambda _: None)
-    result = rs.finish_run(run, es, coverage=None, judge_spec="hand:r.jsonl",
+    result = rs.finish_run(RunOutputs(run, es, run.view(), None, run_label=str(run.dir), set_label=str(es.dir)), judge_spec="hand:r.jsonl",
                            endpoint_flag="--local", pins={"judgeModel": "hand-authored"},
                            outcomes=outcomes)
     assert result.summary.judges == {"hand-authored": 1, "host": 1}
@@ -244,7 +246,7 @@ def test_every_attempt_failing_is_could_not_measure(tiny):
     run, es = tiny
     outcomes = rs.score_attempts(run, es, FakeScorer(PINS, fail={"q1", "q2"}), PINS,
                                  progress=lambda _: None)
-    result = rs.finish_run(run, es, coverage=None, judge_spec="replay", endpoint_flag="--local",
+    result = rs.finish_run(RunOutputs(run, es, run.view(), None, run_label=str(run.dir), set_label=str(es.dir)), judge_spec="replay", endpoint_flag="--local",
                            pins={}, outcomes=outcomes)
     assert result.exit_code == EXIT_UNMEASURED
     assert result.summary.unscored == ["q1", "q2"]
@@ -328,8 +330,12 @@ def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(need
     base = ["--run", run.dir, "--set", set_dir, "--judge", "host", "--local", "--json"]
 
     emit = score_run_script(tmp_path, *base, "--emit")
-    assert emit.code == EXIT_OK, emit.err
-    assert json.loads(emit.out)["counts"]["not scored"] == 2
+    # Nothing is scored yet: the run is partial (exit 3), both attempts awaiting the host.
+    assert emit.code == EXIT_UNMEASURED, emit.err
+    emitted = json.loads(emit.out)
+    assert emitted["counts"]["not scored"] == 2 and emitted["status"] == "partial"
+    assert emitted["summary"]["partial"]["awaiting_host"] == ["q1", "q2"]
+    assert "--judge host --ingest" in emitted["summary"]["partial"]["command"]
     assert live_scores(run) == []
     judge_dir = run.dir / "artifacts" / "q1" / "_" / "judge"
     assert (judge_dir / "request.json").is_file()
@@ -338,11 +344,32 @@ def test_score_run_script_host_emit_then_ingest_scores_each_replied_attempt(need
          "column_pairing": {"n": "n"}, "gold_status": "verified", "gold_note": ""}))
 
     ingest = score_run_script(tmp_path, *base, "--ingest")
-    assert ingest.code == EXIT_OK, ingest.err
     doc = json.loads(ingest.out)
     assert (doc["counts"]["scored"], doc["counts"]["not scored"]) == (1, 1)
     assert [(e["qid"], e["verdict"], e["judge_model"]) for e in live_scores(run)] == [
         ("q1", "match", "host")]
+    # Issue 25: one reply of two is not a result. Every output says partial, none gives a bare
+    # pass rate, and the exit code is "not measured".
+    assert ingest.code == EXIT_UNMEASURED, ingest.err
+    headline = doc["headline"]
+    assert headline.startswith("PARTIAL: 1 unscored (1 awaiting host replies), 0 stale; no pass "
+                               "rate (over the 1 attempt(s) scored under current pins only: ")
+    summary = json.loads((run.dir / "summary.json").read_text())
+    assert (summary["status"], summary["headline"], summary["pass_rate"]) == (
+        "partial", headline, None)
+    results = (run.dir / "RESULTS.md").read_text()
+    assert f"**{headline}**" in results and "## PARTIAL" in results
+    assert not re.search(r"^\*\*pass rate", results, re.MULTILINE)
+    assert summary["partial"]["command"] in results
+    page = (run.dir / "report.html").read_text()
+    assert f'data-status="partial">{html.escape(headline, quote=False)}</p>' in page
+    assert json.loads((run.dir / "run.json").read_text())["status"] == "partial"
+
+    (run.dir / "artifacts" / "q2" / "_" / "judge" / "reply.json").write_text(
+        (judge_dir / "reply.json").read_text())
+    done = score_run_script(tmp_path, *base, "--ingest")
+    assert done.code == EXIT_OK, done.err
+    assert json.loads(done.out)["headline"].startswith("pass rate 100.0% (2/2;")
 
 
 # Regression (hostile input): --mcp-url credentials (user:password@, ?api_key=) were printed in
@@ -369,7 +396,7 @@ def test_mcp_url_credentials_never_reach_run_json_or_the_repair_commands(tiny, m
         def complete(self, request):
             raise AssertionError("no judge call expected")
 
-    rs.score_run(run.dir, es.dir, judge=Judge(),
+    rs.score_run(RunOutputs.load(run.dir, es.dir), judge=Judge(),
                  judge_spec="hand:x", mcp_url=CREDENTIAL_URL)
     for name in ("run.json", "RESULTS.md", "summary.json"):
         text = (run.dir / name).read_text()
@@ -478,4 +505,4 @@ def test_only_the_goldens_it_would_score_are_checked(tmp_path, monkeypatch):
 def test_a_public_loop_ledger_is_refused_before_anything_is_scored(tmp_path):
     public = KIT / "tests" / "fixtures" / "public_loop" / "run"
     with pytest.raises(InputError, match="events.jsonl:1: no event_id: .* score_run.py works on"):
-        rs.score_run(public, KIT / "evals" / "bookshop", judge=None, local=True)
+        RunOutputs.load(public, KIT / "evals" / "bookshop", refuse_public="score_run.py")

@@ -8,9 +8,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fuzz_support import FUZZ, mutated_report, reads_or_refuses
-from hypothesis import given
-from hypothesis import strategies as st
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import figures as sm_figures
 from malloy_evals.report import markdown as sm_markdown
@@ -337,7 +334,10 @@ def test_attempt_without_a_score_is_listed_as_unscored_not_counted():
     s = sm_figures.summarize_events(INFO, events)
     assert s.unscored == ["q1"]
     assert s.scored == 1 and s.attempts == 2
-    assert s.pass_rate.decided == 1
+    # Issue 25: a run with an unscored attempt is partial; its rate is named as over the scored.
+    assert (s.status, s.pass_rate, s.exit_code) == ("partial", None, 3)
+    assert s.headline == ("PARTIAL: 1 unscored, 0 stale; no pass rate (over the 1 attempt(s) "
+                          "scored under current pins only: 100.0% (1/1; 95% CI 20.7-100.0%))")
 
 
 def test_results_files_carry_the_same_headline(tmp_path):
@@ -446,16 +446,6 @@ def test_results_files_replace_planted_links(tmp_path):
     assert md.read_text().startswith("#") and json.loads(js.read_text())["status"] == "complete"
     assert {p.read_text() for p in outside.iterdir()} == {"theirs"}
 
-
-
-# A check_coverage report, mutated (hostile input): read, or refused in one line naming it.
-@FUZZ
-@given(data=st.data())
-def test_mutated_coverage_report_is_read_or_refused_in_one_line(tmp_path_factory, data):
-    from malloy_evals.report.figures import load_coverage_report
-
-    path = mutated_report(data, tmp_path_factory.mktemp("cov"))
-    reads_or_refuses(lambda: load_coverage_report(path), path)
 
 
 # --- a person's verdict (human_verdict) and golden drift ------------------------------------

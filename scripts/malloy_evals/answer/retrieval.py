@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from malloy_evals.core import commands, jsonl
+from malloy_evals.core import commands, jsonl, schemas
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import LineProblem
 from malloy_evals.core.vocab import DECIDED_VERDICTS, ENTITY_KINDS, split_entity_id
@@ -467,35 +467,46 @@ def _decode(line: bytes, number: int, torn: bool) -> tuple[dict[str, Any] | None
     return decode_line(line, number, torn)
 
 
-def load_coverage_report(path: str | Path) -> dict[str, str | None]:
-    """{qid: measured verdict} from a check_coverage report's `cases_detail` (None = undecided)."""
-    return read_coverage_report(path)[0]
+COVERAGE_FIGURES = ("version", "modelSha256", "compiledSurface", "reader", "cases", "decided",
+                    "modelled", "coverage", "by_verdict")
 
 
-def read_coverage_report(path: str | Path) -> tuple[dict[str, str | None], dict[str, dict[str, bool]]]:
-    """({qid: measured verdict}, {qid: {expected entity id: held by the compiled model}}) from a
-    check_coverage report; a report made before it recorded `expected_in_model` gives no ids."""
-    path = Path(path)
+@dataclass(frozen=True)
+class CoverageReport:
+    """A check_coverage report as read from its file: THE one loader of it (every reader of a
+    coverage report takes this object, so no two readers can disagree about what is valid)."""
+
+    path: str
+    figures: dict[str, Any]                    # the report's headline (COVERAGE_FIGURES)
+    verdicts: dict[str, str | None]            # qid -> measured verdict (None = undecided)
+    held: dict[str, dict[str, bool]]           # qid -> {expected entity id: held by the model}
+
+
+def load_coverage_report(path: Path) -> CoverageReport:
+    """Read and check a check_coverage report against its schema (coverage_report.schema.json):
+    a report that is not JSON or breaks the schema is refused here, in one line naming the file,
+    before any scoring or spending."""
     try:
         report = jsonl.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, f"cannot read coverage report: "
+        raise InputError(path, None, f"cannot read the coverage report: "
                                      f"{getattr(exc, 'strerror', None) or exc}") from None
     except ValueError as exc:
-        raise InputError(path, getattr(exc, "lineno", None), "coverage report is not JSON") from None
-    detail = report.get("cases_detail") if isinstance(report, dict) else None
-    if not isinstance(detail, list):
-        raise InputError(path, None, "cases_detail: missing or not a list (is this a check_coverage report?)")
+        raise InputError(path, getattr(exc, "lineno", None),
+                         "the coverage report is not JSON") from None
+    problems = schemas.validate("coverage_report", report)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(path, None, f"not a check_coverage report: {first}{more}")
     verdicts: dict[str, str | None] = {}
     held: dict[str, dict[str, bool]] = {}
-    for item in detail:
-        if isinstance(item, dict) and isinstance(item.get("qid"), str):
-            verdict = item.get("verdict")
-            verdicts[item["qid"]] = verdict if isinstance(verdict, str) else None
-            ids = item.get("expected_in_model")
-            if isinstance(ids, dict):
-                held[item["qid"]] = {str(k): v for k, v in ids.items() if isinstance(v, bool)}
-    return verdicts, held
+    for item in report["cases_detail"]:
+        verdicts[item["qid"]] = item.get("verdict")
+        ids = item.get("expected_in_model")
+        if isinstance(ids, dict):
+            held[item["qid"]] = {str(k): v for k, v in ids.items() if isinstance(v, bool)}
+    return CoverageReport(str(path), {k: report.get(k) for k in COVERAGE_FIGURES}, verdicts, held)
 
 
 def effective_coverage(qid: str, authored: str | None,
@@ -529,8 +540,8 @@ def _sort_key(row: RetrievalRow) -> tuple[str, int, int]:
     return (row.qid, row.sample is not None, row.sample or 0)
 
 
-def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str | Path | None = None,
-                    append: bool = False) -> RetrievalResult:
+def score_retrieval(run_dir: str | Path, set_dir: str | Path, *,
+                    coverage: CoverageReport | None = None, append: bool = False) -> RetrievalResult:
     """score_retrieval.py: score every live attempt of a run, streaming its ledger so
     memory follows attempts, never events; with `append`, write one retrieval_score per attempt
     in one batch, superseding each attempt's earlier live one."""
@@ -540,7 +551,7 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
         raise InputError(run_dir / RUN_FILE, None,
                          f"no run.json: not a run folder (create one with {commands.NEW_RUN})")
     eval_set = load_set(Path(set_dir))
-    measured, held = read_coverage_report(coverage) if coverage is not None else (None, {})
+    measured, held = (coverage.verdicts, coverage.held) if coverage is not None else (None, {})
     events_path = run_dir / EVENTS_FILE
     if public_loop.ledger_is_public(events_path):
         # This reader decodes only the lines and keys it uses, in the kit's spelling; it does not
@@ -554,10 +565,10 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *, coverage: str |
 
 
 def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
-               coverage: str | Path | None = None, append: bool = False) -> RetrievalResult:
+               coverage: CoverageReport | None = None, append: bool = False) -> RetrievalResult:
     """Retrieval over the live view a pass already holds (score_run, diagnose): no second read of
     the ledger. `coverage` and `append` as score_retrieval."""
-    measured, held = read_coverage_report(coverage) if coverage is not None else (None, {})
+    measured, held = (coverage.verdicts, coverage.held) if coverage is not None else (None, {})
     return _score(collect_states(view.events), eval_set, measured, held,
                   [str(p) for p in view.problems], run if append else None, str(eval_set.dir))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import enum
 import json
 import runpy
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 from malloy_evals.core import paths
 from malloy_evals.core.errors import EXIT_USAGE, InputError, KitError, UsageError
 from malloy_evals.core.redact import redact
+from malloy_evals.core.terminal import SafeStream
 
 Check = Callable[[argparse.Namespace], str | None]
 
@@ -147,6 +149,10 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
         with contextlib.suppress(AttributeError, ValueError):
             # A TextIO has no reconfigure in the stubs; a replaced stream without one is skipped.
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    # Every line a script prints, error lines included, goes through the one terminal
+    # sanitiser: text from outside shows its control characters escaped (core/terminal.py).
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)
     try:
         code = main(argv)
     except KitError as exc:
@@ -157,6 +163,11 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
         code = 130
     except BrokenPipeError:
         code = 0
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        sys.stdout, sys.stderr = saved
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -384,7 +395,18 @@ def check_known(names: Sequence[str] | None, known: Iterable[Any], *, where: str
     have = set(known)
     unknown = [n for n in names if n not in have]
     if unknown:
-        raise InputError(where, None, f"{flag} names {what}: {', '.join(unknown)}")
+        raise InputError(where, None, f"{flag} names {what}: {', '.join(unknown)}"
+                         + nearest_hint(unknown, sorted(str(k) for k in have)))
+
+
+def nearest_hint(unknown: Sequence[str], known: Sequence[str], *, n: int = 3) -> str:
+    """`; nearest: bk_total_revenue, bk_revenue` for names nobody has: the closest known ones,
+    so a typo is one glance from its fix (empty when nothing is close)."""
+    near: list[str] = []
+    for name in unknown:
+        near += [k for k in difflib.get_close_matches(name, known, n=n, cutoff=0.6)
+                 if k not in near]
+    return f"; nearest: {', '.join(near[:n * len(unknown)])}" if near else ""
 
 
 def add_model_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:

@@ -9,6 +9,7 @@ kit cannot know (`<run>`, `<model>`) is a Placeholder, printed as it is and neve
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ ENDPOINT_CHOICE = Placeholder(f"({cli.LOCAL} | {cli.MCP_URL} URL)")
 ANY_SET = Placeholder("evals/<set>")
 ANY_RUN = Placeholder("<another run of the base arm>")
 QID = Placeholder("<qid>")
+ANSWERER = Placeholder("<answerer>")
+TRANSCRIPT = Placeholder("<transcript.jsonl>")
 SETTLE_VERDICT = Placeholder("<match|near_match|no_match>")
 WHY = Placeholder("<why>")
 PERSON = Placeholder("<name>")
@@ -167,6 +170,18 @@ def record_attempt(run_dir: str | Path, set_dir: str | Path, qid: str, sample: i
                    *((cli.SAMPLE, str(sample)) if sample is not None else ()), *source)
 
 
+def answer_run(run_dir: str | Path, set_dir: str | Path) -> Command:
+    """Answer every case of a run with an answerer (the step after new_run.py)."""
+    return command("run_answers", cli.RUN, _place(run_dir), cli.SET, _place(set_dir), cli.LOCAL,
+                   "--answerer", ANSWERER)
+
+
+def record_first(run_dir: str | Path, set_dir: str | Path) -> Command:
+    """Record one answer a session already made into a run (the other way to fill it)."""
+    return command("record_attempt", cli.RUN, _place(run_dir), cli.SET, _place(set_dir),
+                   cli.QID, QID, "--transcript", TRANSCRIPT)
+
+
 def rescore(run_dir: str | Path, set_dir: str | Path, qids: Sequence[str], *,
             judge_spec: str | None, endpoint: str | None) -> Command:
     """Re-score chosen attempts of a run. A host judge re-scores in two steps; the first
@@ -190,10 +205,19 @@ def host_emit(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | 
 
 
 def score_run(run_dir: str | Path, set_dir: str | Path | None, *,
-              endpoint: str | None = None) -> Command:
-    """Score a run (its unscored attempts), the judge left to the reader."""
+              endpoint: str | None = None, judge_spec: str | None = None) -> Command:
+    """Score a run (its unscored attempts and stale scores), with the judge that scored it
+    (`judge_spec`), else the judge left to the reader. A host judge's first step is --emit."""
+    judge = [judge_spec or PROVIDER] + (["--emit"] if judge_spec == "host" else [])
     return command("score_run", cli.RUN, _place(run_dir), cli.SET, _set(set_dir), "--judge",
-                   PROVIDER, *_endpoint_args(endpoint))
+                   *judge, *_endpoint_args(endpoint))
+
+
+def host_ingest(run_dir: str | Path, set_dir: str | Path | None, *,
+                endpoint: str | None = None) -> Command:
+    """Score the attempts whose host replies are in (the step after --judge host --emit)."""
+    return command("score_run", cli.RUN, _place(run_dir), cli.SET, _set(set_dir), "--judge",
+                   "host", "--ingest", *_endpoint_args(endpoint))
 
 
 def verify_goldens(set_dir: str | Path | None) -> Command:
@@ -263,3 +287,10 @@ SCORE_RUN = Mention("score_run")
 REPORT_COVERAGE = Mention("report", ("--coverage",))
 DIAGNOSE = Mention("diagnose")
 NEW_RUN = Mention("new_run")
+
+
+def this_command() -> str:
+    """The command line this process was started with, as it runs again from the kit's root (the
+    command that resumes an interrupted run_answers)."""
+    script = sys.argv[0] if sys.argv else "<script>"
+    return shlex.join([".venv/bin/python", from_kit_root(script), *sys.argv[1:]])

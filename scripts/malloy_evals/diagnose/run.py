@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.retrieval import load_coverage_report, row_fields, score_view
+from malloy_evals.answer.retrieval import CoverageReport, row_fields, score_view
 from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError
 from malloy_evals.diagnose.issues import (
@@ -53,7 +53,7 @@ from malloy_evals.llm.base import (
     provider_label,
 )
 from malloy_evals.llm.select import provider_stats
-from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
+from malloy_evals.sets.eval_set import CASES_FILE, EvalSet
 
 # An --ingest that found no reply for a request (llm/base.py NO_REPLY): that case is undiagnosed
 # (exit 3 when no case was diagnosed), unlike an --emit, whose written requests are its result.
@@ -130,18 +130,18 @@ def _reply_object(reply: LlmReply, key: str) -> Any:
     return last_json_object(reply.text or "", key)
 
 
-def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path], Provider], *,
+def diagnose_run(run: Run, eval_set: EvalSet, view: LiveView,
+                 provider_factory: Callable[[Path], Provider], *,
                  only: list[str] | None = None, verdicts: Iterable[str] = ("no_match",),
                  split: str = "dev", limit: int | None = None,
-                 coverage_report: Path | None = None,
+                 coverage: CoverageReport | None = None,
                  progress: Callable[[str], None] | None = None) -> DiagnoseResult:
-    """diagnose.py end to end: select, build packets, diagnose, validate, cluster, append issues."""
+    """diagnose.py end to end: select, build packets, diagnose, validate, cluster, append issues.
+    The run, its set, the pass's live view and the coverage report come loaded and checked
+    (workflow/outputs.py's RunOutputs, which writes the run's outputs after)."""
 
     table = codes.load_codes()
-    run = Run.open(run_dir)
-    eval_set = load_set(set_dir)
     cli.check_known(only, eval_set.cases, where=eval_set.dir / CASES_FILE)
-    view = run.view()  # the one read of the ledger for this pass
     events = view.events
     warnings: list[str] = []
     retrieval_rows = attempt_retrieval_rows(run, view, eval_set, warnings)
@@ -150,10 +150,7 @@ def diagnose_run(run_dir: Path, set_dir: Path, provider_factory: Callable[[Path]
     selection = select_cases(events, {q: c.split for q, c in eval_set.cases.items()},
                              verdicts=verdicts, split=split, only=only, limit=limit,
                              retrieval_misses=misses)
-    measured = None
-    if coverage_report is not None:
-
-        measured = load_coverage_report(coverage_report)
+    measured = coverage.verdicts if coverage is not None else None
     provider = provider_factory(run.dir)
     by_qid: dict[str, list[Bucketed]] = defaultdict(list)
     for b in selection.selected:

@@ -77,6 +77,12 @@ class AnthropicProvider(OneShot):
             raise UsageError(problem)
         self._batcher = _Batcher(self, batch_poll_seconds, batch_window_seconds) if batch else None
 
+    def ready(self) -> None:
+        """Fail now, before a caller re-executes or spends anything, when no call could be made
+        (no key in the environment); a dry run needs none."""
+        if not self.dry_run:
+            self.client()
+
     def call_stats(self) -> CallStats:
         return self.stats
 

@@ -56,9 +56,12 @@ LEVELS = (
 
 
 def verdict_word(row: CaseRow | None) -> str:
-    """The one word a verdict is filtered and coloured by: a verdict, `null` or `unscored`."""
+    """The one word a verdict is filtered and coloured by: a verdict, `null`, `stale` or
+    `unscored`."""
     if row is None:
         return "unscored"
+    if row.stale:
+        return "stale"
     if row.verdict:
         return row.verdict
     return "null" if row.scored else "unscored"
@@ -67,7 +70,12 @@ def verdict_word(row: CaseRow | None) -> str:
 def verdict_text(row: CaseRow | None) -> str:
     """A verdict as the case table and the section heading show it: `null (contaminated)`."""
     if row is None or (not row.verdict and not row.scored):
-        return "unscored"
+        return "unscored (awaiting host reply)" if row is not None and row.awaiting_host \
+            else "unscored"
+    if row.stale:
+        return f"stale (was {row.verdict or 'null'}; judged against an older golden)"
+    if row.verdict and row.settled_by:
+        return f"{row.verdict} (settled by {d.redacted(row.settled_by)})"
     if row.verdict:
         return row.verdict
     # A null reason can quote an error message (`environment_failure: ...`), so it is redacted.
@@ -136,9 +144,21 @@ def _golden(g: d.Golden | None, caps: Caps) -> Html:
     return join(*parts)
 
 
+def _settled(row: CaseRow | None) -> Html | None:
+    """A person's settled verdict (review.py): who, when and why, above what the judge said."""
+    if row is None or not row.settled_by:
+        return None
+    return el("div", el("h4", "Settled by a person"),
+              facts(("verdict", el("span", shown(row.verdict), class_=f"v-{row.verdict or 'null'}")),
+                    ("by", d.redacted(row.settled_by)), ("when", row.settled_at),
+                    ("the judge said", shown(row.judge_verdict))),
+              el("h5", "why"), el("p", d.redacted(row.why or "")), class_="settled")
+
+
 def _judge(j: d.Judged | None, caps: Caps) -> Html:
     if j is None:
         return el("p", "Not scored yet.", class_="note")
+    # column_pairing maps each golden column to the answer's column (reference/judge.md).
     pairing = (join(*[join("; " if i else None, el("code", k), " → ",
                            el("code", v) if v is not None else "(unpaired)")
                       for i, (k, v) in enumerate(j.column_pairing.items())])
@@ -154,7 +174,7 @@ def _judge(j: d.Judged | None, caps: Caps) -> Html:
               ("request and reply", link(j.judge_path, href_to(j.judge_path))
                if j.judge_path else None)),
         el("h5", "why"), pre(j.why, caps.text, whole="the judge's reply"),
-        facts(("column pairing (answer → golden)", pairing)) if pairing else None)
+        facts(("column pairing (golden → answer)", pairing)) if pairing else None)
 
 
 def _calls(a: d.AttemptDetail, caps: Caps) -> Html:
@@ -251,6 +271,7 @@ def attempt_section(a: d.AttemptDetail, row: CaseRow | None, *, first_of_case: b
         # Golden and answer side by side (stacked on a narrow screen): what the judge compared.
         el("div", el("div", el("h4", "Golden and rubric"), golden), el("div", _answer(a, caps)),
            class_="pair"),
+        _settled(row),
         el("h4", "Judge"), _judge(a.judged, caps),
         _checks(a, caps),
         el("h4", f"Tool calls ({a.calls_total})"), _calls(a, caps),

@@ -10,12 +10,12 @@ section of that case on each arm's run page (report.html beside each run's ledge
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.report.compare import Comparison, compare_runs
+from malloy_evals.report.compare import Comparison, compare_runs, p_text
 from malloy_evals.report.html import (
     Html,
     case_anchor,
@@ -31,7 +31,7 @@ from malloy_evals.report.html import (
     table,
     td,
 )
-from malloy_evals.report.run_page import PAGE_FILE, write_atomic, write_run_page
+from malloy_evals.report.run_page import PAGE_FILE, write_atomic
 
 COMPARE_FILE = "compare.html"
 CHANGE_ORDER = ("fixed", "broken", "moved", "unchanged")
@@ -61,6 +61,12 @@ def _delta_text(doc: Mapping[str, Any]) -> str:
     interval = (f" (95% CI {_signed(ci[0])} to {_signed(ci[1])})"
                 if isinstance(ci, (list, tuple)) and len(ci) == 2 else " (no interval)")
     return f"{_signed(doc.get('delta_points'))} points{interval}"
+
+
+def _p_text(p: Any) -> str:
+    """McNemar's p as the verdict line prints it (`p=1.00`), or n/a."""
+    return (f"p={p_text(float(p))}" if isinstance(p, (int, float)) and not isinstance(p, bool)
+            else "n/a")
 
 
 def _verdict_class(verdict: str) -> str:
@@ -143,9 +149,13 @@ def render_compare_page(doc: Mapping[str, Any], *, base_pages: Sequence[tuple[st
     fixed, broken = _qids(doc.get("fixed")), _qids(doc.get("broken"))
     moved = _qids(doc.get("moved"))
     differences = [str(x) for x in doc.get("differences") or []]
+    arms = _mapping(doc.get("arms"))
+    names = {arm: ", ".join(_run_ids(arms.get(arm))) or arm for arm in ("base", "candidate")}
     parts: list[Any] = [
-        el("h1", "Did the change help? Base against candidate"),
+        el("h1", f"Did the change help? {names['candidate']} (candidate) against "
+                 f"{names['base']} (base) on set {shown(doc.get('set'), none='unknown')}"),
         el("p", verdict, class_=_verdict_class(verdict), id="verdict"),
+        _arms(doc, arms),
     ]
     if doc.get("comparable") is False or differences:
         parts.append(el("div", el("p", el("strong", "The arms differ: " if doc.get("comparable")
@@ -163,13 +173,61 @@ def render_compare_page(doc: Mapping[str, Any], *, base_pages: Sequence[tuple[st
         ("fixed (fail to pass)", el("span", len(fixed), data_figure="fixed")),
         ("broken (pass to fail)", el("span", len(broken), data_figure="broken")),
         ("other moves (not flips)", el("span", len(moved), data_figure="moved")),
-        ("McNemar p (exact, two-sided)", shown(doc.get("mcnemar_p"), none="n/a")),
-        ("bootstrap seed", shown(doc.get("bootstrap_seed"), none="n/a")),
+        ("McNemar p (exact, two-sided)", _p_text(doc.get("mcnemar_p"))),
+        ("bootstrap", (f"{shown(doc.get('bootstrap_resamples'), none='?')} paired resamples, "
+                       f"seed {shown(doc.get('bootstrap_seed'), none='n/a')}")),
     ]), id="delta"))
     parts.append(_band(doc))
     parts.append(_targets(doc, base_pages, candidate_pages))
     parts.append(_flips(doc, fixed, broken, moved, base_pages, candidate_pages))
     return page(f"comparison: {verdict}", el("main", parts), description=verdict)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _run_ids(arm: Any) -> list[str]:
+    runs = arm.get("runs") if isinstance(arm, Mapping) else None
+    return [str(r.get("run_id")) for r in runs or [] if isinstance(r, Mapping)]
+
+
+PIN_WORDS = (("judge_model", "judge"), ("judge_version", "JUDGE_VERSION"),
+             ("rubric_sha", "rubric sha"), ("judge_prompt_sha", "judge prompt sha"))
+
+
+def _arms(doc: Mapping[str, Any], arms: Mapping[str, Any]) -> Html:
+    """Both arms named: each run with its answerer and served model, the judge pins of its live
+    scores, and the set they were compared on."""
+    rows = []
+    for label in ("base", "candidate"):
+        arm = _mapping(arms.get(label))
+        pins = _mapping(arm.get("pins"))
+        judged = "; ".join(f"{word} {', '.join(shown(v) for v in pins.get(key) or []) or 'none'}"
+                           for key, word in PIN_WORDS)
+        for run in arm.get("runs") or []:
+            if not isinstance(run, Mapping):
+                continue
+            rows.append([label, td(el("code", shown(run.get("run_id"))), data_run=label),
+                         shown(run.get("answerer_model"), none="unknown"),
+                         shown(run.get("model_sha"), none="unknown"),
+                         judged, f"{shown(arm.get('scored'))} of {shown(arm.get('attempts'))}"])
+    return el("section", el("h2", "The arms"),
+              el("p", f"Set {shown(doc.get('set'), none='unknown')}; every case compared is "
+                      "judged against the same golden in both arms."),
+              table(["arm", "run", "answerer", "model sha", "judge pins", "scored"], rows,
+                    caption="the runs of each arm", id="arms-table"), id="arms")
+
+
+def _band_words(band: Mapping[str, Any]) -> str:
+    """The noise band as the verdict line says it: `at most 3 flips (mean 2.5) between ...`."""
+    runs = ", ".join(str(r) for r in band.get("runs") or [])
+    return (f"at most {shown(band.get('max_flips'), none='?')} flip(s) (mean "
+            f"{shown(band.get('mean_flips'), none='?')}) between runs of the same arm over "
+            f"{shown(band.get('pairs'), none='?')} pair(s) ({runs or 'runs not named'}), on "
+            f"{shown(band.get('cases'), none='?')} case(s); measured "
+            f"{shown(band.get('measured_at'), none='at an unknown time')}; from "
+            f"{shown(band.get('file'), none='an unnamed file')}")
 
 
 def _band(doc: Mapping[str, Any]) -> Html:
@@ -184,10 +242,9 @@ def _band(doc: Mapping[str, Any]) -> Html:
     decision = ("the flips are beyond the A/A band" if beyond is True
                 else "the flips are inside the A/A band: not an improvement by themselves"
                 if beyond is False else "band given; no decision recorded")
-    fields = band.items() if isinstance(band, Mapping) else [("band", band)]
+    words = _band_words(band) if isinstance(band, Mapping) else shown(band)
     return el("section", el("h2", "Noise band"), el("p", decision, id="band-decision"),
-              definition_list([(k, shown(v)) for k, v in fields
-                               if not isinstance(v, (Mapping, list))]), id="band")
+              el("p", "The A/A band: ", words, ".", id="band-words"), id="band")
 
 
 def _targets(doc: Mapping[str, Any], base_pages: Sequence[tuple[str, str]],
@@ -254,21 +311,23 @@ def render_text(result: ComparePage) -> str:
     return f"wrote {result.path} ({result.bytes // 1024} KB, {result.cases} cases)\n{result.verdict}"
 
 
-def write_comparison_pages(result: Comparison, out_dir: str | Path, set_dir: str | Path,
-                           base_runs: Sequence[str | Path],
-                           candidate_runs: Sequence[str | Path]) -> ComparePage:
-    """compare.html for a comparison, after writing the page of any arm's run that has none yet
-    (the flip table links into them)."""
+def write_comparison_pages(result: Comparison, out_dir: str | Path,
+                           base_runs: Sequence[Path], candidate_runs: Sequence[Path],
+                           write_outputs: Callable[[Path], Any]) -> ComparePage:
+    """compare.html for a comparison, after writing the outputs of any arm's run that has no
+    page yet (the flip table links into them): `write_outputs(run_dir)` is the run outputs'
+    one owner (workflow/outputs.py), which writes the page with RESULTS.md and summary.json."""
     for run in [*base_runs, *candidate_runs]:
         if not (Path(run) / PAGE_FILE).is_file():
-            write_run_page(run, set_dir)
+            write_outputs(run)
     written = write_compare_page(result.to_json(), out_dir, base_runs, candidate_runs)
     return ComparePage(path=written.path, bytes=written.bytes, verdict=written.verdict,
                        cases=written.cases, comparable=result.comparable)
 
 
 def compare_report(base: Sequence[Path], candidate: Sequence[Path], *, set_dir: Path,
-                   out_dir: Path, targets: Sequence[str] | None = None, band: Path | None = None,
+                   out_dir: Path, write_outputs: Callable[[Path], Any],
+                   targets: Sequence[str] | None = None, band: Path | None = None,
                    allow_different_judge: bool = False, only_common_cases: bool = False
                    ) -> ComparePage:
     """report.py --compare: compare the arms as compare_runs.py does (COMPARE.md and
@@ -276,4 +335,4 @@ def compare_report(base: Sequence[Path], candidate: Sequence[Path], *, set_dir: 
     result = compare_runs(base, candidate, set_dir, targets=targets or (), band_path=band,
                           out_dir=out_dir, allow_different_judge=allow_different_judge,
                           only_common_cases=only_common_cases)
-    return write_comparison_pages(result, out_dir, set_dir, base, candidate)
+    return write_comparison_pages(result, out_dir, base, candidate, write_outputs)

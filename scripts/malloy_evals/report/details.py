@@ -21,6 +21,7 @@ from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
 from malloy_evals.ledger.events import AttemptKey, latest_issue_status
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.report.html import shown
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
 
 # What one attempt's section may hold. Real answers and queries sit far below these; a page for a
@@ -64,10 +65,22 @@ def text_of(value: Any, limit: int) -> Text | None:
     """`value` (already redacted) capped; None when there is no value (shown as `null`)."""
     if value is None:
         return None
-    full = value if isinstance(value, str) else str(value)
+    full = value if isinstance(value, str) else structured_words(value)
     if len(full) <= limit:
         return Text(full)
     return Text(full[:limit], len(full) - limit)
+
+
+def structured_words(value: Any) -> str:
+    """A structured value from the ledger as words: a contamination reason as `rule read-protected
+    at tool use 3 (Bash): evals/`, anything else as `key: value; ...` (report/html.py's shown)."""
+    if isinstance(value, Mapping) and "rule" in value:
+        index = value.get("tool_use_index")
+        at = f" at tool use {index + 1}" if isinstance(index, int) and not isinstance(index, bool) else ""
+        tool = f" ({value['tool']})" if value.get("tool") else ""
+        needle = f": {value['needle']}" if value.get("needle") else ""
+        return f"rule {value['rule']}{at}{tool}{needle}"
+    return shown(value)
 
 
 @dataclass(frozen=True)

@@ -7,21 +7,20 @@ with inline events.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import retrieval
-from malloy_evals.core import commands, jsonl
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.commands import from_kit_root
-from malloy_evals.core.errors import InputError, KitError
+from malloy_evals.core.errors import EXIT_UNMEASURED, KitError
 from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
 from malloy_evals.diagnose.issues import open_issues
+from malloy_evals.judge.decision import JudgeArtifacts
 from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
@@ -31,6 +30,8 @@ from malloy_evals.sets.eval_set import EvalSet
 # The verdict counts in the order a summary shows them: the two decisions first, then the rest.
 VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
 ENVIRONMENT_FAILURE = "environment_failure"  # the null reason that makes a run INCOMPLETE too
+STATUS_COMPLETE, STATUS_PARTIAL, STATUS_INCOMPLETE = "complete", "partial", "incomplete"
+STALE = "stale"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,6 +98,9 @@ class CaseRow:
     why: str | None               # the judge's why, or the person's when they settled it
     settled_by: str | None = None     # the person whose live human_verdict decided the verdict
     judge_verdict: str | None = None  # the judge's verdict a person's settled one replaced
+    stale: bool = False           # judged under other pins than the case's now: counted apart
+    settled_at: str | None = None     # when the person settled it (the human_verdict's time)
+    awaiting_host: bool = False   # unscored, its judge request emitted for a host subagent
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,16 @@ class Incomplete:
 
 
 @dataclass(frozen=True)
+class Partial:
+    """Why a run's figures are not final yet, and the one command that finishes it."""
+
+    unscored: list[str]           # attempt labels with no live score
+    stale: list[str]              # attempt labels whose live score was judged under older pins
+    awaiting_host: list[str]      # of the unscored: a judge request emitted, no host reply yet
+    command: str                  # the one command that finishes the run
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """The summary of one run (reference/run-summary.md); RESULTS.md and summary.json are both
     renderings of this."""
@@ -123,8 +137,8 @@ class RunSummary:
     answerer_model: str | None
     judge_model: str | None
     judge_version: int | str | None
-    status: str                   # "complete" | "incomplete"
-    headline: str                 # the pass-rate text, or the INCOMPLETE line
+    status: str                   # "complete" | "partial" | "incomplete"
+    headline: str                 # the pass-rate text, or the PARTIAL or INCOMPLETE line
     attempts: int
     scored: int
     unscored: list[str]
@@ -146,12 +160,15 @@ class RunSummary:
     golden_drift: list[str] = field(default_factory=list)  # qids scored with --allow-drift
     judges: dict[str, int] = field(default_factory=dict)  # judge_model of each live score -> scores
     open_issues: list[dict[str, Any]] = field(default_factory=list)  # live, not fixed or rejected
+    partial: Partial | None = None  # what is unscored or stale, and the command that finishes it
+    stale: list[str] = field(default_factory=list)  # attempts scored under older pins
     samples: dict[str, Any] | None = None  # k answerer samples per case: `sample_summary`
 
     @property
     def exit_code(self) -> int:
-        # An INCOMPLETE run or a low rate is a result, not a failure (README.md, "Exit codes").
-        return 0
+        # An INCOMPLETE run or a low rate is a result, not a failure (README.md, "Exit codes");
+        # a partial run is not measured yet.
+        return EXIT_UNMEASURED if self.status == STATUS_PARTIAL else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,6 +301,22 @@ def judges_text(judges: Mapping[str, int], fallback: str | None = None) -> str |
     return "mixed: " + ", ".join(f"{name} {n}" for name, n in judges.items())
 
 
+def verdict_standing(score: Mapping[str, Any] | None, eval_set: EvalSet | None,
+                     qid: str) -> str | None:
+    """Whether an attempt's live score still stands under the current pins: None (no score),
+    "current", or STALE (judged against another golden revision than the case's now). THE one
+    rule every page and the status use; a set that is not known cannot make a score stale."""
+    if score is None:
+        return None
+    try:
+        case = eval_set.case(qid) if eval_set is not None else None
+    except (KitError, LookupError):  # a case no longer in the set: nothing to be stale against
+        case = None
+    if case is None or not hasattr(case, "golden_revision") or "golden_revision" not in score:
+        return "current"
+    return STALE if score.get("golden_revision") != case.golden_revision else "current"
+
+
 # ---------------------------------------------------------------------------------------------
 # Commands printed for an INCOMPLETE run
 
@@ -320,6 +353,7 @@ def summarize_events(
     set_dir: str = "<set>",
     judge_spec: str | None = None,
     endpoint_flag: str | None = None,
+    awaiting_host: frozenset[AttemptKey] = frozenset(),
 ) -> RunSummary:
     """The summary over a run's live events (voided ones already removed) and its set.
 
@@ -330,8 +364,10 @@ def summarize_events(
             cascade and recall come from the retrieval_score rows, through retrieval's own
             `summarize` and `cascade`, so the two reports can never disagree.
         eval_set: the loaded set, for each case's golden status; None when unavailable.
-        coverage_report: a check_coverage report, shown as the coverage figure.
+        coverage_report: a coverage report's figures (`CoverageReport.figures`), shown as the
+            coverage figure.
         run_dir, set_dir, judge_spec, endpoint_flag: spelled into the repair commands.
+        awaiting_host: unscored attempts whose judge request waits for a host's reply.
     """
     events = list(events)
     groups = _group(events)
@@ -349,6 +385,7 @@ def summarize_events(
     retrieval_rows: list[dict[str, Any]] = []
     excluded_vw = 0
     settled: list[AttemptKey] = []
+    stale: list[str] = []
 
     host_logged: list[AttemptKey] = []
     for key in keys:
@@ -394,8 +431,11 @@ def summarize_events(
                 "excluded": excluded is not None,
             })
 
+        standing = verdict_standing(score, eval_set, qid)
         if score is None:
             unscored.append(label)
+        elif standing == STALE:
+            stale.append(label)  # judged against another key: counted apart, never as a verdict
         elif excluded is None:
             if verdict is None:
                 verdicts["null"] += 1
@@ -431,6 +471,9 @@ def summarize_events(
             why=(g.human or {}).get("why") if effective.settled_by else (score or {}).get("why"),
             settled_by=effective.settled_by,
             judge_verdict=effective.judge_verdict if effective.settled_by else None,
+            stale=standing == STALE,
+            settled_at=(g.human or {}).get("at") if effective.settled_by else None,
+            awaiting_host=score is None and key in awaiting_host,
         ))
 
     verdict_counts = {**{v: verdicts[v] for v in VERDICT_ORDER}, "null": verdicts["null"]}
@@ -463,15 +506,37 @@ def summarize_events(
                     f"{_counted(len(contaminated), 'contaminated', incomplete.contaminated)}"
                     f"{env_part}; no pass rate")
         shown_rate = None
-    else:
+    partial = None
+    if unscored or stale:
+        awaiting = [attempt_label(k.qid, k.sample) for k in keys
+                    if k in awaiting_host and groups[k].score is None]
+        if awaiting and len(awaiting) == len(unscored) and not stale:
+            finish = commands.host_ingest(run_dir, set_dir, endpoint=endpoint_flag)
+        else:
+            finish = commands.score_run(run_dir, set_dir, endpoint=endpoint_flag,
+                                        judge_spec=judge_spec)
+        partial = Partial(unscored=unscored, stale=stale, awaiting_host=awaiting,
+                          command=str(finish))
+    if not rows:
+        # An empty run has measured nothing: it says how to fill it, never "pass rate n/a".
+        partial = Partial(unscored=[], stale=[], awaiting_host=[],
+                          command=str(commands.answer_run(run_dir, set_dir)))
+        headline = (f"PARTIAL: no attempt recorded yet; no pass rate (answer the run with "
+                    f"run_answers.py, or record an answer with "
+                    f"{commands.record_first(run_dir, set_dir)})")
+        shown_rate = None
+    elif incomplete is None and partial is not None:
+        current = len(rows) - len(unscored) - len(stale)
+        scored_part = (f"over the {current} attempt(s) scored under current pins only: "
+                       f"{rate.text.replace('pass rate ', '', 1)}" if current
+                       else "nothing is scored under current pins yet")
+        headline = f"PARTIAL: {partial_counts(partial)}; no pass rate ({scored_part})"
+        shown_rate = None
+    elif incomplete is None:
         headline = rate.text
         shown_rate = rate
     drift = [str(q) for q in (info.get("goldenDrift") or [])]
-    if drift:
-        # Scored with --allow-drift: the figures rest on goldens the truth package no longer
-        # gives, and the headline must not read as if they did.
-        headline += (f"; GOLDEN DRIFT in {len(drift)} case(s) ({', '.join(drift)}): scored "
-                     "against goldens that no longer re-derive")
+    headline += "".join(f"; {mark}" for mark in headline_marks(info))
 
     retrieval_figures = _retrieval_figures(retrieval_rows)
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
@@ -484,7 +549,8 @@ def summarize_events(
         answerer_model=info.get("answererModel"),
         judge_model=judges_text(judges, info.get("judgeModel")),
         judge_version=info.get("judgeVersion"),
-        status="incomplete" if incomplete else "complete", headline=headline,
+        status=(STATUS_INCOMPLETE if incomplete else STATUS_PARTIAL if partial
+                else STATUS_COMPLETE), headline=headline,
         attempts=len(rows), scored=sum(1 for r in rows if r.scored), unscored=unscored,
         pass_rate=shown_rate, verdicts=verdict_counts, null_reasons=dict(sorted(null_reasons.items())),
         excluded_verified_wrong=excluded_vw, doubted_goldens=doubted, vetoes=vetoes,
@@ -493,7 +559,7 @@ def summarize_events(
         settled_by_person=len(settled),
         overruled_by_person=sum(1 for r in rows if r.settled_by and r.judge_verdict != r.verdict),
         golden_drift=drift,
-        judges=judges, open_issues=open_issues(events),
+        judges=judges, open_issues=open_issues(events), partial=partial, stale=stale,
         samples=sample_summary(rows),
     )
 
@@ -537,6 +603,39 @@ def samples_text(samples: Mapping[str, Any] | None) -> str | None:
                          fig("pass_hat_k", "pass^k"), fig("majority", "majority"))))
 
 
+PARTIAL_NOTE = ("Not every attempt has a verdict under the current pins: no pass rate is given "
+                "until the run is finished.")
+
+
+def partial_lines(p: Partial) -> list[tuple[str, str]]:
+    """What a partial run owes, as (what, `count: labels`) lines: RESULTS.md and the page both
+    list exactly these."""
+    owed = (("unscored", p.unscored), ("awaiting host replies", p.awaiting_host),
+            ("stale (judged against an older golden)", p.stale))
+    return [(what, f"{len(labels)}" + (f": {', '.join(labels)}" if labels else ""))
+            for what, labels in owed]
+
+
+def headline_marks(info: Mapping[str, Any]) -> list[str]:
+    """What every headline carries after its figures, from run.json: the words that say the
+    figures rest on something nobody defends. THE one place such a word is added."""
+    marks = []
+    drift = [str(q) for q in (info.get("goldenDrift") or [])]
+    if drift:
+        # Scored with --allow-drift: the figures rest on goldens the truth package no longer
+        # gives, and the headline must not read as if they did.
+        marks.append(f"GOLDEN DRIFT in {len(drift)} case(s) ({', '.join(drift)}): scored "
+                     "against goldens that no longer re-derive")
+    return marks
+
+
+def partial_counts(p: Partial) -> str:
+    """`23 unscored (3 awaiting host replies), 2 stale`: what a partial run still owes."""
+    waiting = f" ({len(p.awaiting_host)} awaiting host replies)" if p.awaiting_host else ""
+    return (f"{len(p.unscored)} unscored{waiting}, {len(p.stale)} stale"
+            + (f" (judged against an older golden: {', '.join(p.stale)})" if p.stale else ""))
+
+
 def _as_retrieval_row(event: Mapping[str, Any]) -> retrieval.RetrievalRow:
     """A retrieval_score event back into the retrieval module's row (tolerant of missing keys)."""
     values: dict[str, Any] = {f.name: event.get(f.name) for f in fields(retrieval.RetrievalRow)}
@@ -573,13 +672,11 @@ def _warnings(rows: list[CaseRow], retrieval_rows: list[dict[str, Any]]) -> list
     return out
 
 
-def _coverage_figures(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The headline of a check_coverage report, without its per-case detail."""
-    if not report:
+def _coverage_figures(figures: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The headline of a coverage report (`CoverageReport.figures`, or the last summary's)."""
+    if not figures:
         return None
-    keys = ("version", "modelSha256", "compiledSurface", "reader", "cases", "decided", "modelled",
-            "coverage", "by_verdict")
-    return {k: report.get(k) for k in keys}
+    return {k: figures.get(k) for k in retrieval.COVERAGE_FIGURES}
 
 
 def _cost(rows: list[CaseRow]) -> dict[str, Any]:
@@ -603,26 +700,44 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
 
 
 def summarize(run: Run, eval_set: EvalSet | None,
-              coverage_report: Mapping[str, Any] | str | Path | None = None,
+              coverage_figures: Mapping[str, Any] | None = None,
               *, judge_spec: str | None = None, endpoint_flag: str | None = None,
               run_label: str | None = None, set_label: str | None = None,
               view: LiveView | None = None) -> RunSummary:
     """The summary (reference/run-summary.md) for a ledger run: its live events, the set's
-    goldens, retrieval's cascade.
+    goldens, retrieval's cascade. `coverage_figures`: a loaded coverage report's figures
+    (`retrieval.load_coverage_report(...).figures`), or the last summary's.
 
     `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
     a relative one that does not reach the same folder from the kit's root (where the printed
     `.venv/bin/python skills/...` commands run) is printed absolute. `view` is the live view the
     pass already holds (read here when not given).
     """
-    report = load_coverage_report(coverage_report)
-    events = (view or run.view()).events
+    view = view or run.view()
+    events = view.events
     return summarize_events(
-        _run_info(run), events, eval_set, coverage_report=report,
+        _run_info(run), events, eval_set, coverage_report=coverage_figures,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
         set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
         judge_spec=commands.provider_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
+        awaiting_host=awaiting_host_replies(run, view),
     )
+
+
+def awaiting_host_replies(run: Run, view: LiveView) -> frozenset[AttemptKey]:
+    """The unscored attempts whose judge request was emitted for a host subagent (judge/ holds a
+    request.json and no verdict yet): a host ingest, not a new scoring, finishes them."""
+    scores = view.latest("score")
+    waiting = set()
+    for key in view.latest("attempt"):
+        if key in scores:
+            continue
+        try:
+            if JudgeArtifacts(run, key.qid, key.sample).pending_host_folder() is not None:
+                waiting.add(key)
+        except KitError:  # an artifact folder that resolves outside the run: not waiting
+            continue
+    return frozenset(waiting)
 
 
 def _run_info(run: Run) -> Mapping[str, Any]:
@@ -630,23 +745,3 @@ def _run_info(run: Run) -> Mapping[str, Any]:
     if callable(info):
         info = info()
     return info if isinstance(info, Mapping) else {}
-
-
-def load_coverage_report(report: Mapping[str, Any] | str | Path | None) -> dict[str, Any] | None:
-    """A coverage report given as a dict or a path to its JSON file."""
-    if report is None:
-        return None
-    if isinstance(report, Mapping):
-        return dict(report)
-
-    path = Path(report)
-    try:
-        data = jsonl.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, f"cannot read the coverage report: "
-                                     f"{getattr(exc, 'strerror', None) or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, exc.lineno, f"not JSON: {exc.msg}") from exc
-    if not isinstance(data, dict):
-        raise InputError(path, 1, "a coverage report is a JSON object")
-    return data

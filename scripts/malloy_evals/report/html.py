@@ -135,14 +135,26 @@ def _id_part(qid: str) -> str:
 
 
 def shown(value: Any, *, none: str = "null") -> str:
-    """A value as a person reads it: None as `null` (or the word given), booleans as yes/no."""
+    """A value as a person reads it: None as `null` (or the word given), booleans as yes/no, a
+    number exactly as the engine returned it (`exact_number`), a structured value as words
+    (`key: value; key: value`, items joined by commas), never as a Python dict or list."""
     if value is None:
         return none
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.6g}"
+    if isinstance(value, (int, float)):
+        return exact_number(value)
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {shown(v, none=none)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(shown(v, none=none) for v in value) or "none"
     return str(value)
+
+
+def exact_number(value: float) -> str:
+    """A number with every digit it has: the shortest text that reads back as the same float
+    (Python's repr, as JSON writes it), never rounded to fewer significant digits."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def pct(x: float | None, digits: int = 1) -> str:

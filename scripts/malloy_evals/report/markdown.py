@@ -10,7 +10,14 @@ from malloy_evals.core import commands, files
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
 from malloy_evals.core.words import number_or_na
-from malloy_evals.report.figures import CaseRow, RunSummary, attempt_label, samples_text
+from malloy_evals.report.figures import (
+    PARTIAL_NOTE,
+    CaseRow,
+    RunSummary,
+    attempt_label,
+    partial_lines,
+    samples_text,
+)
 
 
 def _pct(x: float | None) -> str:
@@ -42,8 +49,21 @@ def case_notes(row: CaseRow) -> list[str]:
     if row.must_not_use_hits:
         notes.append("veto: " + ", ".join(row.must_not_use_hits))
     if row.settled_by:
-        notes.append(f"settled by {row.settled_by} (judge said {row.judge_verdict or 'null'})")
+        when = f" on {row.settled_at}" if row.settled_at else ""
+        notes.append(f"settled by {row.settled_by}{when} (judge said "
+                     f"{row.judge_verdict or 'null'})")
     return notes
+
+
+def case_verdict(row: CaseRow) -> str:
+    """An attempt's verdict as the case tables show it: `stale (was match)` for a score judged
+    against an older golden revision, `unscored`, `null (reason)`, or the verdict."""
+    said = row.verdict if row.verdict else (f"null ({row.reason})" if row.scored else "unscored")
+    if row.stale:
+        return f"stale (was {said})"
+    if not row.scored and row.awaiting_host:
+        return "unscored (awaiting host reply)"
+    return said
 
 
 def render_markdown(s: RunSummary) -> str:
@@ -80,8 +100,16 @@ def render_markdown(s: RunSummary) -> str:
                    + ", ".join(f"{k} {n}" for k, n in s.null_reasons.items()) + ".")
     if s.unscored:
         out.append(f"Unscored (no live score): {len(s.unscored)}: {', '.join(s.unscored)}.")
+    if s.stale:
+        out.append(f"Stale (judged against an older golden revision, counted apart from every "
+                   f"verdict): {len(s.stale)}: {', '.join(s.stale)}.")
     for w in s.warnings:
         out.append(f"Warning: {w}.")
+
+    if s.partial:
+        out += ["", "## PARTIAL", "", PARTIAL_NOTE, ""]
+        out += [f"- {what}: {counted}" for what, counted in partial_lines(s.partial)]
+        out += ["", "Finish it with:", "", "```bash", s.partial.command, "```"]
 
     if s.incomplete:
         inc = s.incomplete
@@ -200,8 +228,7 @@ def render_markdown(s: RunSummary) -> str:
             "| attempt | verdict | confidence | coverage | recall | where to fix | notes | why |",
             "|---|---|---|---|---|---|---|---|"]
     for row in s.cases:
-        verdict = row.verdict if row.verdict else (f"null ({row.reason})" if row.scored
-                                                   else "unscored")
+        verdict = case_verdict(row)
         notes = case_notes(row)
         recall = "" if row.recall is None else f"{row.recall:.2f}"
         out.append(f"| {attempt_label(row.qid, row.sample)} | {_cell(verdict)} | "

@@ -29,12 +29,14 @@ from malloy_evals.report.attempt_section import (
 from malloy_evals.report.charts import Bar, bar_chart
 from malloy_evals.report.details import redacted
 from malloy_evals.report.figures import (
+    PARTIAL_NOTE,
+    STATUS_COMPLETE,
     VERDICT_ORDER,
     CaseRow,
     RunSummary,
     attempt_label,
+    partial_lines,
     samples_text,
-    summarize,
 )
 from malloy_evals.report.html import (
     Html,
@@ -62,6 +64,7 @@ PAGE_FILE = "report.html"
 PAGE_BUDGET = 1_900_000
 SIDE_FILES = ("RESULTS.md", "summary.json", "events.jsonl")
 VERDICTS = (*VERDICT_ORDER, "null")  # the summary's verdict counts, in its order
+WHY_CHARS = 240  # of the judge's (or the person's) why in the cases table; the attempt has it all
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
             + (f"; set {ctx.set_label}." if ctx.set_label else ".")]
     if info.get("started"):
         meta.append(f" Started {info['started']}.")
-    headline_class = "headline incomplete" if s.status == "incomplete" else "headline"
+    headline_class = "headline" if s.status == STATUS_COMPLETE else "headline incomplete"
     # The summary's headline word for word; a run not fully scored says so inside the same box.
     parts: list[Any] = [
         el("h1", f"Run {s.run_id or 'unknown'} ({s.phase or 'unknown phase'}) on set "
@@ -133,8 +136,8 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
            el("p", not_scored_line(s), id="not-scored-line") if s.unscored else None,
            class_=headline_class),
     ]
-    if s.unscored:
-        parts.append(_not_scored(s, ctx))
+    if s.partial is not None:
+        parts.append(_partial(s))
     k_line = samples_text(s.samples)
     if k_line:
         parts.append(el("p", k_line + ".", id="k-samples", class_="meta"))
@@ -172,11 +175,15 @@ def not_scored_line(s: RunSummary) -> str:
             f"cover the {s.scored} scored")
 
 
-def _not_scored(s: RunSummary, ctx: PageContext) -> Html:
-    command = str(commands.score_run(ctx.run_label, ctx.set_label or None))
-    return el("div", el("p", f"Unscored: {', '.join(s.unscored)}. Their answers, queries and tool "
-                             "calls are shown below. Score them with:"),
-              el("pre", command), class_="alert", id="not-scored")
+def _partial(s: RunSummary) -> Html:
+    """What a partial run still owes (unscored, awaiting a host, stale) and the one command
+    that finishes it: the same words and command as RESULTS.md's PARTIAL section."""
+    p = s.partial
+    assert p is not None
+    return el("section", el("h2", "PARTIAL: no pass rate"),
+              el("p", f"{PARTIAL_NOTE} Their answers, queries and tool calls are shown below."),
+              definition_list(partial_lines(p)),
+              el("p", "Finish it with:"), el("pre", p.command), id="not-scored", class_="alert")
 
 
 def _incomplete(s: RunSummary) -> Html:
@@ -200,13 +207,15 @@ def _incomplete(s: RunSummary) -> Html:
 def _verdicts(s: RunSummary) -> Html:
     v = s.verdicts
     counts = el("dl", [el("div", el("dt", k), el("dd", n, data_count=k)) for k, n in
-                       [("attempts", s.attempts), ("scored", s.scored)]
+                       [("attempts", s.attempts), ("scored", s.scored),
+                        ("stale", len(s.stale)), ("unscored", len(s.unscored))]
                        + [(k, v.get(k, 0)) for k in VERDICTS]], class_="stats")
     chart = bar_chart([Bar(k, int(v.get(k, 0)), css=f"bar-{k}") for k in VERDICTS],
                       title="verdict counts")
     parts: list[Any] = [el("h2", "Verdicts"), counts, chart]
     parts.append(el("p", "Only match and no_match are in the pass rate's denominator; near_match, "
-                         "needs_human and null are counted apart"
+                         "needs_human and null are counted apart, and so is a stale score "
+                         "(judged against an older golden revision)"
                     + (f", and {s.excluded_verified_wrong} attempt(s) with a verified_wrong "
                        "golden are out of every figure" if s.excluded_verified_wrong else "") + ".",
                     class_="note"))
@@ -333,7 +342,7 @@ def _diagnosis(issues: Sequence[d.Issue], qids: set[str]) -> Html:
 def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
     head = el("thead", el("tr", [el("th", h, scope="col") for h in (
         "attempt", "verdict", "confidence", "owner", "recall", "cost", "coverage",
-        "where to fix", "notes")]))
+        "where to fix", "notes", "why")]))
     rows = []
     for r in s.cases:
         cost = _cost(r)
@@ -346,7 +355,9 @@ def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
             td("" if r.recall is None else f"{r.recall:.2f}"),
             td("" if cost is None else usd(cost)),
             td(shown(r.coverage, none="")), td(shown(r.where_to_fix, none="")),
-            td(redacted("; ".join(case_notes(r)))), data_verdict=verdict_word(r)))
+            td(redacted("; ".join(case_notes(r)))),
+            td(inline(d.text_of(redacted(r.why), WHY_CHARS), WHY_CHARS, none=""), class_="why"),
+            data_verdict=verdict_word(r)))
     return el("section", el("h2", "Cases"),
               el("div", el("table", el("caption", f"{len(s.cases)} attempt(s); sort by a column, "
                                                   "open an attempt for its evidence"),
@@ -397,36 +408,20 @@ def find_set(run_dir: Path, set_name: str | None) -> Path | None:
     return candidate if set_name is None or found.name == set_name else None
 
 
-def write_run_page(run_dir: str | Path, set_dir: str | Path | None = None, *,
-                   coverage: str | Path | None = None, summary: RunSummary | None = None,
-                   run: Run | None = None, eval_set: EvalSet | None = None, view: LiveView | None = None
-                   ) -> RunPage:
-    """Write `report.html` into the run folder.
-
-    `summary` is the summary score_run just wrote (its page then shows exactly what summary.json
-    says); without it the summary is computed here by the same `summarize`. `view` is the live
-    view the pass already holds (read here when not given).
-    """
-    run = run if run is not None else Run.open(run_dir)
+def write_run_page(run: Run, eval_set: EvalSet, view: LiveView, summary: RunSummary, *,
+                   run_label: str, set_label: str) -> RunPage:
+    """Write `report.html` into the run folder: `summary` rendered (the very summary RESULTS.md
+    and summary.json were written from, workflow/outputs.py), each attempt's evidence read from
+    the live view `view`."""
     info = dict(run.info)
-    if eval_set is None and set_dir is None:
-        set_dir = find_set(Path(run_dir), info.get("setName"))
-    if eval_set is None and set_dir is not None:
-        eval_set = load_set(set_dir)
-    view = view if view is not None else run.view()  # the one read of the ledger for this page
-    if summary is None:
-        summary = summarize(run, eval_set, coverage, run_label=str(run_dir),
-                            set_label=str(set_dir) if set_dir is not None else None, view=view)
     issues = d.issues_of(view.events)
     attempts = d.attempt_details(run, eval_set, view,
                                  [run.key(r.qid, r.sample) for r in summary.cases], issues)
-    set_label = str(set_dir) if set_dir is not None else (
-        str(eval_set.dir) if eval_set is not None else None)
     target = Path(run.dir) / PAGE_FILE
     side_files = tuple(f for f in SIDE_FILES if (target.parent / f).is_file())
     agreement = figure_line(measure(run_pairs(run.run_id, view)))
     html = render_run_page(summary, attempts, issues,
-                           PageContext(str(run_dir), set_label, info, side_files, agreement))
+                           PageContext(run_label, set_label, info, side_files, agreement))
     write_atomic(target, html)
     return RunPage(path=str(target), bytes=len(html.encode("utf-8")), attempts=summary.attempts,
                    headline=summary.headline, status=summary.status, set_dir=set_label,

@@ -10,8 +10,8 @@ the re-executed rows, the judge's why and confidence.
 Settling one appends a `human_verdict` event (voiding the attempt's earlier one), which every
 summary counts in place of the judge's verdict (`ledger.events.effective_verdict`); writes the
 prediction into judge-regressions.jsonl with `protects`, `settledAt` and `settledBy`, so
-check_judge proves the judge on it from then on; and rewrites the run's RESULTS.md and
-summary.json at once.
+check_judge proves the judge on it from then on; and rewrites the run's outputs (RESULTS.md,
+summary.json, report.html) at once, through their one owner (workflow/outputs.py).
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ from malloy_evals.core import commands, jsonl, schemas
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.redact import Redactor
 from malloy_evals.core.vocab import JUDGE_VERDICTS
-from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.artifacts import read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import MECHANICAL_NULL_REASONS, attempt_key, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import attempt_label, summarize
-from malloy_evals.report.markdown import write_results
-from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, load_set, rewrite_jsonl
+from malloy_evals.report.figures import attempt_label
+from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, rewrite_jsonl
+from malloy_evals.workflow.outputs import RunOutputs
 
 SETTLE_VERDICTS = JUDGE_VERDICTS  # a person settles with a verdict the judge itself could give
 DOUBTED = ("suspect", "verified_wrong")
@@ -258,15 +257,13 @@ def stable_near_match(qid: str, arms: Sequence[Mapping[str, list[str | None]]]) 
                               for arm in arms)
 
 
-def review_queue(run_dir: str | Path, set_dir: str | Path, *,
-                 include_disagreements: bool = False,
+def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False,
                  arms: Sequence[str | Path] = ()) -> ReviewQueue:
     """Every live attempt a person should settle, in qid order, with what they need to decide.
     `arms`: other runs of the same cases; a near_match every one of them shares is routed to
     diagnosis (`to_diagnosis`) instead of the queue."""
-    run = Run.open(run_dir)
-    eval_set = load_set(set_dir)
-    view = run.view()  # the one read of the ledger for this queue
+    run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
+    run_dir, set_dir = outputs.run_label, outputs.set_label
     fixtures = _fixtures(eval_set) if include_disagreements else []
     others = arm_verdicts(arms)
     items: list[ReviewItem] = []
@@ -423,6 +420,7 @@ class SettleResult:
     summary_json: str
     headline: str
     settled_by_person: int
+    report_html: str
 
     @property
     def exit_code(self) -> int:
@@ -431,17 +429,6 @@ class SettleResult:
 
 def _today() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d")
-
-
-def _previous_coverage(run: Run) -> dict[str, Any] | None:
-    """The coverage figures the last summary showed (score_run's --coverage report), kept as they
-    were: settling a verdict changes no coverage measurement."""
-    try:
-        doc = jsonl.loads((run.dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # a decode error included
-        return None
-    coverage = doc.get("coverage") if isinstance(doc, dict) else None
-    return coverage if isinstance(coverage, dict) else None
 
 
 def _write_fixture(eval_set: EvalSet, fixture: dict[str, Any]) -> str:
@@ -460,22 +447,19 @@ def _write_fixture(eval_set: EvalSet, fixture: dict[str, Any]) -> str:
     return "appended"
 
 
-def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: str, why: str,
-           by: str, protects: str | None = None, gold_status: str | None = None,
-           run_label: str | None = None, set_label: str | None = None) -> SettleResult:
+def settle(outputs: RunOutputs, target: str, *, verdict: str, why: str,
+           by: str, protects: str | None = None, gold_status: str | None = None) -> SettleResult:
     """Record a person's verdict on one attempt (`QID` or `QID#SAMPLE`): a human_verdict event,
-    a judge-regressions fixture, and the run's RESULTS.md / summary.json rewritten."""
+    a judge-regressions fixture, and the run's outputs rewritten by their owner (RESULTS.md,
+    summary.json and report.html from one summary). `outputs` was loaded with
+    refuse_public="review.py --settle"."""
     if verdict not in SETTLE_VERDICTS:
         raise InputError(None, None, f"verdict {verdict!r} is not one of {list(SETTLE_VERDICTS)}")
     if not why.strip() or not by.strip():
         raise InputError(None, None, "a settled verdict needs a reason (--why) and a name (--by)")
     qid, sample = parse_target(target)
-    run = Run.open(run_dir)
-    if public_loop.ledger_is_public(run.events_path):
-        raise InputError(run.events_path, 1, public_loop.refusal("review.py --settle"))
-    eval_set = load_set(set_dir)
+    run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
     case = eval_set.case(qid)
-    view = run.view()  # the one read of the ledger for this settlement
     attempt = run.attempt(qid, sample, view)
     if attempt is None:
         raise InputError(run.events_path, None, f"no live attempt {attempt_label(qid, sample)} "
@@ -518,13 +502,12 @@ def settle(run_dir: str | Path, set_dir: str | Path, target: str, *, verdict: st
                          f"re-settled by {by.strip()}", reasons=_row_void_reasons(stale))
     written = next(e for e in done.events if e["kind"] == "human_verdict")
     action = _write_fixture(eval_set, fixture)
-    view.refresh()
-    summary, md, js = _rewrite_results(run, eval_set, run_label or str(run_dir),
-                                       set_label or str(set_dir), view)
+    out = outputs.write()
     return SettleResult(qid, sample, verdict, score.get("verdict"), by.strip(), protects,
                         written["event_id"], old["event_id"] if old else None, fixture_id,
-                        action, str(eval_set.regressions_path), str(md), str(js),
-                        summary.headline, summary.settled_by_person)
+                        action, str(eval_set.regressions_path), out.results_md,
+                        out.summary_json, out.summary.headline, out.summary.settled_by_person,
+                        out.page.path)
 
 
 # Why a settlement (or its undoing) supersedes an attempt's retrieval row.
@@ -548,16 +531,6 @@ def _row_void_reasons(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return {row["event_id"]: ROW_VOID_REASON for row in rows}
 
 
-def _rewrite_results(run: Run, eval_set: EvalSet, run_label: str, set_label: str,
-                     view: LiveView) -> tuple[Any, Path, Path]:
-    """The run's summary again, written as RESULTS.md and summary.json (coverage figures kept),
-    from the pass's live view (refreshed with what it appended)."""
-    summary = summarize(run, eval_set, _previous_coverage(run), run_label=run_label,
-                        set_label=set_label, view=view)
-    md, js = write_results(run.dir, summary)
-    return summary, md, js
-
-
 @dataclass(frozen=True)
 class UnsettleResult:
     """What voiding a person's verdict did."""
@@ -571,23 +544,21 @@ class UnsettleResult:
     results_md: str
     summary_json: str
     headline: str
+    report_html: str
 
     @property
     def exit_code(self) -> int:
         return 0
 
 
-def unsettle(run_dir: str | Path, set_dir: str | Path, target: str, *, why: str,
-             run_label: str | None = None, set_label: str | None = None) -> UnsettleResult:
+def unsettle(outputs: RunOutputs, target: str, *, why: str) -> UnsettleResult:
     """Void the live human_verdict of one attempt: the judge's verdict stands again. The fixture
     that settlement wrote is taken out of judge-regressions.jsonl (only when it is that
     settlement's, by fixture id, run and sample), and the run's results are rewritten."""
     if not why.strip():
         raise InputError(None, None, "voiding a settled verdict needs a reason (--why)")
     qid, sample = parse_target(target)
-    run = Run.open(run_dir)
-    eval_set = load_set(set_dir)
-    view = run.view()  # the one read of the ledger for this pass
+    run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
     human = view.human_verdict(run.key(qid, sample))
     if human is None:
         raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live "
@@ -596,7 +567,6 @@ def unsettle(run_dir: str | Path, set_dir: str | Path, target: str, *, why: str,
     judge = score.get("verdict") if score else None
     stale, fresh = _retrieval_row_for(run, view, qid, sample, judge)
     run.supersede([human, *stale], fresh, why.strip(), reasons=_row_void_reasons(stale))
-    view.refresh()
     fixture_id = human.get("fixture_id")
     removed = False
     for line, fx in _fixtures(eval_set):
@@ -606,18 +576,17 @@ def unsettle(run_dir: str | Path, set_dir: str | Path, target: str, *, why: str,
             rewrite_jsonl(eval_set.regressions_path, replace={line: None})
             removed = True
             break
-    summary, md, js = _rewrite_results(run, eval_set, run_label or str(run_dir),
-                                       set_label or str(set_dir), view)
-    return UnsettleResult(qid, sample, human["event_id"], judge, fixture_id, removed, str(md),
-                          str(js), summary.headline)
+    out = outputs.write()
+    return UnsettleResult(qid, sample, human["event_id"], judge, fixture_id, removed,
+                          out.results_md, out.summary_json, out.summary.headline, out.page.path)
 
 
 def render_unsettled(r: UnsettleResult) -> str:
     fixture = (f"fixture {r.fixture_id} taken out of judge-regressions.jsonl" if r.fixture_removed
                else "no fixture of this settlement to take out")
     return (f"voided {r.voided}: {attempt_label(r.qid, r.sample)} is the judge's "
-            f"{r.verdict or 'null'} again; {fixture}\nrewrote {r.results_md} and "
-            f"{r.summary_json}: {r.headline}")
+            f"{r.verdict or 'null'} again; {fixture}\nrewrote {r.results_md}, "
+            f"{r.summary_json} and {r.report_html}: {r.headline}")
 
 
 def render_settled(r: SettleResult) -> str:
@@ -628,7 +597,7 @@ def render_settled(r: SettleResult) -> str:
          f"{replaced}; human_verdict {r.event_id}"),
         (f"fixture {r.fixture_id} {r.fixture_action} in {r.fixtures_path} (protects "
          f"{r.protects}); check_judge.py re-judges it from now on"),
-        (f"rewrote {r.results_md} and {r.summary_json}: {r.headline}; "
+        (f"rewrote {r.results_md}, {r.summary_json} and {r.report_html}: {r.headline}; "
          f"{r.settled_by_person} verdict(s) settled by a person")])
 
 

@@ -34,23 +34,15 @@ from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.decision import golden_gate
-from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.base import Provider
+from malloy_evals.llm.base import Provider, RecordingMissing
 from malloy_evals.llm.select import provider_stats
-from malloy_evals.report.figures import (
-    RunSummary,
-    attempt_label,
-    judge_counts,
-    judges_text,
-    load_coverage_report,
-    summarize,
-)
-from malloy_evals.report.markdown import render_markdown, summary_json, write_results
-from malloy_evals.report.run_page import write_run_page
-from malloy_evals.sets.eval_set import VALUE_KINDS, EvalSet, load_set
+from malloy_evals.report.figures import STATUS_PARTIAL, RunSummary, attempt_label
+from malloy_evals.report.markdown import render_markdown, summary_json
+from malloy_evals.sets.eval_set import VALUE_KINDS, EvalSet
 from malloy_evals.sets.goldens import GoldenCheck, verify_goldens
+from malloy_evals.workflow.outputs import RunOutputs
 
 PIN_KEYS = ("golden_revision", "judge_version", "rubric_sha", "judge_prompt_sha")
 # Null reasons that say the scoring itself did not finish; a resumed run tries them again.
@@ -103,8 +95,11 @@ class RunScoreResult:
     def exit_code(self) -> int:
         # Results were written: that is success, INCOMPLETE and low scores included.
         # Nothing judged at all (every attempt to score raised) is "could not measure".
+        # A partial run (attempts unscored or scored under older pins) is not measured yet.
         tried = [o for o in self.outcomes if o.action not in (ACTION_SKIP, "not scored")]
         if tried and all(o.action == "failed" for o in tried):
+            return EXIT_UNMEASURED
+        if not self.dry_run and self.summary.status == STATUS_PARTIAL:
             return EXIT_UNMEASURED
         return EXIT_OK
 
@@ -174,7 +169,8 @@ def select_attempts(attempts: list[dict[str, Any]], only: Sequence[str] | None,
     unknown = [q for k, q in wanted.items() if k not in have]
     if unknown:
         raise InputError(run_dir / "events.jsonl", None,
-                         f"--only names qids with no live attempt in this run: {', '.join(unknown)}")
+                         f"--only names qids with no live attempt in this run: {', '.join(unknown)}"
+                         + cli.nearest_hint(unknown, sorted(str(a.get("qid")) for a in attempts)))
     return [a for a in attempts if str(a.get("qid")).lower() in wanted]
 
 
@@ -203,6 +199,7 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
     total = len(attempts)
     lock = threading.Lock()
     done = 0
+    missing: list[str] = []  # why each attempt had no recorded judge reply
 
     def report(qid: str, sample: Any, text: str, seconds: float) -> None:
         nonlocal done
@@ -233,6 +230,13 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
             why = (f"re-scored: stale pins {', '.join(stale)}" if stale
                    else f"re-scored ({action})")
             event = run.supersede([old] if old is not None else [], [event], why).events[0]
+        except RecordingMissing as exc:
+            # Said once for the whole pass below: the same fix for every attempt.
+            elapsed = time.monotonic() - started
+            with lock:
+                missing.append(str(exc))
+            return AttemptOutcome(qid, sample, "failed", None, None, elapsed, error=str(exc),
+                                  stale_pins=stale)
         except KitError as exc:
             elapsed = time.monotonic() - started
             report(qid, sample, f"error: {exc}", elapsed)
@@ -252,7 +256,19 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
         for f in as_completed(futures):
             outcomes.append(f.result())
     outcomes.sort(key=lambda o: (o.qid, -1 if o.sample is None else o.sample))
+    if missing:
+        progress(no_recordings_line(len(missing), total, missing[0]))
     return outcomes
+
+
+def no_recordings_line(n: int, total: int, first: str) -> str:
+    """ONE line for every attempt replay found no recording for (not one per attempt): how many,
+    the first, and the judges that need no recording."""
+    return (f"{n} of {total} attempt(s) have no recorded judge reply (first: "
+            f"{first.split(';', 1)[0]}). Judge them without a key with --judge host --emit (a "
+            "host agent's subagent writes each reply, then --judge host --ingest) or --judge "
+            "hand:FILE (replies a person wrote); or record them: --judge anthropic:<model> "
+            "--record (needs ANTHROPIC_API_KEY)")
 
 
 def outcome_counts(outcomes: list[AttemptOutcome]) -> dict[str, int]:
@@ -261,51 +277,29 @@ def outcome_counts(outcomes: list[AttemptOutcome]) -> dict[str, int]:
     return {k: sum(1 for o in outcomes if o.action == k) for k in keys}
 
 
-def finish_run(run: Run, eval_set: EvalSet, *, coverage: str | Path | None, judge_spec: str | None,
-               endpoint_flag: str | None, pins: dict[str, Any],
-               outcomes: list[AttemptOutcome], run_label: str | None = None,
-               set_label: str | None = None, provider_stats: dict[str, Any] | None = None,
-               dry_run: bool = False, view: LiveView | None = None) -> RunScoreResult:
-    """Retrieval (appended), the summary, RESULTS.md + summary.json, and the run.json pins.
-    A dry run computes the summary from what the ledger already holds and writes nothing.
-    `view` is the pass's live view: refreshed here, never read again from the start."""
+def finish_run(outputs: RunOutputs, *, judge_spec: str | None, endpoint_flag: str | None,
+               pins: dict[str, Any], outcomes: list[AttemptOutcome],
+               provider_stats: dict[str, Any] | None = None,
+               dry_run: bool = False) -> RunScoreResult:
+    """Retrieval (appended), then the run's outputs written by their one owner: RESULTS.md,
+    summary.json, report.html and the run.json pins, from one summary. A dry run computes the
+    summary from what the ledger already holds and writes nothing."""
 
-    view = view or run.view()
+    run, view = outputs.run, outputs.view
     view.refresh()
     if dry_run:
-        s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                      endpoint_flag=endpoint_flag, run_label=run_label,
-                      set_label=set_label, view=view)
+        s = outputs.summary(judge_spec=judge_spec, endpoint_flag=endpoint_flag)
         return RunScoreResult(
             run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
             outcomes=outcomes, retrieval_rows=0, summary=s, results_md=None, summary_json=None,
             pins={}, provider_stats=provider_stats, dry_run=True)
-    result = score_view(run, eval_set, view, coverage=coverage, append=True)
-    view.refresh()
-    # run.json names every judge behind the live scores, not only the one of this pass.
-    pins = {**pins, "judgeModel": _judge_model(view, pins.get("judgeModel"))}
-    run_pins = {k: v for k, v in pins.items() if v is not None}
-    if run_pins:
-        run.update_info(**run_pins)  # before the summary, which prints the judge it names
-    s = summarize(run, eval_set, coverage, judge_spec=judge_spec,
-                  endpoint_flag=endpoint_flag, run_label=run_label, set_label=set_label,
-                  view=view)
-    md, js = write_results(run.dir, s)
-    derived: dict[str, Any] = {"status": s.status}
-    if s.cost.get("judge_usd") is not None:
-        derived["judgeCostUsd"] = s.cost["judge_usd"]
-    if s.cost.get("answerer_usd") is not None:
-        derived["answererCostUsd"] = s.cost["answerer_usd"]
-    run.update_info(**derived)
-    run_pins.update(derived)
-    # The page renders this very summary, so it says exactly what summary.json says.
-    page = write_run_page(run_label or run.dir, set_label or eval_set.dir, summary=s, run=run,
-                          eval_set=eval_set, view=view)
+    result = score_view(run, outputs.eval_set, view, coverage=outputs.coverage, append=True)
+    written = outputs.write(pins=pins, judge_spec=judge_spec, endpoint_flag=endpoint_flag)
     return RunScoreResult(
         run_dir=str(run.dir), attempts=len(outcomes), counts=outcome_counts(outcomes),
-        outcomes=outcomes, retrieval_rows=len(result.rows), summary=s, results_md=str(md),
-        summary_json=str(js), pins=run_pins, provider_stats=provider_stats,
-        report_html=page.path)
+        outcomes=outcomes, retrieval_rows=len(result.rows), summary=written.summary,
+        results_md=written.results_md, summary_json=written.summary_json, pins=written.pins,
+        provider_stats=provider_stats, report_html=written.page.path)
 
 
 @dataclass(frozen=True)
@@ -358,32 +352,29 @@ def check_drift(eval_set: EvalSet, qids: Sequence[str],
     return [c for c in report.checks if c.status == "drift"]
 
 
-def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judge_spec: str | None = None,
-              mcp_url: str | None = None, local: bool = False,
-              coverage: str | Path | None = None, parallel: int = 4,
+def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = None,
+              mcp_url: str | None = None, local: bool = False, parallel: int = 4,
               only: Sequence[str] | None = None, rescore: bool = False,
               allow_drift: bool = False,
               progress: Callable[[str], None] = cli.progress,
-              model_dir: str | Path | None = None,
               judge_samples: int | None = None) -> RunScoreResult | DriftRefusal:
     """score_run: every attempt, then retrieval, then the summary and the files.
 
-    Before anything is scored, the goldens it would judge are re-derived from the truth package
-    (when the set has one and Node is present): any drift refuses the whole run, naming every
-    drifted case, unless `allow_drift`, which scores anyway and pins them as `goldenDrift`.
-    `model_dir` (--model): the package folder the run was answered against, served by --local,
-    shown to the judge and pinned as the run's modelSha, instead of the set's model/.
-    `judge_samples` (--judge-samples K): the judge asked K times per attempt (None: 3 where it is
-    known unstable, else once; reference/judge.md)."""
+    `outputs` is the run loaded by its outputs' owner (the set it was made on, the coverage
+    report, the live view: each checked before anything here is spent). Before anything is
+    scored, the goldens it would judge are re-derived from the truth package (when the set has
+    one and Node is present): any drift refuses the whole run, naming every drifted case, unless
+    `allow_drift`, which scores anyway and pins them as `goldenDrift`. The set's model folder
+    (--model: another package folder) is served by --local, shown to the judge and pinned as
+    the run's modelSha. `judge_samples` (--judge-samples K): the judge asked K times per
+    attempt (None: 3 where it is known unstable, else once; reference/judge.md)."""
 
     cli.require_one_endpoint(mcp_url, local)
-    run = Run.open(run_dir)
-    if public_loop.ledger_is_public(run.events_path):
-        raise InputError(run.events_path, 1, public_loop.refusal("score_run.py"))
-    eval_set = load_set(set_dir, model_dir)
-    if coverage is not None:
-        load_coverage_report(coverage)  # fail on an unreadable report before any work
-    view = run.view()  # the one read of the ledger for this pass
+    ready = getattr(judge, "ready", None)
+    if callable(ready):
+        ready()  # a judge that cannot be called (no key) fails before any re-execution
+    run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
+    run_dir, set_dir = outputs.run_label, outputs.set_label
     qids = [str(a.get("qid")) for a in select_attempts(view.attempts(), only, Path(run.dir))]
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
@@ -433,10 +424,8 @@ def score_run(run_dir: str | Path, set_dir: str | Path, *, judge: Provider, judg
             "rubricSha": judge_pins.get("rubric_sha"),
             "judgePromptSha": judge_pins.get("judge_prompt_sha"),
             "modelSha": model_sha, **served}
-    return finish_run(run, eval_set, coverage=coverage, judge_spec=judge_spec,
-                      endpoint_flag=endpoint_flag, pins=pins, outcomes=outcomes,
-                      run_label=str(run_dir), set_label=str(set_dir),
-                      provider_stats=provider_stats(judge), dry_run=dry_run, view=view)
+    return finish_run(outputs, judge_spec=judge_spec, endpoint_flag=endpoint_flag, pins=pins,
+                      outcomes=outcomes, provider_stats=provider_stats(judge), dry_run=dry_run)
 
 
 def current_judge_pins(doctrine: judge_mod.Doctrine) -> dict[str, Any]:
@@ -444,13 +433,6 @@ def current_judge_pins(doctrine: judge_mod.Doctrine) -> dict[str, Any]:
 
     return {"judge_version": judge_mod.judge_version_pin(doctrine), "rubric_sha": doctrine.sha,
             "judge_prompt_sha": judge_mod.judge_prompt_sha()}
-
-
-def _judge_model(view: LiveView, fallback: str | None) -> str | None:
-    """The judge run.json names: the one judge of the live scores, or `mixed: ...` with each
-    judge's count when several scored (a host for one attempt, hand replies for others); the
-    provider's model (`fallback`) while nothing is scored."""
-    return judges_text(judge_counts(view.latest("score").values()), fallback)
 
 
 def _model_sha(eval_set: EvalSet, endpoint: QueryEndpoint, local: bool) -> str | None:

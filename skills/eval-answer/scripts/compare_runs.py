@@ -37,6 +37,7 @@ from malloy_evals.core import cli
 from malloy_evals.report.compare import compare_runs, render_text
 from malloy_evals.report.compare_page import write_comparison_pages
 from malloy_evals.report.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from malloy_evals.workflow.outputs import outputs_writer
 
 
 def build_parser() -> cli.ScriptParser:
@@ -80,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           fail_on_regression=args.fail_on_regression)
     cli.emit(result, as_json=args.json, render=render_text)
     if args.out is not None:
-        page = write_comparison_pages(result, args.out, args.set_dir, args.base, args.candidate)
+        page = write_comparison_pages(result, args.out, args.base, args.candidate,
+                                      outputs_writer(args.set_dir))
         print(f"page: {page.path}", file=sys.stderr if args.json else sys.stdout)
     if not result.comparable:
         cli.progress(f"refused: {result.verdict}")

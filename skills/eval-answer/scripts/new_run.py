@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.core import cli, vocab
+from malloy_evals.core import cli, commands, vocab
 from malloy_evals.core.errors import EXIT_OK
 from malloy_evals.ledger.run import Run
 
@@ -35,9 +35,13 @@ def build_parser() -> cli.ScriptParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run = Run.create(args.out, args.set_dir, args.answerer_model, phase=args.phase, run_id=args.run_id)
-    result = {"run_dir": str(run.dir), "run_id": run.run_id, "phase": run.phase, "info": run.info}
-    cli.emit(result, as_json=args.json,
-             render=lambda r: f"created run {r['run_id']} ({r['phase']}) in {r['run_dir']}")
+    result = {"run_dir": str(run.dir), "run_id": run.run_id, "phase": run.phase, "info": run.info,
+              "next": [str(commands.answer_run(args.out, args.set_dir)),
+                       str(commands.record_first(args.out, args.set_dir))]}
+    cli.emit(result, as_json=args.json, render=lambda r: (
+        f"created run {r['run_id']} ({r['phase']}) in {r['run_dir']}\n"
+        f"answer it (an answerer: claude-code, anthropic:<model>, or --answerer-cmd):\n"
+        f"  {r['next'][0]}\nor record an answer a session already made:\n  {r['next'][1]}"))
     return EXIT_OK
 
 

@@ -5,10 +5,11 @@ The page opens anywhere, offline: styles, the small sorting script and the chart
 it links only by relative path (to artifacts beside it, or between pages). Its figures are the run
 summary's own (the computation behind summary.json); each attempt's evidence (question, golden,
 answer, re-executed rows, the judge's why, tool calls) comes from the ledger. A run that is not
-(fully) scored still gets a page. score_run.py writes report.html itself at the end; run this
-after anything else changed the ledger (diagnose.py adds its clusters). --compare takes the arm
+(fully) scored still gets a page. The page is written with RESULTS.md and summary.json, from one
+summary (score_run.py, review.py and diagnose.py write all three themselves); a run is read only
+against the set it was made on (another set is exit 3, naming both). --compare takes the arm
 arguments of compare_runs.py and writes compare.html into --out. Exit 0 when the page was
-written, 2 for a wrong command line, 3 when the run cannot be read.
+written, 2 for a wrong command line, 3 when the run or its set cannot be read.
 
 Examples (on copies of the sample set's recorded runs; a run not scored yet still gets its page,
 and the comparison's two arms are scored by the lines before it):
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 
 from malloy_evals.core import cli
 from malloy_evals.report import compare_page, run_page
+from malloy_evals.workflow.outputs import RunOutputs, outputs_writer
 
 COMPARE_ONLY = ("base", "candidate", "out", "targets", "band", "allow_different_judge",
                 "only_common_cases")
@@ -86,12 +88,15 @@ def build_parser() -> cli.ScriptParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.run is not None:
-        result: Any = run_page.write_run_page(args.run, args.set_dir, coverage=args.coverage)
+        outputs = RunOutputs.load(args.run, args.set_dir, coverage=args.coverage)
+        result: Any = outputs.write().page
         render: Callable[[Any], str] = run_page.render_text
     else:
         render = compare_page.render_text
         result = compare_page.compare_report(args.base, args.candidate, set_dir=args.set_dir,
-                                             out_dir=args.out, targets=args.targets,
+                                             out_dir=args.out,
+                                             write_outputs=outputs_writer(args.set_dir),
+                                             targets=args.targets,
                                              band=args.band,
                                              allow_different_judge=args.allow_different_judge,
                                              only_common_cases=args.only_common_cases)

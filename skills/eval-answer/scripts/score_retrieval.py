@@ -23,7 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.answer.retrieval import dump_json, render_text, score_retrieval
+from malloy_evals.answer.retrieval import (
+    dump_json,
+    load_coverage_report,
+    render_text,
+    score_retrieval,
+)
 from malloy_evals.core import cli
 
 
@@ -40,7 +45,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    result = score_retrieval(args.run, args.set_dir, coverage=args.coverage, append=args.append)
+    coverage = load_coverage_report(args.coverage) if args.coverage is not None else None
+    result = score_retrieval(args.run, args.set_dir, coverage=coverage, append=args.append)
     for warning in result.warnings:
         cli.progress(f"warning: {warning}")
     if result.summary["attributed"] != result.summary["failures"]:

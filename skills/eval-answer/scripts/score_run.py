@@ -8,8 +8,12 @@ per attempt, for a fresh host subagent each); `--judge host --ingest` then score
 reply.json is there and leaves the rest for a later --ingest. Before scoring, the goldens it would
 judge are re-derived from the set's truth package (when it has one and Node is present): any
 drift refuses the whole run with exit 1, naming every drifted case, unless --allow-drift (then
-the summary's headline names them). Exit 0 when the results were written (an INCOMPLETE run
-included), 1 on golden drift, 3 when nothing could be judged or an input could not be read.
+the summary's headline names them). A run is scored only against the set it was made on
+(another set is exit 3, naming both, before anything is written). Exit 0 when the results were
+written and every attempt has a verdict under current pins (an INCOMPLETE run included), 1 on
+golden drift, 3 when the run is left PARTIAL (attempts unscored, stale or awaiting a host's
+reply: the headline prints the command that finishes it), when nothing could be judged or an
+input could not be read.
 
 `--local --model DIR` serves (and shows the judge) another package folder than the set's model/,
 and pins its sha: how a candidate model is scored against the same cases.
@@ -35,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 from malloy_evals.core import cli
 from malloy_evals.judge.doctrine import add_judge_samples
 from malloy_evals.llm.select import add_provider_arguments, provider_from_args
+from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.run_scorer import DriftRefusal, render_refusal, render_text, score_run
 
 
@@ -60,11 +65,14 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Every input loaded and checked (the set it was made on, the coverage report) before a
+    # judge is made or a call is spent.
+    outputs = RunOutputs.load(args.run, args.set_dir, coverage=args.coverage,
+                              model_dir=args.model, refuse_public="score_run.py")
     judge = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir, host_dir=args.run)
-    result = score_run(args.run, args.set_dir, judge=judge, judge_spec=args.judge,
-                       mcp_url=args.mcp_url, local=args.local, coverage=args.coverage,
-                       parallel=args.parallel, only=args.only, rescore=args.rescore,
-                       allow_drift=args.allow_drift, model_dir=args.model,
+    result = score_run(outputs, judge=judge, judge_spec=args.judge, mcp_url=args.mcp_url,
+                       local=args.local, parallel=args.parallel, only=args.only,
+                       rescore=args.rescore, allow_drift=args.allow_drift,
                        judge_samples=args.judge_samples)
     if isinstance(result, DriftRefusal):
         cli.emit(result, as_json=args.json, render=render_refusal)

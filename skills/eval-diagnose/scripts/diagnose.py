@@ -2,8 +2,10 @@
 """Decide the cause code and owner of each failed case of a scored run, and cluster them into issues.
 
 Appends one `issue` + `issue_status open` per cluster, voiding only the issues diagnose.py wrote
-earlier for the run. Exit 0 when it wrote its result (nothing selected included), 3 when the run or
-set cannot be read or cases were selected and none could be diagnosed, 2 on usage errors.
+earlier for the run, then rewrites the run's RESULTS.md, summary.json and report.html with them.
+Exit 0 when it wrote its result (nothing selected included), 3 when the run or set cannot be
+read, the run was made on another set (both named), or cases were selected and none could be
+diagnosed, 2 on usage errors.
 
 Examples (on a copy of a recorded run, scored as the demo scores it by the first four lines;
 the recorded diagnoser replays for that scoring):
@@ -28,6 +30,7 @@ from malloy_evals.core import cli
 from malloy_evals.diagnose.run import diagnose_run, render_text
 from malloy_evals.diagnose.selection import SPLITS, verdicts_problem
 from malloy_evals.llm import select as providers
+from malloy_evals.workflow.outputs import RunOutputs
 
 
 def build_parser() -> cli.ScriptParser:
@@ -56,9 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return providers.provider_from_args(args, "diagnoser", role="diagnose",
                                             set_dir=args.set_dir, host_dir=run_dir)
 
-    result = diagnose_run(args.run, args.set_dir, provider_factory, only=args.only,
-                          verdicts=args.verdicts, split=args.split, limit=args.limit,
-                          coverage_report=args.coverage, progress=cli.progress)
+    # The run, the set it was made on and the coverage report, loaded and checked before any call.
+    outputs = RunOutputs.load(args.run, args.set_dir, coverage=args.coverage)
+    result = diagnose_run(outputs.run, outputs.eval_set, outputs.view, provider_factory,
+                          only=args.only, verdicts=args.verdicts, split=args.split,
+                          limit=args.limit, coverage=outputs.coverage, progress=cli.progress)
+    if result.issues_appended or result.issues_voided or result.issues_fixed:
+        written = outputs.write()  # RESULTS.md, summary.json and report.html name the issues
+        cli.progress(f"page: {written.page.path}")
     cli.emit(result, as_json=args.json, render=render_text)
     return result.exit_code
 

@@ -10,12 +10,14 @@ re-executed, the answer, the judge's why and confidence.
 --settle QID[#SAMPLE] --verdict V --why TEXT --by NAME appends a human_verdict event (the summary
 counts it in place of the judge's verdict), writes the prediction into judge-regressions.jsonl
 (protects: --protects, else from the case: refusal_correct / refusal_wrong, near_match_boundary,
-gold_status, required_disclosure) and rewrites the run's RESULTS.md and summary.json. Without
+gold_status, required_disclosure) and rewrites the run's RESULTS.md, summary.json and
+report.html together. Without
 --settle, on a terminal, it walks the queue one card at a time (m match, n near_match, x no_match,
 s skip, q quit); without a terminal (or with --json) it only lists. --unsettle QID[#SAMPLE]
 --why TEXT voids a person's verdict (the judge's stands again) and takes out the fixture that
-settlement wrote. Exit 0; 2 on a wrong command line; 3 when the run or set cannot be read or the
-attempt cannot be settled (not scored, or null for a mechanical reason such as contamination).
+settlement wrote. Exit 0; 2 on a wrong command line; 3 when the run or set cannot be read, the
+run was made on another set (both named), or the attempt cannot be settled (not scored, or null
+for a mechanical reason such as contamination).
 
 Examples (on a copy of the sample set, since settling writes its judge-regressions.jsonl; the
 copy holds the recorded baseline run, scored by the third line):
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runn
 from malloy_evals.core import cli
 from malloy_evals.judge.doctrine import GOLD_STATUSES
 from malloy_evals.workflow import review
+from malloy_evals.workflow.outputs import RunOutputs
 
 
 def _target(value: str) -> str:
@@ -92,18 +95,20 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The run, its set (the one it was made on) and its ledger, loaded and checked once.
+    outputs = RunOutputs.load(args.run, args.set_dir, refuse_public=(
+        "review.py --settle" if args.settle is not None else None))
     if args.unsettle is not None:
-        undone = review.unsettle(args.run, args.set_dir, args.unsettle, why=args.why)
+        undone = review.unsettle(outputs, args.unsettle, why=args.why)
         cli.emit(undone, as_json=args.json, render=review.render_unsettled)
         return undone.exit_code
     if args.settle is not None:
-        result = review.settle(args.run, args.set_dir, args.settle, verdict=args.verdict,
+        result = review.settle(outputs, args.settle, verdict=args.verdict,
                                why=args.why, by=args.by, protects=args.protects,
                                gold_status=args.gold_status)
         cli.emit(result, as_json=args.json, render=review.render_settled)
         return result.exit_code
-    queue = review.review_queue(args.run, args.set_dir,
-                                include_disagreements=args.include_disagreements,
+    queue = review.review_queue(outputs, include_disagreements=args.include_disagreements,
                                 arms=args.arms or ())
     if args.json or not (sys.stdin.isatty() and sys.stdout.isatty()):
         cli.emit(queue, as_json=args.json, render=review.render_queue)
@@ -111,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     read_key, read_line, write = review.terminal_io()
 
     def settle_one(target: str, **kw) -> review.SettleResult:
-        return review.settle(args.run, args.set_dir, target, **kw)
+        return review.settle(outputs, target, **kw)
 
     walked = review.walk_queue(queue, read_key=read_key, read_line=read_line, write=write,
                                settle_one=settle_one, by=args.by)

@@ -59,7 +59,9 @@ def check_template(template: str, cwd: Path) -> None:
         path = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
         if path and not os.path.isabs(path) and (cwd / path).exists():
             raise UsageError(f"--answerer-cmd: {path!r} is relative, and the answerer runs in an "
-                             f"empty folder of its own; write it as {(cwd / path).resolve()}")
+                             f"empty folder of its own; write it as "
+                             # absolute, links kept: .venv/bin/python must stay the venv's
+                             f"{os.path.abspath(cwd / path)}")
 
 
 def fill_template(template: str, values: dict[str, str]) -> str:

@@ -386,6 +386,8 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
             except BaseException:
                 log.write("stop", reason="interrupted", kind="interrupted",
                           spent_usd=round(budget.spent, 6))
+                progress("interrupted: the attempts recorded so far are kept; the same command "
+                         f"resumes, skipping them: {commands.this_command()}")
                 raise
             log.write("stop", reason=shared.stopped, kind=shared.stop_kind,
                       recorded=sum(1 for o in outcomes if o.outcome == "recorded"),
@@ -450,7 +452,7 @@ def _answer_one(ctx: _Context, planned: PlannedAttempt) -> AttemptOutcome:
             return AttemptOutcome(planned.qid, planned.sample, "not_run", tries, failure=failure)
         tries = try_no
         outcome = _try(ctx, planned, try_no)
-        if outcome.outcome in ("recorded", "budget_stop"):
+        if outcome.outcome in ("recorded", "budget_stop") or shared.stop_kind == "interrupted":
             return outcome
         failure = outcome.failure
         count = shared.failed_once()
@@ -519,6 +521,12 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
               "exit_status": child.exit_status, "status": child.status_text(),
               "seconds": round(child.seconds, 3), "timed_out": child.timed_out,
               "stdout_bytes": child.stdout_bytes}
+    if not verdict.is_attempt and ctx.shared.stop_kind == "interrupted":
+        # The child was ended because the harness was interrupted (Ctrl-C, SIGTERM): not a
+        # harness failure, and nothing is counted against the answerer.
+        ctx.log.write("try", outcome="interrupted", failure="interrupted", **common)
+        return AttemptOutcome(planned.qid, planned.sample, "not_run", try_no,
+                              failure="interrupted", seconds=child.seconds)
     if not verdict.is_attempt:
         said = [line.strip() for line in stderr.splitlines() if line.strip()]
         failure = verdict.failure or "not an attempt"
