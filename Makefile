@@ -7,7 +7,7 @@ PYTHON  ?= python3
 # worksteal evens out the long tests at the end); `make test WORKERS=0` runs it in one process.
 WORKERS ?= 2
 
-.PHONY: test demo setup python-env node-runtime
+.PHONY: test demo setup python-env node-runtime sandbox-check
 
 test: setup
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
@@ -17,7 +17,12 @@ test: setup
 demo: setup
 	$(PY) scripts/demo.py
 
-setup: python-env node-runtime
+setup: python-env node-runtime sandbox-check
+
+# run_answers.py seals every answerer in bubblewrap (skills/eval-answer/reference/harness.md);
+# without it that script refuses to start (or runs UNSEALED with --no-sandbox). Said, not installed.
+sandbox-check:
+	@command -v bwrap >/dev/null 2>&1 || echo "malloy-evals: bubblewrap (bwrap) is not installed; run_answers.py needs it to seal each answerer: install it (Debian/Ubuntu: apt-get install bubblewrap) and run make again. Tests that need it will fail." >&2
 
 python-env: $(VENV)/.installed
 

@@ -12,7 +12,8 @@ model change help? measure_noise.py measures the A/A band from the two baseline 
 scratch folder, and compare_runs.py compares the candidate with the baseline against that band.
 Then the live leg: run_answers.py puts four questions to the kit's scripted answerer
 (scripts/scripted_answerer.py, no model: it really calls get_context and execute_query over MCP)
-through the local endpoint, records each attempt, and score_run.py scores them; only the judge's
+through the local endpoint, each attempt sealed in bubblewrap (without bwrap the leg stops with
+exit 3 saying how to install it), records each attempt, and score_run.py scores them; only the judge's
 replies are recordings (hand-authored, evals/bookshop/recordings/judge/_authored.live.jsonl).
 The checkout is left as it was; the scratch folder and the pages are printed so RESULTS.md,
 summary.json, report.html, COMPARE.md and the ledgers can be read afterwards.

@@ -12,10 +12,13 @@ cases right and walks into one trap on purpose); --plan FILE adds others (JSON {
 get_context returns. run_answers.py runs it through --answerer-cmd.
 
 Modes, for testing the harness (--mode, or `[scripted:MODE]` anywhere in the question):
-answer (default), hang (waits forever, ignoring SIGTERM, with a sleeping child), crash (exits 1
+answer (default), hang (waits forever, ignoring SIGTERM, with a sleeping child; it writes its
+session, one get_context call, only once that child runs, so its first output says it is ready
+and a harness limit counted from that output is all hang), crash (exits 1
 mid-session), flood (endless output), error (a result line reporting an API error), noise (lines
 that are not JSON), read (reads --read PATH, or `[scripted:read=PATH]`, with a Read tool use it
-reports, then answers). --env-out FILE writes the cwd, its entries and the environment it got.
+reports, whether or not the file could be read, then answers). --env-out FILE writes the cwd, its
+entries and the environment it got (a path the answerer can write: run it with --no-sandbox).
 
 Examples (run_answers.py --answerer-cmd runs it for you; by hand, serve the model first, and write
 mcp.json as {"mcpServers": {"malloy": {"type": "http", "url": "http://127.0.0.1:4040/mcp"}}}):
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -227,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan is not None:
         plan.update(json.loads(args.plan.read_text(encoding="utf-8")))
 
-    writer = StreamJson(sys.stdout, session_id="scripted-" + hashlib.sha256(
+    # Hang mode holds its lines until it is ready to hang (the module doc says why).
+    out: Any = io.StringIO() if mode == "hang" else sys.stdout
+    writer = StreamJson(out, session_id="scripted-" + hashlib.sha256(
         question.encode()).hexdigest()[:12], model="scripted-answerer")
     if mode == "noise":
         print("this answerer prints prose, not stream-json", flush=True)
@@ -257,13 +263,20 @@ def main(argv: list[str] | None = None) -> int:
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
             if args.pid_file is not None:
                 args.pid_file.write_text(f"{os.getpid()} {child.pid}\n", encoding="utf-8")
+            sys.stdout.write(out.getvalue())
+            sys.stdout.flush()
             while True:
                 time.sleep(60)
         if mode == "read" and read_path is not None:
-            text = read_path.read_text(encoding="utf-8", errors="replace")
+            # Reported whether or not it could be read (sealed, the set is not there to read):
+            # the attempt is what it tried, as Claude Code's Read reports a missing file.
+            try:
+                text, failed = read_path.read_text(encoding="utf-8", errors="replace"), False
+            except OSError as exc:
+                text, failed = f"cannot read {read_path}: {exc.strerror}", True
             session.say([{"type": "tool_use", "id": "toolu_scripted_read", "name": "Read",
                           "input": {"file_path": str(read_path)}}])
-            writer.tool_results([{"tool_use_id": "toolu_scripted_read", "is_error": False,
+            writer.tool_results([{"tool_use_id": "toolu_scripted_read", "is_error": failed,
                                   "content": [{"type": "text", "text": text[:200]}]}])
         _answer(session, question, plan)
         return 0

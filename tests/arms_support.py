@@ -9,6 +9,7 @@ from typing import Any
 
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set, question_sha
+from tie_support import tied
 
 PINS = {"judge_version": 2, "rubric_sha": "a" * 64, "judge_prompt_sha": "b" * 64,
         "judge_model": "hand-authored"}
@@ -66,7 +67,7 @@ def make_run(root: Path, set_dir: Path, run_id: str, outcomes: dict[str, Any], *
                        "question_sha": (questions or {}).get(qid)
                        or question_sha(f"What is {qid}?"),
                        "truncated": qid in truncated, "contaminated": qid in contaminated}
-            run.append_event(attempt)
+            att = run.append_event(attempt)
             if qid in unscored:
                 continue
             score = {"kind": "score", "qid": qid, "sample": sample, **(pins or PINS),
@@ -74,9 +75,9 @@ def make_run(root: Path, set_dir: Path, run_id: str, outcomes: dict[str, Any], *
             if qid in void_first:
                 wrong = {**score, "verdict": "no_match" if verdict == "match" else "match",
                          "reason": None}
-                first = run.append_event(wrong)
+                first = run.append_event(tied(run.dir, wrong, att["event_id"]))
                 run.void(first["event_id"], "re-scored")
-            written = run.append_event(score)
+            written = run.append_event(tied(run.dir, score, att["event_id"]))
             if qid in voided:
                 run.void(written["event_id"], "retracted")
     return run.dir

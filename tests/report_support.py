@@ -16,6 +16,7 @@ from typing import Any
 
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import load_set
+from tie_support import tied
 
 KIT = Path(__file__).resolve().parents[1]
 SAMPLE_SET = KIT / "evals" / "bookshop"
@@ -52,7 +53,7 @@ def hostile_run(root: Path, set_dir: Path = SAMPLE_SET) -> Run:
     run.append([
         _attempt(qid, None, answer_text=HOSTILE, final_query=f"run: orders -> {{}} // {HOSTILE}",
                  transcript_path="javascript:alert(1)",
-                 contamination_reasons=[HOSTILE]),
+                 contamination_reasons=[HOSTILE], event_id="hostile-attempt"),
         {"kind": "tool_call", "qid": qid, "sample": None, "tool": "get_context",
          "call_index": 0, "targets": [f"any: {HOSTILE}"],
          "target_shapes": [{"type": "any", "has_text": True}],
@@ -61,11 +62,13 @@ def hostile_run(root: Path, set_dir: Path = SAMPLE_SET) -> Run:
          "error": HOSTILE},
         {"kind": "tool_call", "qid": qid, "sample": None, "tool": "execute_query",
          "call_index": 1, "query": HOSTILE, "error": HOSTILE},
-        {"kind": "score", "qid": qid, "sample": None, "verdict": "no_match", "why": HOSTILE,
-         "confidence": 8, "column_pairing": {HOSTILE: None, "revenue": "revenue"},
-         "gold_status": "verified", "gold_note": HOSTILE, "must_not_use_hits": [HOSTILE],
-         "leaf_hits": [], "judge_model": HOSTILE, "judge_version": 2,
-         "prediction_path": run.relpath(prediction), "judge_artifact": "javascript:alert(1)"},
+        tied(run.dir, {"kind": "score", "qid": qid, "sample": None, "verdict": "no_match",
+                       "why": HOSTILE, "confidence": 8,
+                       "column_pairing": {HOSTILE: None, "revenue": "revenue"},
+                       "gold_status": "verified", "gold_note": HOSTILE,
+                       "must_not_use_hits": [HOSTILE], "leaf_hits": [], "judge_model": HOSTILE,
+                       "judge_version": 2, "prediction_path": run.relpath(prediction)},
+             "hostile-attempt"),
         {"kind": "issue", "issue_id": "hostile-cluster", "qids": [qid],
          "primary_code": "WRONG-FIELD", "component": "construction", "owner": "agent-skill",
          "diagnosis": HOSTILE},
@@ -116,8 +119,9 @@ def generated_run(root: Path, attempts: int = 500, *, seed: int = 0,
         prediction = run.write_artifact(qid, sample, "prediction.csv", rows)
         run.write_artifact(qid, sample, "envelope.json", {"row_count": n_rows})
         verdict = rng.choice(_VERDICTS)
+        aid = f"a{i}"
         batch.append(_attempt(qid, sample, answer_text=_prose(rng, rng.randint(80, 250)),
-                              final_query=query,
+                              final_query=query, event_id=aid,
                               transcript_path=f"artifacts/{qid}/{sample}/transcript.jsonl"))
         for c in range(rng.randint(2, 6)):
             if c % 2 == 0:
@@ -134,6 +138,7 @@ def generated_run(root: Path, attempts: int = 500, *, seed: int = 0,
                               "error": None if rng.random() < 0.8 else
                               "Error during query execution: Unknown field 'revenu'"})
         batch.append({"kind": "score", "qid": qid, "sample": sample, "verdict": verdict,
+                      "attempt_event_id": aid,
                       "reason": None if verdict else "judge_unparseable",
                       "why": _prose(rng, rng.randint(20, 50)),
                       "confidence": rng.randint(3, 10),
@@ -141,9 +146,10 @@ def generated_run(root: Path, attempts: int = 500, *, seed: int = 0,
                       "gold_status": "verified", "must_not_use_hits": [], "leaf_hits": [],
                       "judge_model": "claude-sonnet-4-5", "judge_version": 2,
                       "prediction_path": run.relpath(prediction), "judge_cost_usd": 0.012})
+        tied(run.dir, batch[-1], aid)
         recall = rng.choice([0.0, 0.5, 1.0, 1.0])
         batch.append({"kind": "retrieval_score", "qid": qid, "sample": sample,
-                      "verdict": verdict, "failed": verdict == "no_match",
+                      "attempt_event_id": aid, "verdict": verdict, "failed": verdict == "no_match",
                       "coverage": "MODELLED", "coverage_source": "measured", "recall": recall,
                       "precision": 0.3, "groups": 2, "delivery": {}, "missing": [],
                       "noise": [], "asked_kinds": ["any"],

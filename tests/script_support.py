@@ -306,5 +306,5 @@ def run_setup(cmd: DocCommand, cwd: Path) -> Outcome:
         assert target == scratch or scratch in target.parents, \
             f"{cmd.where}: {arg} leaves the scratch copy: {cmd.text}"
     done = subprocess.run(cmd.argv, cwd=cwd, capture_output=True, text=True, check=False,
-                          timeout=60)
+                          timeout=600)
     return Outcome(done.returncode, done.stdout, done.stderr)

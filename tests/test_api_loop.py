@@ -214,7 +214,7 @@ def test_overload_is_retried_inside_the_attempt_and_a_missing_tool_is_told_to_th
     session = api_loop.run_api_session(
         answerer, mcp_url=bookshop_mcp_url, question="What is the total revenue?",
         system_prompt="Answer.", workdir=tmp_path, max_turns=10,
-        deadline=time.monotonic() + 60, budget=Budget(None), transcript=transcript)
+        timeout=600, budget=Budget(None), transcript=transcript)
     assert session.subtype == "success" and session.turns == 4
     assert len(api.requests) == 5  # the 529 was tried again
     refused = api.requests[2]["messages"][-1]["content"][0]

@@ -22,11 +22,19 @@ from malloy_evals.sets.eval_set import load_set
 
 
 def _events(verdict=None, reason=None, scored=True, **attempt):
-    events = [{"kind": "attempt", "qid": "q", "sample": None, **attempt}]
+    events = [{"kind": "attempt", "event_id": "a1", "qid": "q", "sample": None, **attempt}]
     if scored:
         events.append({"kind": "score", "qid": "q", "sample": None, "verdict": verdict,
-                       "reason": reason})
+                       "reason": reason, "attempt_event_id": "a1"})
     return events
+
+
+def test_a_score_that_judged_another_attempt_is_no_verdict_on_this_one():
+    events = _events("match")
+    events[1]["attempt_event_id"] = "a0"  # the attempt before a re-recording
+    assert attempt_outcome(events) == AttemptOutcome("null", None, "unscored", None)
+    del events[1]["attempt_event_id"]    # or one appended by hand, naming no attempt
+    assert attempt_outcome(events).outcome == "null"
 
 
 @pytest.mark.parametrize("verdict, outcome", [
@@ -56,7 +64,8 @@ def test_attempt_nobody_scored_is_null_unscored():
                  id="judge_declared_golden_wrong"),
 ])
 def test_attempts_the_summary_keeps_out_are_left_out(attempt, score, left_out):
-    events = [{"kind": "attempt", **attempt}, {"kind": "score", **score}]
+    events = [{"kind": "attempt", "event_id": "a1", **attempt},
+              {"kind": "score", "attempt_event_id": "a1", **score}]
     assert attempt_outcome(events).left_out == left_out
 
 
@@ -65,7 +74,8 @@ def test_set_declared_verified_wrong_golden_leaves_the_attempt_out():
 
 
 def test_latest_score_in_the_live_events_decides():
-    events = _events("no_match") + [{"kind": "score", "verdict": "match"}]
+    events = _events("no_match") + [{"kind": "score", "verdict": "match",
+                                     "attempt_event_id": "a1"}]
     assert attempt_outcome(events).outcome == "pass"
 
 
@@ -231,8 +241,9 @@ def test_another_set_is_refused_whatever_the_flags(tmp_path, shop):
     pairing = pair_arms(load_arm("base", [b]), load_arm("candidate", [c]), "shop",
                         only_common_cases=True, allow_different_judge=True)
     assert pairing.refused
-    assert [d.text for d in pairing.differences] == [
-        "candidate: run cand is over set other, not shop"]
+    # Another set's files are other files too: the datasetSha difference is named after it.
+    assert [d.kind for d in pairing.differences] == ["set", "dataset"]
+    assert pairing.differences[0].text == "candidate: run cand is over set other, not shop"
 
 
 def test_an_arm_with_no_live_score_is_refused(tmp_path, shop):

@@ -45,7 +45,8 @@ def result(subtype="success", is_error=False) -> dict:
     pytest.param(child(-9, timed_out=True), StreamScan(2, None, True), True, True, None,
                  id="timeout-with-events"),
     pytest.param(child(-9, timed_out=True), StreamScan(0, None, False), False, False,
-                 "no stream-json on stdout within 30 s", id="timeout-silent"),
+                 "no stream-json on stdout before it was stopped (30 s after its first output",
+                 id="timeout-silent"),
     pytest.param(child(1), StreamScan(2, None, False), False, False, "crashed (exit 1)",
                  id="crash"),
     pytest.param(child(0), StreamScan(2, None, False), True, False, None,
@@ -111,6 +112,31 @@ def test_run_child_timeout_ends_a_child_that_ignores_sigterm(tmp_path):
                     max_stdout_bytes=1 << 20)
     assert run.timed_out and run.status_text() == "killed by SIGKILL"
     assert scan_stream(tmp_path / "out").events == 1
+
+
+# Regression (a suite under load): the time limit ran from the child's start, so a loaded
+# machine's slow start-up used it up and a hang test read "no stream-json within 4 s". The limit
+# now counts from the child's first output, its readiness signal.
+def test_run_child_counts_its_timeout_from_the_first_output_not_the_start(tmp_path):
+    # Silent for 3 s (its start-up), then one line, then a hang: with a 1 s limit from the start
+    # it would be stopped silent; counted from its first output, the line is in and the hang cut.
+    code = ("import time; time.sleep(3); print('{\"type\": \"system\"}', flush=True); "
+            "time.sleep(120)")
+    run = run_child([sys.executable, "-c", code], cwd=tmp_path, env={}, timeout=1,
+                    stdout_path=tmp_path / "out", stderr_path=tmp_path / "err",
+                    max_stdout_bytes=1 << 20)
+    assert run.timed_out and scan_stream(tmp_path / "out").events == 1
+    assert classify(run, scan_stream(tmp_path / "out"), timeout=1,
+                    max_stdout_bytes=1 << 20).cut_off
+
+
+def test_run_child_that_never_speaks_is_stopped_at_its_start_up_ceiling(tmp_path):
+    run = run_child([sys.executable, "-c", "import time; time.sleep(120)"], cwd=tmp_path, env={},
+                    timeout=600, start_up_limit=1, stdout_path=tmp_path / "out",
+                    stderr_path=tmp_path / "err", max_stdout_bytes=100)
+    assert run.timed_out and run.status_text() == "killed by SIGTERM"
+    verdict = classify(run, scan_stream(tmp_path / "out"), timeout=600, max_stdout_bytes=100)
+    assert not verdict.is_attempt and "no stream-json" in verdict.failure
 
 
 def test_run_child_that_cannot_start_says_so(tmp_path):

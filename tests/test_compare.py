@@ -12,7 +12,8 @@ from arms_support import PINS, make_run, make_set
 from conftest import KIT_ROOT
 from malloy_evals.core import schemas
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.report.compare import compare_runs, p_text, signed, verdict_line
+from malloy_evals.core.words import signed
+from malloy_evals.report.compare import compare_runs, p_text, verdict_line
 from malloy_evals.report.noise import measure_noise
 
 SCRIPT = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "compare_runs.py"
@@ -290,7 +291,7 @@ def test_outputs_replace_links_planted_in_their_place(ab, tmp_path):
 
 def _script(*args):
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=KIT_ROOT,
-                          check=False, capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=600)
 
 
 def test_script_prints_the_verdict_first_and_one_json_document(ab):

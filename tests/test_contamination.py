@@ -139,8 +139,6 @@ def test_touching_a_needle_is_contaminated(uses, needle):
                  id="gold_string_in_a_query"),
     pytest.param([use("TodoWrite", todos=[{"content": "check evals/ later", "status": "pending"}])],
                  id="todo_text_is_not_a_path"),
-    pytest.param([use("Task", prompt="do not read evals/", description="sub")],
-                 id="subagent_prompt_is_not_a_path"),
     pytest.param([use("Read", file_path="/w/src/app.py")], id="ordinary_source_file"),
 ])
 def test_similar_names_and_non_paths_are_clean(uses):
@@ -468,7 +466,7 @@ def test_default_needles_are_spec_5_1():
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=600, check=False)
 
 
 def _write_log(tmp_path: Path, uses: list[dict[str, Any]], **extra: Any) -> Path:
@@ -812,8 +810,6 @@ def test_pwd_of_an_honest_file_stays_clean():
 @pytest.mark.parametrize("uses", [
     pytest.param([use("ExitPlanMode", plan="1. Never open `sets/shop/a.csv` or 'runs/'")],
                  id="plan_text"),
-    pytest.param([use("Task", description="check", prompt="do not read 'sets/shop/a.csv'",
-                      subagent_type="general-purpose")], id="subagent_prompt"),
     pytest.param([use("AskUserQuestion", questions=[{"question": "Use 'runs/' or not?"}])],
                  id="question_to_the_user"),
 ])

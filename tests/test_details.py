@@ -11,6 +11,7 @@ from malloy_evals.ledger.run import Run
 from malloy_evals.report import details as d
 from malloy_evals.sets.eval_set import load_set
 from report_support import SAMPLE_SET
+from tie_support import tied
 
 SECRET = "sk-ant-api03-abcdefghijklmnopqrstu"
 
@@ -26,7 +27,8 @@ def eval_set():
 
 
 def _attempt(qid="bk_total_revenue", sample=None, **fields):
-    event = {"kind": "attempt", "qid": qid, "sample": sample, "submitted": True,
+    event = {"kind": "attempt", "event_id": f"att-{qid}", "qid": qid, "sample": sample,
+             "submitted": True,
              "final_query": "run: orders -> {aggregate: n is count()}", "answer_text": "42"}
     event.update(fields)
     return event
@@ -50,15 +52,15 @@ def test_a_secret_in_the_answer_query_and_calls_shows_as_redacted(run, eval_set)
 
 def test_an_environment_secret_in_a_judges_why_is_redacted(run, eval_set, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-1234567890")
-    run.append([_attempt(), {"kind": "score", "qid": "bk_total_revenue", "sample": None,
-                             "verdict": "match", "why": "the header had tok-1234567890"}])
+    run.append([_attempt(), tied(run.dir, {"kind": "score", "qid": "bk_total_revenue", "sample": None,
+                             "verdict": "match", "why": "the header had tok-1234567890"}, "att-bk_total_revenue")])
     assert _one(run, eval_set).judged.why.text == "the header had [REDACTED]"
 
 
 def test_a_secret_in_the_reexecuted_rows_is_redacted(run, eval_set):
     csv = run.write_artifact("bk_total_revenue", None, "prediction.csv", f"note\n{SECRET}\n")
-    run.append([_attempt(), {"kind": "score", "qid": "bk_total_revenue", "sample": None,
-                             "verdict": "no_match", "prediction_path": run.relpath(csv)}])
+    run.append([_attempt(), tied(run.dir, {"kind": "score", "qid": "bk_total_revenue", "sample": None,
+                             "verdict": "no_match", "prediction_path": run.relpath(csv)}, "att-bk_total_revenue")])
     assert _one(run, eval_set).prediction.rows == [{"note": "[REDACTED]"}]
 
 
@@ -78,8 +80,8 @@ def test_rows_are_capped_and_keep_the_full_count_from_the_envelope(run, eval_set
     csv = run.write_artifact("bk_total_revenue", None, "prediction.csv",
                              "n\n" + "".join(f"{i}\n" for i in range(40)))
     run.write_artifact("bk_total_revenue", None, "envelope.json", {"row_count": 40})
-    run.append([_attempt(), {"kind": "score", "qid": "bk_total_revenue", "sample": None,
-                             "verdict": "match", "prediction_path": run.relpath(csv)}])
+    run.append([_attempt(), tied(run.dir, {"kind": "score", "qid": "bk_total_revenue", "sample": None,
+                             "verdict": "match", "prediction_path": run.relpath(csv)}, "att-bk_total_revenue")])
     rows = _one(run, eval_set).prediction
     assert (len(rows.rows), rows.total, rows.path) == (
         d.ROWS_SHOWN, 40, "artifacts/bk_total_revenue/_/prediction.csv")
@@ -89,8 +91,8 @@ def test_rows_are_capped_and_keep_the_full_count_from_the_envelope(run, eval_set
 def test_a_reexecution_error_is_read_from_the_scores_own_artifact(run, eval_set):
     err = run.write_artifact("bk_total_revenue", None, "reexecute_error.json",
                              {"error": "Unknown function 'date_diff'"})
-    run.append([_attempt(), {"kind": "score", "qid": "bk_total_revenue", "sample": None,
-                             "verdict": "no_match", "prediction_path": run.relpath(err)}])
+    run.append([_attempt(), tied(run.dir, {"kind": "score", "qid": "bk_total_revenue", "sample": None,
+                             "verdict": "no_match", "prediction_path": run.relpath(err)}, "att-bk_total_revenue")])
     a = _one(run, eval_set)
     assert (a.prediction, a.prediction_error.text) == (None, "Unknown function 'date_diff'")
 

@@ -28,6 +28,7 @@ def run_diagnose(run_dir, set_dir, factory, **kw):
     return diagnose_run.diagnose_run(o.run, o.eval_set, o.view, factory, **kw)
 
 from script_support import run_outcome
+from tie_support import tied
 
 DIAGNOSE = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "diagnose.py"
 CLUSTER_FAILURES = paths.KIT_ROOT / "skills" / "eval-diagnose" / "scripts" / "cluster_failures.py"
@@ -37,12 +38,14 @@ TABLE = codes.load_codes()
 # ---------------------------------------------------------------- selection (pure)
 
 def attempt(qid, sample=None, **kw):
-    return {"kind": "attempt", "qid": qid, "sample": sample, "phase": "baseline", **kw}
+    return {"kind": "attempt", "event_id": f"att-{qid}-{sample}", "qid": qid, "sample": sample,
+            "phase": "baseline", **kw}
 
 
 def score(qid, verdict, sample=None, **kw):
+    # Bound to the attempt `attempt(qid, sample)` makes (ledger/ties.py)
     return {"kind": "score", "qid": qid, "sample": sample, "phase": "baseline", "verdict": verdict,
-            **kw}
+            "attempt_event_id": f"att-{qid}-{sample}", **kw}
 
 
 EVENTS = [
@@ -88,9 +91,11 @@ def test_contaminated_and_unscored_are_excluded_with_their_reason():
 
 def test_a_verdict_a_person_settled_is_the_one_selection_reads():
     settled = [{"kind": "human_verdict", "qid": "n1", "sample": None, "phase": "baseline",
-                "verdict": "no_match", "why": "list price", "settled_by": "Dana"},
+                "verdict": "no_match", "why": "list price", "settled_by": "Dana",
+                "attempt_event_id": "att-n1-None"},
                {"kind": "human_verdict", "qid": "f1", "sample": None, "phase": "baseline",
-                "verdict": "match", "why": "rows agree", "settled_by": "Dana"}]
+                "verdict": "match", "why": "rows agree", "settled_by": "Dana",
+                "attempt_event_id": "att-f1-None"}]
     s = diagnose_selection.select_cases(EVENTS + settled, SPLITS, retrieval_misses=MISSES)
     assert [b.qid for b in s.failed] == ["f2", "f3", "n1"]
     assert "f1" in [b.qid for b in s.passed]
@@ -264,7 +269,8 @@ def make_run(tmp_path: Path, set_dir: Path) -> Run:
     run = Run.create(tmp_path / "run", set_dir, "answerer-x", run_id="r1")
     events = []
     for q, verdict in (("q1", "no_match"), ("q2", "no_match"), ("q3", "match")):
-        events.append({"kind": "attempt", "qid": q, "sample": None, "submitted": True,
+        events.append({"kind": "attempt", "event_id": f"att-{q}", "qid": q, "sample": None,
+                       "submitted": True,
                        "final_query": "run: orders -> {aggregate: books.list_price.sum()}",
                        "answer_text": f"answer {q}", "n_get_context": 1})
         events.append({"kind": "tool_call", "qid": q, "sample": None, "tool": "get_context",
@@ -272,8 +278,9 @@ def make_run(tmp_path: Path, set_dir: Path) -> Run:
                        "target_shapes": [{"type": "measure", "has_text": True}],
                        "ranked_summary": {"entity_ids": ["measure:orders:revenue"], "hits": [],
                                           "result_count": 1, "doc_tokens": []}})
-        events.append({"kind": "score", "qid": q, "sample": None, "verdict": verdict,
-                       "why": f"judge why {q}", "confidence": 8})
+        events.append(tied(run.dir, {"kind": "score", "qid": q, "sample": None,
+                                     "verdict": verdict, "why": f"judge why {q}",
+                                     "confidence": 8}, f"att-{q}"))
     run.append(events)
     return run
 
@@ -328,8 +335,8 @@ def _rescore(run, qid, verdict):
     """A corrected attempt's new score: the old live score voided, the new one appended."""
     old = next(e for e in run.live() if e["kind"] == "score" and e["qid"] == qid)
     run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "re-scored"},
-                {"kind": "score", "qid": qid, "sample": None, "verdict": verdict,
-                 "why": f"judge why {qid}", "confidence": 9}])
+                tied(run.dir, {"kind": "score", "qid": qid, "sample": None, "verdict": verdict,
+                               "why": f"judge why {qid}", "confidence": 9})])
 
 
 @pytest.fixture

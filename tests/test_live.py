@@ -36,8 +36,8 @@ def call(qid: str = "q1", index: int = 0, sample: int | None = None) -> dict:
             "call_index": index}
 
 
-def score(qid: str = "q1", verdict: str = "match", sample: int | None = None) -> dict:
-    return {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict}
+def score(qid: str = "q1", verdict: str = "match", sample: int | None = None, **kw) -> dict:
+    return {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict, **kw}
 
 
 KEY = AttemptKey("q1", None, "baseline")
@@ -188,7 +188,8 @@ def test_any_ledger_content_gives_a_view_and_a_stream(tmp_path_factory, lines, t
 
 def test_a_persons_verdict_is_read_through_the_view_and_decides_the_effective_verdict(tmp_path):
     run = make_run(tmp_path)
-    [judged_attempt, judged] = run.append([attempt(), score(verdict="needs_human")])
+    [judged_attempt, judged] = run.append([attempt(event_id="att1"),
+                                           score(verdict="needs_human", attempt_event_id="att1")])
     human = {"kind": "human_verdict", "qid": "q1", "sample": None, "verdict": "match",
              "why": "rows agree", "settled_by": "Ana", "attempt_event_id": judged_attempt["event_id"]}
     [settled] = run.append([human])

@@ -248,7 +248,7 @@ def test_checking_arbitrary_text_never_raises(query, entries):
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=600, check=False)
 
 
 KEYS = {"hits", "leaf_hits", "unchecked", "absent", "checked", "judge_note"}

@@ -134,7 +134,7 @@ def test_band_of_another_set_or_judge_is_a_difference(aa, tmp_path):
 
 def _script(*args):
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=KIT_ROOT,
-                          check=False, capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=600)
 
 
 def test_script_writes_the_band_and_prints_one_json_document(aa, tmp_path):

@@ -28,6 +28,7 @@ from malloy_evals.answer.retrieval import (
 from malloy_evals.core import schemas
 from malloy_evals.core.errors import InputError
 from malloy_evals.ledger.run import Run
+from tie_support import tied
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "score_retrieval.py"
@@ -383,16 +384,24 @@ def make_set(root: Path) -> Path:
     return d
 
 
+def tie_run_scores(run_dir: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events with each score's judge artifacts written into the run (tie_support.tied)."""
+    return [tied(run_dir, e) if e["kind"] == "score" else e for e in events]
+
+
 def attempt_events(qid: str, sample: int | None, verdict: str | None, returned: list[str]) -> list[dict[str, Any]]:
     key = {"qid": qid, "sample": sample}
     return [
-        {"kind": "attempt", **key, "submitted": True, "final_query": "run: x", "answer_text": "x"},
+        {"kind": "attempt", "event_id": f"att-{qid}-{sample}", **key, "submitted": True,
+         "final_query": "run: x", "answer_text": "x"},
         {"kind": "tool_call", **key, "tool": "get_context", "call_index": 0, "targets": ["measure: sales"],
          "target_shapes": [{"type": "measure", "has_text": True}],
          "ranked_summary": {"entity_ids": returned, "hits": [], "result_count": len(returned), "doc_tokens": []}},
         # execute_query never delivers, whatever it carries
         {"kind": "tool_call", **key, "tool": "execute_query", "call_index": 1, "query": "run: x"},
-        {"kind": "score", **key, "verdict": verdict, **({"reason": "not_submitted"} if verdict is None else {})},
+        # Tied to its attempt; `tie_run_scores` writes the judge artifacts once the run exists.
+        {"kind": "score", **key, "verdict": verdict, "attempt_event_id": f"att-{qid}-{sample}",
+         **({"reason": "not_submitted"} if verdict is None else {})},
     ]
 
 
@@ -401,10 +410,10 @@ def run_env(tmp_path: Path) -> tuple[Path, Path]:
     set_dir = make_set(tmp_path)
     run_dir = tmp_path / "run"
     run = Run.create(run_dir, set_dir, answerer_model="m", run_id="r")
-    run.append(attempt_events("a", None, "no_match", [TOTAL])
-               + attempt_events("b", None, "no_match", [])
-               + attempt_events("c", 0, "match", [])
-               + attempt_events("c", 1, "no_match", [STATUS]))
+    run.append(tie_run_scores(run.dir, attempt_events("a", None, "no_match", [TOTAL])
+                              + attempt_events("b", None, "no_match", [])
+                              + attempt_events("c", 0, "match", [])
+                              + attempt_events("c", 1, "no_match", [STATUS])))
     return set_dir, run_dir
 
 
@@ -479,7 +488,7 @@ def test_torn_last_ledger_line_is_a_warning(run_env):
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], check=False, capture_output=True,
-                          text=True, cwd=KIT_ROOT, timeout=120)
+                          text=True, cwd=KIT_ROOT, timeout=600)
 
 
 def test_cli_json_prints_rows_and_summary_with_spec_keys(run_env):
@@ -498,7 +507,8 @@ def test_cli_json_prints_rows_and_summary_with_spec_keys(run_env):
 def test_cli_prints_n_a_for_missing_precision(tmp_path):
     set_dir = make_set(tmp_path)
     run_dir = tmp_path / "run"
-    Run.create(run_dir, set_dir, answerer_model="m", run_id="r").append(attempt_events("b", None, "no_match", []))
+    Run.create(run_dir, set_dir, answerer_model="m", run_id="r").append(
+        tie_run_scores(run_dir, attempt_events("b", None, "no_match", [])))
     proc = run_cli("--run", run_dir, "--set", set_dir)
     assert proc.returncode == 0 and "mean precision n/a" in proc.stdout
 

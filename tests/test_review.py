@@ -26,6 +26,7 @@ from malloy_evals.sets.eval_set import load_set
 from malloy_evals.sets.importer import import_set
 from malloy_evals.workflow import review
 from malloy_evals.workflow.outputs import RunOutputs
+from tie_support import tied
 
 
 def outs(run_dir, set_dir):
@@ -55,7 +56,8 @@ def scored(tmp_path):
         {"qid": "q_salary", "answer_text": "There is no staff data in the model."},
         {"qid": "q_prov", "answer_text": "1"}])
     write_prediction(run, "q_rev", None, "revenue\n1234.5\n")
-    run.append([score("q_rev", "needs_human", judge_verdict="no_match", confidence=4,
+    run.append([tied(run.dir, e) for e in [  # each bound to its attempt, as the kit writes it
+                score("q_rev", "needs_human", judge_verdict="no_match", confidence=4,
                       prediction_path="artifacts/q_rev/_/prediction.csv"),
                 score("q_genre", "near_match"),
                 score("q_salary", "match", gold_status="suspect", gold_note="rubric vs model"),
@@ -66,7 +68,7 @@ def scored(tmp_path):
                  "recall": 1.0, "precision": 1.0, "groups": 1,
                  "delivery": {"measure:order_items:revenue": "exact"}, "missing": [], "noise": [],
                  "asked_kinds": ["measure"], "where_to_fix": None, "owner": None,
-                 "component": None, "why": "not attributed"}])
+                 "component": None, "why": "not attributed"}]])
     return SimpleNamespace(set_dir=set_dir, run=run, run_dir=run.dir)
 
 
@@ -221,9 +223,9 @@ def test_review_cards_blank_secrets_in_every_field(tmp_path):
                                         "final_query": "run: order_items -> { aggregate: revenue }"}])
     write_prediction(run, "q_rev", None,
                      "revenue,dsn\n1234.5,postgres://app:Pw0rdHidden77@db.example/shop\n")
-    run.append([score("q_rev", "needs_human", why="the rows carry Pw0rdHidden77 and "
-                      "sk-ant-api03-abcdefghijklmnopqrstu", confidence=4,
-                      prediction_path="artifacts/q_rev/_/prediction.csv")])
+    run.append([tied(run.dir, score("q_rev", "needs_human", why="the rows carry Pw0rdHidden77 "
+                                    "and sk-ant-api03-abcdefghijklmnopqrstu", confidence=4,
+                                    prediction_path="artifacts/q_rev/_/prediction.csv"))])
     queue = review.review_queue(outs(run.dir, set_dir))
     text = review.render_queue(queue) + json.dumps(queue.to_json(), default=str)
     assert "Pw0rdHidden77" not in text and "sk-ant-api03-abcdefghijklmnopqrstu" not in text
@@ -240,7 +242,8 @@ def _scored_copy(root: Path) -> SimpleNamespace:
     run = make_run(root, set_dir, [{"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
                                     "final_query": "run: order_items -> { aggregate: revenue }"}])
     write_prediction(run, "q_rev", None, "revenue\n1234.5\n")
-    run.append([score("q_rev", "needs_human", prediction_path="artifacts/q_rev/_/prediction.csv")])
+    run.append([tied(run.dir, score("q_rev", "needs_human",
+                                    prediction_path="artifacts/q_rev/_/prediction.csv"))])
     return SimpleNamespace(set_dir=set_dir, run_dir=run.dir)
 
 
@@ -351,7 +354,7 @@ class Terminal:
         os.close(slave)
         self.seen = ""
 
-    def expect(self, text: str, timeout: float = 60) -> None:
+    def expect(self, text: str, timeout: float = 300) -> None:
         end = time.monotonic() + timeout
         while text not in self.seen:
             left = end - time.monotonic()
@@ -372,13 +375,13 @@ class Terminal:
     def finish(self) -> int:
         try:
             while True:
-                ready, _, _ = select.select([self.master], [], [], 30)
+                ready, _, _ = select.select([self.master], [], [], 120)
                 if not ready or not os.read(self.master, 4096):
                     break
         except OSError:
             pass
         os.close(self.master)
-        return self.proc.wait(timeout=30)
+        return self.proc.wait(timeout=120)
 
 
 def test_the_walk_settles_with_one_key_skips_and_quits_on_a_terminal(scored):

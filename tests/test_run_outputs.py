@@ -427,7 +427,7 @@ def test_ctrl_c_of_run_answers_is_an_interruption_with_the_command_that_resumes(
     child = subprocess.Popen(
         [sys.executable, str(SCRIPTS / "run_answers.py"), "--run", str(run.dir), "--set",
          str(KIT / "evals" / "bookshop"), "--mcp-url", bookshop_mcp_url, "--only",
-         "bk_total_revenue", "--timeout", "600",
+         "bk_total_revenue", "--timeout", "600", "--no-sandbox",  # the pid file is outside
          "--answerer-cmd", scripted_cmd("--mode hang", f"--pid-file {pids}")],
         cwd=KIT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -15,10 +15,11 @@ from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, KitEr
 from malloy_evals.ledger.live import live_view
 from malloy_evals.ledger.run import Run
 from malloy_evals.llm.base import OneShot
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.sets.eval_set import case_content_sha, load_set
 from malloy_evals.workflow import run_scorer as rs
 from malloy_evals.workflow.outputs import RunOutputs
 from script_support import Outcome, run_outcome
+from tie_support import tied
 
 KIT = Path(__file__).resolve().parents[1]
 SCORE_RUN = KIT / "skills" / "eval-answer" / "scripts" / "score_run.py"
@@ -70,10 +71,11 @@ class FakeScorer:
             raise KitError(f"no recording for {qid}")
         verdict, reason = self.verdicts.get(qid, ("match", None))
         event = {"kind": "score", "qid": qid, "sample": sample, "verdict": verdict,
-                 "golden_revision": eval_set.case(qid).golden_revision, **self.pins}
+                 "golden_revision": eval_set.case(qid).golden_revision,
+                 "case_sha": case_content_sha(eval_set.case(qid), eval_set.dir), **self.pins}
         if reason:
             event["reason"] = reason
-        return event
+        return tied(run.dir, event)
 
 
 def live_scores(run):
@@ -124,8 +126,8 @@ def test_bumped_golden_revision_rescores_only_that_case(tiny):
     # Rewrite q2's score as if made under golden revision 1 (its case is at 2 now).
     old = next(e for e in live_scores(run) if e["qid"] == "q2")
     run.append([{"kind": "void", "target_event_id": old["event_id"], "reason": "test setup"},
-                {"kind": "score", "qid": "q2", "sample": None, "verdict": "match",
-                 "golden_revision": 1, **PINS}])
+                tied(run.dir, {"kind": "score", "qid": "q2", "sample": None, "verdict": "match",
+                               "golden_revision": 1, "case_sha": old["case_sha"], **PINS})])
     scorer = FakeScorer(PINS)
     outcomes = rs.score_attempts(run, es, scorer, PINS, progress=lambda _: None)
     assert scorer.calls == ["q2"]

@@ -215,7 +215,7 @@ def test_host_ingest_ignores_a_linked_judge_folder(world, tmp_path):
 def _script(name, run, es, *args):
     return subprocess.run([sys.executable, str(paths.skill_script(name)), "--run", str(run.dir),
                            "--set", str(es.dir), "--qid", "q_rev", *args],
-                          check=False, capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=600)
 
 
 def test_host_ingest_before_any_emit_exits_3_and_appends_nothing(tmp_path):
@@ -490,7 +490,7 @@ def test_judge_script_prints_the_verdict_and_writes_no_event(world, tmp_path):
     rec = _recorded(run, es, tmp_path)
     out = subprocess.run([sys.executable, str(paths.skill_script("judge")), "--run",
                           str(run.dir), "--set", str(es.dir), "--qid", "q_rev", "--judge",
-                          f"replay:{rec}", "--json"], check=False, capture_output=True, text=True, timeout=120)
+                          f"replay:{rec}", "--json"], check=False, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["verdict"] == "match" and doc["rubric_sha"] == J_doctrine.load_doctrine().sha
@@ -504,7 +504,7 @@ def test_score_attempt_script_with_an_unreachable_endpoint_exits_3_without_trace
     out = subprocess.run([sys.executable, str(paths.skill_script("score_attempt")), "--run",
                           str(run.dir), "--set", str(es.dir), "--qid", "q_rev", "--judge",
                           f"replay:{rec}", "--mcp-url", "http://127.0.0.1:9/mcp", "--json"],
-                         check=False, capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=600)
     assert out.returncode == 3, out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
     assert scores(run) == []

@@ -12,6 +12,7 @@ from malloy_evals.ledger.run import Run
 from malloy_evals.report import figures as sm_figures
 from malloy_evals.report import markdown as sm_markdown
 from malloy_evals.report import stats as sm_stats
+from tie_support import tied
 
 KIT = Path(__file__).resolve().parents[1]
 
@@ -19,13 +20,15 @@ INFO = {"runId": "r1", "setName": "bookshop", "phase": "baseline"}
 
 
 def attempt(qid, sample=None, **kw):
-    return {"kind": "attempt", "qid": qid, "sample": sample, "phase": "baseline",
-            "submitted": True, "final_query": "run: x -> y", "answer_text": "a", **kw}
+    return {"kind": "attempt", "event_id": f"att-{qid}-{sample}", "qid": qid, "sample": sample,
+            "phase": "baseline", "submitted": True, "final_query": "run: x -> y",
+            "answer_text": "a", **kw}
 
 
 def score(qid, verdict, sample=None, **kw):
+    # Bound to the attempt `attempt(qid, sample)` makes (ledger/ties.py)
     return {"kind": "score", "qid": qid, "sample": sample, "phase": "baseline",
-            "verdict": verdict, **kw}
+            "verdict": verdict, "attempt_event_id": f"att-{qid}-{sample}", **kw}
 
 
 def ctx_call(qid, ids, sample=None):
@@ -374,9 +377,9 @@ def test_readme_duckdb_queries_count_the_verdicts_of_a_ledger(tmp_path, monkeypa
         "".join(json.dumps({"qid": q, "question": q}) + "\n" for q in ("q1", "q2", "q3")))
     run = Run.create(tmp_path / "runs" / "r1", set_dir, "m", run_id="r1")
     run.append([attempt(q) for q in ("q1", "q2", "q3")])
-    first = run.append_event(score("q1", "no_match"))
+    first = run.append_event(tied(run.dir, score("q1", "no_match")))
     run.append([{"kind": "void", "target_event_id": first["event_id"], "reason": "re-scored"},
-                score("q1", "match"), score("q2", "match"),
+                tied(run.dir, score("q1", "match")), tied(run.dir, score("q2", "match")),
                 score("q3", None, reason="not_submitted")])
     all_scores, live_scores = _readme_sql_blocks()
     monkeypatch.chdir(tmp_path)
@@ -453,7 +456,8 @@ def test_results_files_replace_planted_links(tmp_path):
 
 def human(qid, verdict, sample=None, **kw):
     return {"kind": "human_verdict", "qid": qid, "sample": sample, "phase": "baseline",
-            "verdict": verdict, "why": "read the rows", "settled_by": "Dana", **kw}
+            "verdict": verdict, "why": "read the rows", "settled_by": "Dana",
+            "attempt_event_id": f"att-{qid}-{sample}", **kw}
 
 
 def test_live_human_verdict_replaces_the_judges_and_is_counted():
@@ -482,7 +486,7 @@ def test_human_verdict_never_replaces_a_contaminated_null():
 
 
 def test_human_verdict_for_an_earlier_recording_of_the_attempt_does_not_apply():
-    events = [attempt("q1", event_id="a2"), score("q1", "no_match"),
+    events = [attempt("q1", event_id="a2"), score("q1", "no_match", attempt_event_id="a2"),
               human("q1", "match", attempt_event_id="a1")]
     s = sm_figures.summarize_events(INFO, events)
     assert s.verdicts["no_match"] == 1 and s.settled_by_person == 0

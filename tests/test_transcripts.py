@@ -568,7 +568,7 @@ def test_recording_an_attempt_again_voids_the_first_recording(env, tmp_path):
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], check=False, capture_output=True, text=True,
-                          cwd=KIT_ROOT, timeout=120)
+                          cwd=KIT_ROOT, timeout=600)
 
 
 def test_cli_json_prints_one_document_with_the_recorded_attempt(env, tmp_path):
@@ -777,7 +777,7 @@ def test_record_attempt_script_refuses_an_object_type_with_exit_3_and_one_line(e
     path = write_lines(tmp_path / "t.jsonl", lines)
     out = subprocess.run([sys.executable, str(SCRIPT), "--run", str(run_dir), "--set", str(set_dir),
                           "--qid", "q1", "--transcript", str(path)], capture_output=True, text=True,
-                         timeout=120, check=False)
+                         timeout=600, check=False)
     assert out.returncode == 3 and "Traceback" not in out.stderr
     assert out.stderr.strip().count("\n") == 0 and "t.jsonl:4: type: expected a string" in out.stderr
 
@@ -789,7 +789,7 @@ def test_lone_surrogate_in_a_transcript_is_recorded_as_a_replacement_character(e
         final_text="Revenue is 10 \ud800.")).read_text())
     out = subprocess.run([sys.executable, str(SCRIPT), "--run", str(run_dir), "--set", str(set_dir),
                           "--qid", "q1", "--transcript", str(path)], capture_output=True, text=True,
-                         timeout=120, check=False)
+                         timeout=600, check=False)
     assert out.returncode == 0, out.stderr
     [attempt] = events_of(run_dir, "attempt")
     assert attempt["answer_text"].endswith("10 \ufffd.") and validate_run(run_dir).exit_code == 0

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import validate_run, validate_runs
 from malloy_evals.sets.eval_set import check_set
+from tie_support import tied
 
 KIT = Path(__file__).resolve().parents[1]
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
@@ -22,7 +23,7 @@ SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
 
 def script(name: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=KIT, timeout=120, check=False)
+                          capture_output=True, text=True, cwd=KIT, timeout=600, check=False)
 
 
 def make_set(root: Path, cases: list[dict] | None = None, config: dict | None = None) -> Path:
@@ -96,7 +97,8 @@ def test_new_run_help_shows_real_command_lines():
 
 def test_clean_run_exits_0_with_one_line(tmp_path):
     run = make_run(tmp_path)
-    run.append([attempt(), {"kind": "score", "qid": "q1", "sample": None, "verdict": "match"}])
+    run.append([attempt()])
+    run.append([tied(run.dir, {"kind": "score", "qid": "q1", "sample": None, "verdict": "match"})])
     out = script("validate", run.dir)
     assert out.returncode == 0
     assert out.stdout.splitlines() == [f"{run.dir}: ok (2 events; 0 error(s), 0 warning(s))"]
@@ -134,8 +136,10 @@ def test_torn_line_exits_1_and_names_it(tmp_path):
 def test_second_live_score_exits_1_naming_both_lines(tmp_path):
     run = make_run(tmp_path)
     run.append([attempt()])
-    raw_line(run, written(run, {"kind": "score", "qid": "q1", "sample": None, "verdict": "match"}))
-    raw_line(run, written(run, {"kind": "score", "qid": "q1", "sample": None, "verdict": "no_match"}))
+    raw_line(run, written(run, tied(run.dir, {"kind": "score", "qid": "q1", "sample": None,
+                                              "verdict": "match"})))
+    raw_line(run, written(run, tied(run.dir, {"kind": "score", "qid": "q1", "sample": None,
+                                              "verdict": "no_match"})))
     check = validate_run(run.dir)
     # The append API's rule and words (LedgerRules), with the line of the score still live.
     assert check.errors == [("events.jsonl:3: score: attempt (q1, no sample, baseline) already "
@@ -144,9 +148,12 @@ def test_second_live_score_exits_1_naming_both_lines(tmp_path):
 
 def test_voided_score_then_rescore_is_clean(tmp_path):
     run = make_run(tmp_path)
-    [s] = run.append([{"kind": "score", "qid": "q1", "sample": None, "verdict": "match"}])
+    run.append([attempt()])
+    [s] = run.append([tied(run.dir, {"kind": "score", "qid": "q1", "sample": None,
+                                     "verdict": "match"})])
     run.append([{"kind": "void", "target_event_id": s["event_id"], "reason": "stale"},
-                {"kind": "score", "qid": "q1", "sample": None, "verdict": "no_match"}])
+                tied(run.dir, {"kind": "score", "qid": "q1", "sample": None,
+                               "verdict": "no_match"})])
     assert validate_run(run.dir).errors == []
 
 

@@ -102,8 +102,8 @@ def test_scoring_voids_exactly_the_contaminated_and_records_the_vocabulary(tmp_p
 def scored_attempt(contaminated: object, verdict: str) -> list[dict]:
     """One attempt of q1 recording `contaminated`, and its score."""
     key = {"qid": "q1", "sample": None, "phase": "baseline"}
-    return [{"kind": "attempt", **key, "contaminated": contaminated},
-            {"kind": "score", **key, "verdict": verdict}]
+    return [{"kind": "attempt", "event_id": "a1", **key, "contaminated": contaminated},
+            {"kind": "score", **key, "verdict": verdict, "attempt_event_id": "a1"}]
 
 
 @pytest.mark.parametrize(("value", "contaminated"), TABLE)

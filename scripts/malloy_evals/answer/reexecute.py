@@ -48,7 +48,7 @@ from malloy_evals.endpoint.mcp_client import (
     rest_base_for,
 )
 from malloy_evals.endpoint.package import package_sha
-from malloy_evals.endpoint.runner import server_query_timeout
+from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S, server_query_timeout
 from malloy_evals.ledger.artifacts import latest_artifact
 from malloy_evals.ledger.events import check_qid
 from malloy_evals.ledger.run import Run
@@ -89,11 +89,15 @@ class QueryEndpoint:
 
     def warm(self) -> None:
         """Have the kit's own endpoint load its package now (a runner started, the model
-        compiled) rather than on the first query; a remote endpoint is left alone. A failure
-        here is not reported: the first query meets it again and says what it is."""
+        compiled) rather than on the first query; a remote endpoint is left alone. Its answer is
+        the readiness signal, waited for up to the runner's own load ceiling (a loaded machine
+        starts Node slowly; a query's wait must not pay for that). A failure here is not
+        reported: the first query meets it again and says what it is."""
         if self.label == "local":
             with contextlib.suppress(KitError):
-                self.client.get_context(environmentName=self.environment, packageName=self.package)
+                self.client.call("get_context", {"environmentName": self.environment,
+                                                 "packageName": self.package},
+                                 timeout=LOAD_TIMEOUT_S)
 
 
 @contextmanager
@@ -127,7 +131,9 @@ def open_endpoint(eval_set: EvalSet | str | Path, mcp_url: str | None = None, lo
         model_sha = package_sha(es.model_dir)
         revision = f"local-{model_sha[:12]}"
     try:
-        yield QueryEndpoint(client, env, pkg, model, label, model_sha, revision)
+        endpoint = QueryEndpoint(client, env, pkg, model, label, model_sha, revision)
+        endpoint.warm()  # the kit's own endpoint is ready before its first query is timed
+        yield endpoint
     finally:
         client.close()
 

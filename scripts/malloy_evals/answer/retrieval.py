@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from malloy_evals.core import commands, jsonl, schemas
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.errors import EXIT_OK, InputError
 from malloy_evals.core.findings import LineProblem
 from malloy_evals.core.vocab import DECIDED_VERDICTS, ENTITY_KINDS, split_entity_id
 from malloy_evals.ledger import public_loop
@@ -533,7 +533,7 @@ class RetrievalResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
 
 def _sort_key(row: RetrievalRow) -> tuple[str, int, int]:
@@ -569,7 +569,7 @@ def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
     """Retrieval over the live view a pass already holds (score_run, diagnose): no second read of
     the ledger. `coverage` and `append` as score_retrieval."""
     measured, held = (coverage.verdicts, coverage.held) if coverage is not None else (None, {})
-    return _score(collect_states(view.events), eval_set, measured, held,
+    return _score(collect_states(view.tied_events()), eval_set, measured, held,
                   [str(p) for p in view.problems], run if append else None, str(eval_set.dir))
 
 
@@ -596,8 +596,13 @@ def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
     rows.sort(key=_sort_key)
     appended = voided = 0
     if run is not None and rows:
+        ids: dict[tuple[str, int | None, str | None], str | None] = {
+            (key.qid, key.sample, key.phase): state.attempt_id
+            for key, state in states.items()}
         done = run.supersede(superseded,
-                             [{"kind": "retrieval_score", **row_fields(row)} for row in rows],
+                             [{"kind": "retrieval_score", **row_fields(row),
+                               "attempt_event_id": ids.get((row.qid, row.sample, row.phase))}
+                              for row in rows],
                              "superseded by a new score_retrieval row")
         appended, voided = len(done.events), len(done.voids)
     return RetrievalResult(rows=rows, summary=summarize(rows), appended=appended, voided=voided,

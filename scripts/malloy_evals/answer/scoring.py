@@ -17,7 +17,12 @@ from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.model_definitions import case_definitions
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
-from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
+from malloy_evals.core.vocab import (
+    CONTAMINATION_UNKNOWN,
+    contamination_value,
+    is_contaminated,
+    is_truncated,
+)
 from malloy_evals.core.words import sample_words
 from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate, judge_samples_for
 from malloy_evals.judge.doctrine import Doctrine
@@ -36,7 +41,7 @@ from malloy_evals.llm.base import (
     no_reply,
     phase_of,
 )
-from malloy_evals.sets.eval_set import EvalSet, load_set
+from malloy_evals.sets.eval_set import EvalSet, case_content_sha, load_set
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,10 @@ class ScoreResult:
         """The --json document of score_attempt.py."""
         return {"qid": self.qid, "sample": self.sample, "phase": self.phase,
                 "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
+
+
+# The run's scoring lock (score_run.py and score_attempt.py): one scorer per run at a time.
+SCORE_LOCK = ".score.lock"
 
 
 def judge_recording_key(run: Run, qid: str, sample: int | None) -> str:
@@ -134,7 +143,8 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
         raise InputError(run.events_path, None,
                          f"no live attempt for qid {qid!r}, {sample_words(sample)}, in phase {run.phase!r}")
     live = run.score(qid, sample, view) if append else None
-    if live is not None:
+    untied_why = view.untied(live) if live is not None else None
+    if live is not None and untied_why is None:
         # Checked before any judge call: one live score per attempt (reference/ledger-schema.md),
         # and a judgement that could never be written must not be paid for.
         raise InputError(run.events_path, None,
@@ -176,7 +186,7 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     try:
         decision = evaluate(eval_set, case, submission, provider=provider,
                             key=judge_recording_key(run, qid, sample),
-                            truncated=attempt.get("truncated") is True,
+                            truncated=is_truncated(attempt.get("truncated")),
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
                             doctrine=doctrine, definitions=case_definitions(eval_set, case),
@@ -185,11 +195,16 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
         waiting = no_reply(provider, exc)
         return ScoreResult(**base, verdict=None, reason=None, event_id=None,
                            status=WAITING_STATUS[waiting.state], message=waiting.message)
-    event = {"kind": "score", **base, **decision.event_fields()}
+    # Bound to what it judged: this attempt, and the case content the judge and the veto read.
+    event = {"kind": "score", **base, "attempt_event_id": attempt.get("event_id"),
+             **decision.event_fields(), "case_sha": case_content_sha(case, eval_set.dir)}
     if not append:
         return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                            event_id=None, status="judged", event=event)
-    written = run.append([event])[0]
+    # A live score not tied to this attempt is no verdict (ledger/ties.py): it is voided as the
+    # new one is written, in one batch.
+    old = [live] if live is not None else []
+    written = run.supersede(old, [event], f"re-scored: untied ({untied_why})").events[0]
     return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
                        event_id=written.get("event_id"), status="scored", event=written)
 
@@ -214,6 +229,21 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
     shown to the judge, instead of the set's model/."""
 
     run = Run.open(run_dir)
+    if not append:  # judge.py prints a verdict and writes nothing: no lock to take
+        return _score_attempt_at(run, set_dir, qid, sample, provider=provider, mcp_url=mcp_url,
+                                 local=local, judge_retries=judge_retries, append=append,
+                                 model_dir=model_dir, judge_samples=judge_samples)
+    # One scorer per run: score_run.py's lock, taken before anything else is done.
+    with run.holding(SCORE_LOCK, "score_attempt.py"):
+        return _score_attempt_at(run, set_dir, qid, sample, provider=provider, mcp_url=mcp_url,
+                                 local=local, judge_retries=judge_retries, append=append,
+                                 model_dir=model_dir, judge_samples=judge_samples)
+
+
+def _score_attempt_at(run: Run, set_dir: str | Path, qid: str, sample: int | None, *,
+                      provider: Provider, mcp_url: str | None, local: bool, judge_retries: int,
+                      append: bool, model_dir: str | Path | None,
+                      judge_samples: int | None = None) -> ScoreResult:
     eval_set = load_set(set_dir, model_dir)
     check_qid(qid)
     ingest = phase_of(provider) == "ingest"

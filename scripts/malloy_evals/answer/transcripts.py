@@ -23,9 +23,9 @@ from typing import Any, Literal
 from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.toollog import ToolLog, read_tool_uses
 from malloy_evals.checks.toollog import ToolUse as LoggedUse
-from malloy_evals.core import commands, jsonl
+from malloy_evals.core import commands
 from malloy_evals.core.cli import to_jsonable
-from malloy_evals.core.errors import InputError, UsageError
+from malloy_evals.core.errors import EXIT_OK, InputError, UsageError
 from malloy_evals.core.redact import Redactor
 from malloy_evals.core.words import shown
 from malloy_evals.endpoint import context_payload as cp
@@ -113,55 +113,20 @@ class Transcript:
 CUT_OFF = "no result line: the session was cut off"
 
 
-def _load_lines(path: Path) -> tuple[list[Any], list[str]]:
-    """Every JSON value of a JSON-lines file (or one JSON document); a torn last line is a warning."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
-    stripped = text.strip()
-    if not stripped:
-        raise InputError(path, None, "empty file: no transcript in it")
-    if stripped[0] in "[{":
-        try:
-            whole = jsonl.loads(stripped)
-        except ValueError:
-            whole = None
-        if isinstance(whole, list):
-            return whole, []
-        if isinstance(whole, dict):
-            return [whole], []
-    values: list[Any] = []
-    warnings: list[str] = []
-    lines = text.splitlines()
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            values.append(jsonl.loads(line))
-        except ValueError:
-            if number - 1 == last:
-                # A session killed mid-write leaves half a line; the rest is still the record.
-                warnings.append(f"{path}:{number}: torn line (ignored)")
-                continue
-            raise InputError(path, number, "not a JSON line") from None
-    return values, warnings
-
-
 def parse_transcript(path: str | Path) -> Transcript:
     """Read a Claude Code transcript (stream-json, saved session, or `--output-format json
     --verbose` array); a host log given here is read as a host log, without an answer.
 
-    The tool uses themselves come from `toollog.read_tool_uses`, the reader contamination uses, so
-    both always count the same uses; this adds what only ingestion needs: results, answer, usage.
+    The file is read once, by `toollog.read_tool_uses`, the reader contamination uses, so both
+    always count the same uses from the same lines; this adds what only ingestion needs from the
+    records it kept: results, answer, usage.
     """
     path = Path(path)
     log = read_tool_uses(path)
     if log.kind == "host_log":
         return _from_host_log(log)
-    values, warnings = _load_lines(path)
-    out = Transcript(format="session", cwd=log.cwd, warnings=list(log.warnings) or warnings,
+    values = log.records  # the file is read once, by toollog, with its one torn-line rule
+    out = Transcript(format="session", cwd=log.cwd, warnings=list(log.warnings),
                      logged_uses=list(log.tool_uses))
     out.tool_uses = [ToolUse(name=u.name, input=u.input if isinstance(u.input, dict) else {}, id=u.id)
                      for u in log.tool_uses]
@@ -508,7 +473,7 @@ class RecordedAttempt:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
 
 HOST_LOG_NEEDS_ANSWER = "pass it as --host-log with --answer-file (a host log carries no answer)"

@@ -56,6 +56,9 @@ class ToolLog:
     cwd: str | None             # the session's working directory when the file names it
     kind: LogKind
     warnings: list[str] = field(default_factory=list)
+    # A transcript's records (every JSON value, in order), so what else a reader needs from the
+    # session (results, the answer, usage) comes from this one reading of the file.
+    records: list[Any] = field(default_factory=list)
 
 
 def read_tool_uses(path: str | Path) -> ToolLog:
@@ -83,7 +86,7 @@ def parse_tool_log(text: str, path: str | Path = "<log>") -> ToolLog:
         _raise_if_one_broken_document(text, exc, path)
     if whole is not _NOT_ONE_DOCUMENT:
         return _from_document(whole, path)
-    records, warnings = _json_lines(text, path)
+    records, warnings = jsonl.json_lines(text, path)
     if any(_is_transcript_record(r) for _, r in records):
         return _from_transcript(records, path, warnings)
     if all(_looks_like_tool_use(r) for _, r in records):
@@ -113,7 +116,7 @@ def _raise_if_one_broken_document(text: str, exc: json.JSONDecodeError,
     if len(lines) < 2 or _parses_alone(lines[0]):
         return
     if any(line.lstrip().startswith("{") and _parses_alone(line) for line in lines[1:]):
-        return  # JSON lines with a bad line: _json_lines names it
+        return  # JSON lines with a bad line: jsonl.json_lines names it
     raise InputError(path, exc.lineno, f"not JSON: {exc.msg}") from None
 
 
@@ -135,26 +138,6 @@ def _kind(record: dict[str, Any]) -> str | None:
     """A record's or block's `type` when it is a string (anything else is no known type)."""
     kind = record.get("type")
     return kind if isinstance(kind, str) else None
-
-
-def _json_lines(text: str, path: str | Path) -> tuple[list[tuple[int, Any]], list[str]]:
-    """(line number, value) for every non-blank line; only a torn LAST line is forgiven."""
-    lines = text.splitlines()
-    last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
-    records: list[tuple[int, Any]] = []
-    warnings: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append((number, jsonl.loads(line)))
-        except json.JSONDecodeError as exc:
-            if number == last and number > 1:
-                # A session killed mid-write leaves half a line; the lines before it still stand.
-                warnings.append(f"{path}:{number}: torn last line ignored")
-                continue
-            raise InputError(path, number, f"not JSON: {exc.msg}") from None
-    return records, warnings
 
 
 def _from_document(doc: Any, path: str | Path) -> ToolLog:
@@ -275,7 +258,7 @@ def _from_transcript(records: Sequence[tuple[int | None, Any]], path: str | Path
             name = block["name"] if isinstance(block.get("name"), str) else ""
             uses.append(ToolUse(name=name, input=_decoded_input(block.get("input")), id=block_id))
     return ToolLog(tool_uses=uses, reported_calls=None, cwd=cwd, kind="transcript",
-                   warnings=warnings)
+                   warnings=warnings, records=[record for _, record in records])
 
 
 def _check_type(record: dict[str, Any], path: str | Path, line: int | None, where: str) -> None:

@@ -46,6 +46,33 @@ def _parts(path: Path, root: Path) -> list[str]:
     return parts
 
 
+def clipped(text: str, limit: int = 80) -> str:
+    """A name from outside quoted in a message, cut to `limit` characters."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
+
+
+def inside(root: Path, relative: str, where: str) -> Path:
+    """`relative` (a path recorded in a file) resolved under `root`, links followed; InputError
+    when it holds a NUL byte, is absolute, cannot be resolved, or lands outside `root` (`where`
+    names the root in the message: "the run folder", "the set folder"). The one containment rule
+    for paths the kit reads from its own folders."""
+    shown = clipped(relative)
+    if "\x00" in relative:
+        raise InputError(relative, None, f"{shown} is not a file name (it holds a NUL byte)")
+    if Path(relative).is_absolute():
+        raise InputError(relative, None, f"{shown} must be relative to {where}")
+    try:
+        base = Path(root).resolve()
+        target = (base / relative).resolve()
+    except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a name too long
+        raise InputError(relative, None, f"{shown} cannot be resolved: "
+                                        f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not target.is_relative_to(base):
+        raise InputError(relative, None, f"{shown} is outside {where}")
+    return target
+
+
 @contextlib.contextmanager
 def folder(directory: Path, root: Path | None = None, *, create: bool = True) -> Iterator[int]:
     """An fd of `directory`, reached from `root` (default: the directory itself) one component at
@@ -269,3 +296,29 @@ def is_real_dir(path: Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def cannot_write(path: Path, *, append: bool = False) -> str | None:
+    """Why the kit could not write `path` now (None when it could), checked without writing it,
+    so a command that makes several writes can check them all before it makes any: a rewrite
+    (`replace`) needs a folder it may create files in and no folder in the file's place; an
+    append (`append=True`) needs a plain file it may write."""
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent}: not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent}: not writable"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path}: a folder stands where the file goes"
+    if append and not stat.S_ISREG(st.st_mode):
+        return f"{path}: not a plain file"
+    if append and not os.access(path, os.W_OK):
+        return f"{path}: not writable"
+    return None

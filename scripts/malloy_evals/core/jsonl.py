@@ -36,6 +36,31 @@ def read_objects(path: str | Path) -> list[tuple[int, dict]]:
     return out
 
 
+def json_lines(text: str, path: str | Path) -> tuple[list[tuple[int, Any]], list[str]]:
+    """(line number, value) for every non-blank line of a JSON-lines log, and its warnings.
+
+    The one torn-line rule for a log a session writes as it goes (a transcript, a stream): a
+    session killed mid-write leaves half a line, so the LAST non-blank line may be torn when a
+    line before it was read; it is skipped with a warning and the lines before it still stand.
+    Any other line that is not JSON, or a file whose only line is torn, is an InputError naming
+    the line."""
+    lines = text.splitlines()
+    last = max((n for n, line in enumerate(lines, start=1) if line.strip()), default=0)
+    records: list[tuple[int, Any]] = []
+    warnings: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((number, loads(line)))
+        except json.JSONDecodeError as exc:
+            if number == last and records:
+                warnings.append(f"{path}:{number}: torn last line ignored")
+                continue
+            raise InputError(path, number, f"not JSON: {exc.msg}") from None
+    return records, warnings
+
+
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 

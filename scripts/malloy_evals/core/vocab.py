@@ -145,3 +145,29 @@ def is_contaminated(value: object) -> bool:
     """Whether a recorded `contaminated` value voids the attempt: true, "true" and "unknown" do;
     false, "false", null (nothing recorded) and anything outside the vocabulary do not."""
     return contamination_value(value) in (True, CONTAMINATION_UNKNOWN)
+
+
+def null_reason_head(reason: object) -> str:
+    """The head of a null reason, the part counts and rules key on: `judge_error: timeout` is
+    `judge_error`, `unscored: judge_unparseable` is `unscored`; surrounding space is not part of
+    it; no reason (null, empty) is the empty string. A ledger someone else wrote may hold anything,
+    so any value is read as its text."""
+    return str(reason or "").split(":", 1)[0].strip()
+
+
+def is_truncated(value: object) -> bool:
+    """Whether a recorded `truncated` value says the answer was cut off: true and "true" (any
+    case, spaced) do; false, null and anything else (1, "yes") do not, as the schema's boolean
+    and the legacy string read the same way `contaminated` is read."""
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, str) and value.strip().lower() == "true"
+
+
+TRUNCATED_REASON = "answerer_truncated"
+
+
+def is_cut_off(truncated: object, reason: object) -> bool:
+    """Whether an attempt is left out of the pass rate as truncated: its attempt says so, or its
+    null reason is `answerer_truncated` (the one rule the summary, the arms and scoring share)."""
+    return is_truncated(truncated) or null_reason_head(reason) == TRUNCATED_REASON

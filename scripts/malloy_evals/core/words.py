@@ -35,3 +35,17 @@ def sample_words(sample: Any) -> str:
 def number_or_na(value: Any) -> str:
     """A figure that may be unknown: the number, or `n/a`."""
     return "n/a" if value is None else str(value)
+
+
+def attempt_label(qid: str, sample: Any) -> str:
+    """An attempt as pages, progress lines and messages name it: `q1`, or `q1#2` for sample 2."""
+    return qid if sample is None else f"{qid}#{sample}"
+
+
+def signed(points: Any, digits: int = 1) -> str:
+    """A difference in points with its sign, `+2.5` / `-1.0`, and `0.0` for none (a zero shows no
+    sign, whichever side of zero it was rounded from); `n/a` when it is not a number."""
+    if isinstance(points, bool) or not isinstance(points, (int, float)):
+        return "n/a"
+    value = round(float(points), digits)
+    return f"{0.0:.{digits}f}" if value == 0 else f"{value:+.{digits}f}"

@@ -116,8 +116,10 @@ _SUFFICIENCY_ORDER = {"sufficient": 0, "insufficient": 1, "unknown": 2}
 
 
 def issue_events(run_id: str, clusters: list[Cluster], diagnoses: list[Diagnosis],
-                 diagnosed_by: str) -> list[dict[str, Any]]:
-    """One `issue` plus one `issue_status open` per cluster, largest first."""
+                 diagnosed_by: str, attempt_ids: Mapping[str, list[str]] | None = None
+                 ) -> list[dict[str, Any]]:
+    """One `issue` plus one `issue_status open` per cluster, largest first. `attempt_ids`: per
+    qid, the live attempt events diagnosed, which the issue names (`attempt_event_ids`)."""
     by_qid = {d.qid: d for d in diagnoses}
     events: list[dict[str, Any]] = []
     for cl in sorted(clusters, key=lambda c: (-len(c.qids), c.cluster_id)):
@@ -133,7 +135,8 @@ def issue_events(run_id: str, clusters: list[Cluster], diagnoses: list[Diagnosis
             "confidence": cl.confidence,
             "sufficiency": max((d.sufficiency for d in members),
                                key=_SUFFICIENCY_ORDER.__getitem__),
-            "evidence": cl.evidence or None, "diagnosed_by": diagnosed_by})
+            "evidence": cl.evidence or None, "diagnosed_by": diagnosed_by,
+            "attempt_event_ids": [a for q in cl.qids for a in (attempt_ids or {}).get(q, [])]})
         events.append({"kind": "issue_status", "issue_id": issue_id, "status": "open"})
     return events
 

@@ -70,7 +70,7 @@ def _attempt_block(view: LiveView, case: Case, b: Bucketed,
                    retrieval_row: Mapping[str, Any] | None,
                    definitions: Definitions | str | None = None) -> dict[str, Any]:
     attempt = view.attempt(b.key) or {}
-    score = view.score(b.key) or {}
+    score = view.tied_score(b.key) or {}
     calls = view.tool_calls(b.key)
     gets, runs = [], []
     for c in calls:

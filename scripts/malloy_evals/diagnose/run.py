@@ -142,7 +142,7 @@ def diagnose_run(run: Run, eval_set: EvalSet, view: LiveView,
 
     table = codes.load_codes()
     cli.check_known(only, eval_set.cases, where=eval_set.dir / CASES_FILE)
-    events = view.events
+    events = view.tied_events()  # untied verdicts leave their attempt unscored (ledger/ties.py)
     warnings: list[str] = []
     retrieval_rows = attempt_retrieval_rows(run, view, eval_set, warnings)
     misses = {k: ((recall := r.get("recall")) is not None and recall < 1)
@@ -199,7 +199,12 @@ def diagnose_run(run: Run, eval_set: EvalSet, view: LiveView,
         narrowed = only is not None or limit is not None
         earlier = own_issues(events, {d.qid for d in diagnoses} if narrowed else None)
         old = [e for e in earlier if e.get("issue_id") not in fixed_ids]
-        new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}")
+        attempt_ids: dict[str, list[str]] = {}
+        for key, att in view.latest("attempt").items():
+            if isinstance(att.get("event_id"), str):
+                attempt_ids.setdefault(key.qid, []).append(att["event_id"])
+        new = issue_events(run.run_id, clusters, diagnoses, f"{DIAGNOSED_BY} {diagnoser}",
+                           attempt_ids)
         appended = [e["issue_id"] for e in new if e["kind"] == "issue"]
     if old or new or fixed:
         # One batch: the earlier issues superseded by the new ones, and the fixed statuses.
@@ -219,7 +224,8 @@ def diagnose_run(run: Run, eval_set: EvalSet, view: LiveView,
 def _verdicts(view: LiveView) -> dict[AttemptKey, str | None]:
     """Each attempt's effective verdict (None when unscored): the judge's, or a person's who
     settled it (`effective_verdict`)."""
-    return {key: effective_verdict(view.score(key), view.human_verdict(key), attempt).verdict
+    return {key: effective_verdict(view.tied_score(key), view.tied_human_verdict(key),
+                                   attempt).verdict
             for key, attempt in view.latest("attempt").items()}
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from malloy_evals.core.errors import UsageError
-from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.vocab import is_contaminated, null_reason_head
 from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
 
 ROLE = "diagnose"
@@ -74,7 +74,7 @@ class Selection:
         return list(dict.fromkeys(b.qid for b in self.selected))
 
     def excluded_by_reason(self) -> dict[str, int]:
-        return dict(sorted(Counter(_reason_class(b.reason) for b in self.excluded).items()))
+        return dict(sorted(Counter(null_reason_head(b.reason) for b in self.excluded).items()))
 
     @property
     def non_passing(self) -> int:
@@ -89,11 +89,6 @@ class Selection:
                 "excluded_by_reason": self.excluded_by_reason(),
                 "excluded_attempts": [{"qid": b.qid, "sample": b.sample, "verdict": b.verdict,
                                        "reason": b.reason} for b in self.excluded]}
-
-
-def _reason_class(reason: str | None) -> str:
-    """`unscored: judge_unparseable` counts under `unscored`; `verdict not selected: x` likewise."""
-    return (reason or "").split(":", 1)[0]
 
 
 def verdicts_problem(verdicts: Iterable[str]) -> str | None:

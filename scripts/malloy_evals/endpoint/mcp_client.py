@@ -34,7 +34,9 @@ from malloy_evals.core.redact import redact, redact_url
 from malloy_evals.endpoint.context_payload import parse_json_text, ranked_summary
 
 DEFAULT_TIMEOUT_S = 60.0
-CONNECT_TIMEOUT_S = 60.0
+# How long connecting may take: a stdio server is a Python process starting (slow on a loaded
+# machine); the handshake's answer is its readiness signal, so this is a ceiling, not a guess.
+CONNECT_TIMEOUT_S = 180.0
 
 
 class McpConnectionError(UnmeasuredError):
@@ -233,7 +235,10 @@ class McpClient:
         tool = self.resolve_tool(name)
         args = {k: v for k, v in (arguments or {}).items() if v is not None}
         try:
-            raw = self._run(lambda c: c.call_tool(tool, args), timeout)
+            # The session's own read limit is the client's default wait: a longer wait asked for
+            # here (a start-up) is passed down, or the session would give up first.
+            raw = self._run(lambda c: c.call_tool(tool, args, read_timeout_seconds=timeout),
+                            timeout)
         except KitError:
             raise
         except Exception as exc:

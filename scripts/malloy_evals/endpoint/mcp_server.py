@@ -93,6 +93,7 @@ class ServedPackage:
     timeout: float = QUERY_TIMEOUT_S  # one query's budget
     _runtime: MalloyRuntime | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _warmed: bool = field(default=False, repr=False)
 
     @property
     def runtime(self) -> MalloyRuntime:
@@ -105,6 +106,15 @@ class ServedPackage:
     @property
     def started(self) -> bool:
         return self._runtime is not None and self._runtime.load_summary is not None
+
+    def warm(self) -> None:
+        """Start the package's whole runner pool now (once), so queries sent side by side never
+        wait for a runner to start inside their own time limit: a package-level getContext is
+        the client's readiness call (reexecute's QueryEndpoint.warm)."""
+        with self._lock:
+            warmed, self._warmed = self._warmed, True
+        if not warmed:
+            self.runtime.warm()
 
     @property
     def description(self) -> str:
@@ -357,6 +367,7 @@ class Endpoint:
                 hits = served.runtime.search(query, limit or DEFAULT_RESULT_LIMIT,
                                              sources=[sourceName] if sourceName else None)
             else:
+                served.warm()
                 hits = [e for e in served.runtime.entities() if e["kind"] == "source"
                         and (not sourceName or e["name"] == sourceName)]
                 if limit:

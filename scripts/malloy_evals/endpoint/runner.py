@@ -95,7 +95,8 @@ def server_query_timeout(client_timeout: float) -> float:
 def _node_major(node: str) -> int | None:
     """The major version of the node binary at `node`, or None when it cannot be read."""
     try:
-        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=20,
+        # A ceiling for a loaded machine; the answer comes as soon as node has started.
+        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=120,
                              check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return None

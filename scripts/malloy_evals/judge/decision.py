@@ -25,6 +25,7 @@ from malloy_evals.judge.packet import Submission, build_packet, build_request, s
 from malloy_evals.judge.verdict import FinalVerdict, JudgeCall, call_judge, post_process
 from malloy_evals.ledger.artifacts import PredictionView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.ties import REPLIES_FILE, REQUEST_FILE, file_sha, reply_origin
 from malloy_evals.llm.base import (
     BudgetExhausted,
     HostReplyPending,
@@ -65,6 +66,10 @@ class Decision:
     golden_revision: int | None = None
     prediction_path: str | None = None
     judge_artifact: str | None = None
+    request_sha: str | None = None                # the judge request and reply artifact it came
+    reply_artifact: str | None = None             # from, as written in the run (ledger/ties.py)
+    reply_sha: str | None = None
+    reply_origin: str | None = None
     judge_cost_usd: float | None = None
     judge_input_tokens: int | None = None
     judge_output_tokens: int | None = None
@@ -113,6 +118,19 @@ class JudgeArtifacts:
     @property
     def relpath(self) -> str | None:
         return self.run.relpath(self.folder) if self.folder is not None else None
+
+    def digests(self, provider: Provider, replied: bool) -> dict[str, Any]:
+        """The score's ties to what was written here: the request's digest and, when a reply was
+        written, the reply artifact's path, digest and origin (read back from the files, so a
+        request a host emitted earlier is digested as it lies)."""
+        if self.folder is None:
+            return {}
+        out: dict[str, Any] = {"request_sha": file_sha(self.folder / REQUEST_FILE)}
+        if replied:
+            reply = self.folder / REPLIES_FILE
+            out.update(reply_artifact=self.run.relpath(reply), reply_sha=file_sha(reply),
+                       reply_origin=reply_origin(provider.spec))
+        return out
 
 
 def _pins(doctrine: Doctrine, case: Case, provider: Provider, key: str) -> dict[str, Any]:
@@ -311,22 +329,23 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
         if artifacts is not None:
             if artifacts.folder is None:
                 artifacts.new_folder()
-            artifacts.write("request.json", requests[0].to_json())
+            artifacts.write(REQUEST_FILE, requests[0].to_json())
             artifacts.write("error.json", {"error": str(exc)})
         return judge_null(f"judge_error: {exc}", judge_artifact=artifacts.relpath if artifacts else None,
-                    **common)
+                          **(artifacts.digests(provider, False) if artifacts else {}), **common)
 
     if artifacts is not None:
         if artifacts.folder is None:
             artifacts.new_folder()
-        artifacts.write("request.json", requests[0].to_json())
-        artifacts.write("replies.json", _replies_json(calls))
+        artifacts.write(REQUEST_FILE, requests[0].to_json())
+        artifacts.write(REPLIES_FILE, _replies_json(calls))
     usage = {"judge_model": calls[-1].source or pins["judge_model"],
              "judge_cost_usd": _total([c.cost_usd for c in calls], 8),
              "judge_input_tokens": _total([c.input_tokens for c in calls]),
              "judge_output_tokens": _total([c.output_tokens for c in calls]),
              "provider_calls": sum(len(c.replies) for c in calls),
-             "judge_artifact": artifacts.relpath if artifacts else None}
+             "judge_artifact": artifacts.relpath if artifacts else None,
+             **(artifacts.digests(provider, True) if artifacts else {})}
     base = {**pins, **usage, **common}
     def vetoes(parsed: Any) -> list[str]:
         # The veto follows lineage to what the answer reported (reference/must-not-use.md).

@@ -28,6 +28,7 @@ from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import LineProblem
 from malloy_evals.core.words import shown
 from malloy_evals.ledger import public_loop
+from malloy_evals.ledger.ties import attempt_untied
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
@@ -333,10 +334,7 @@ class EffectiveVerdict:
     gold_status: str | None      # the person's view of the golden when settled, else the judge's
     settled_by: str | None = None  # who settled it, when a live human_verdict decided it
     judge_verdict: str | None = None  # the score's own verdict, whoever decided
-
-
-def _reason_head(reason: Any) -> str:
-    return str(reason or "").split(":", 1)[0].strip()
+    scored: bool = True              # False: no live score tied to the attempt (it is unscored)
 
 
 def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, Any] | None,
@@ -348,11 +346,10 @@ def human_verdict_applies(score: Mapping[str, Any] | None, human: Mapping[str, A
     """
     if human is None or score is None:
         return False
-    if score.get("verdict") is None and _reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
+    if score.get("verdict") is None and vocab.null_reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
         return False
-    judged = human.get("attempt_event_id")
-    if judged and attempt is not None and attempt.get("event_id") != judged:
-        return False
+    if attempt is not None and attempt_untied(human, attempt) is not None:
+        return False  # not the attempt the person judged (or names none): new work
     return human.get("verdict") is not None
 
 
@@ -360,11 +357,14 @@ def effective_verdict(score: Mapping[str, Any] | None, human: Mapping[str, Any] 
                       attempt: Mapping[str, Any] | None = None) -> EffectiveVerdict:
     """THE rule for an attempt's verdict: its live score's, overridden by a live human_verdict.
 
-    `score`, `human` and `attempt` are the attempt's live events (None when it has none). Every
-    summary, comparison and report decides an attempt's verdict through this function.
+    `score`, `human` and `attempt` are the attempt's live events (None when it has none); given
+    the attempt, a score or human_verdict that does not name it is not counted. Every summary,
+    comparison and report decides an attempt's verdict through this function.
     """
-    if score is None:
-        return EffectiveVerdict(None, None, None)
+    if score is None or (attempt is not None and attempt_untied(score, attempt) is not None):
+        # A score that judged another attempt (or names none) is no verdict on this one: the
+        # reader holding the run's view applies the whole tie rule (`LiveView.tied_score`).
+        return EffectiveVerdict(None, None, None, scored=False)
     judge = score.get("verdict")
     if human_verdict_applies(score, human, attempt):
         assert human is not None

@@ -31,10 +31,12 @@ from malloy_evals.ledger.events import (
     snapshot_end,
     well_formed_key,
 )
+from malloy_evals.ledger.ties import untied
 
 # Readers find an event's kind by its plain spelling (as json.dumps writes it), never decoding a
 # line to learn that it is of no interest; validate.py refuses a kind spelled with escapes.
 VOID_NEEDLE = b'"void"'
+TIED_KINDS = ("score", "human_verdict", "retrieval_score")  # verdicts held to their attempt
 
 
 def is_live(event: Mapping[str, Any], voided: set[str] | Mapping[str, Any]) -> bool:
@@ -238,6 +240,77 @@ class LiveView:
     def human_verdict(self, key: AttemptKey) -> dict[str, Any] | None:
         """The live human_verdict of `key` (a person's settlement), or None."""
         return self._latest("human_verdict", key)
+
+    # ---- the tie rule (ledger/ties.py): a verdict counts only on the attempt it judged
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run folder whose artifacts back the verdicts (None for events held in memory)."""
+        return self.path.parent if self.path is not None else None
+
+    @property
+    def public_ledger(self) -> bool:
+        """Whether the ledger was written by the public eval loop (its first line is one of
+        its): it records no digests, so its verdicts are tied by their attempt alone."""
+        return bool(self._decode.public_lines) and self._decode.public_lines[0] == 1
+
+    def untied(self, event: Mapping[str, Any]) -> str | None:
+        """Why a verdict event of this view is not tied to its case's live attempt (None: tied)."""
+        key = well_formed_key(event)
+        attempt = self.attempt(key) if key is not None else None
+        return untied(event, attempt, self.run_dir, public=self.public_ledger)
+
+    def score_untied(self, key: AttemptKey) -> str | None:
+        """Why the live score of `key` is not tied to its live attempt (None: tied, or no score)."""
+        score = self.score(key)
+        return None if score is None else self.untied(score)
+
+    def tied_score(self, key: AttemptKey) -> dict[str, Any] | None:
+        """THE live score of `key` every reader counts: the live score when it is tied to the
+        live attempt (its attempt id, its judge request and reply artifacts with their digests),
+        else None; an untied score leaves its attempt unscored."""
+        score = self.score(key)
+        return score if score is not None and self.untied(score) is None else None
+
+    def tied_human_verdict(self, key: AttemptKey) -> dict[str, Any] | None:
+        """The live human_verdict of `key` when it is tied (the live attempt, and the fixture copy
+        its settlement wrote with that copy's digest), else None."""
+        human = self.human_verdict(key)
+        return human if human is not None and self.untied(human) is None else None
+
+    def tied_retrieval_score(self, key: AttemptKey) -> dict[str, Any] | None:
+        """The live retrieval_score of `key` when it names the live attempt, else None."""
+        row = self.retrieval_score(key)
+        return row if row is not None and self.untied(row) is None else None
+
+    def tied_of_key(self, key: AttemptKey) -> list[dict[str, Any]]:
+        """`of_key(key)` without the verdicts that are not tied (what a reader of one attempt's
+        events, as a comparison's outcome, reads)."""
+        keep = {id(e) for e in (self.tied_score(key), self.tied_human_verdict(key),
+                                self.tied_retrieval_score(key)) if e is not None}
+        return [e for e in self.of_key(key)
+                if e.get("kind") not in TIED_KINDS or id(e) in keep]
+
+    def tied_events(self) -> list[dict[str, Any]]:
+        """Every live event, in ledger order, without the verdicts that are not tied to their
+        attempt (`tied_score`, `tied_human_verdict`, `tied_retrieval_score`): what a reader that
+        folds events (the summary, diagnosis) reads."""
+        out: list[dict[str, Any]] = []
+        checked: dict[tuple[str, AttemptKey], dict[str, Any] | None] = {}
+        ties = {"score": self.tied_score, "human_verdict": self.tied_human_verdict,
+                "retrieval_score": self.tied_retrieval_score}
+        for event in self._events.values():
+            kind = event.get("kind")
+            tie = ties.get(kind) if isinstance(kind, str) else None
+            key = well_formed_key(event) if tie is not None else None
+            if tie is not None and key is not None:
+                slot = (str(kind), key)
+                if slot not in checked:
+                    checked[slot] = tie(key)
+                if checked[slot] is not event:
+                    continue  # untied, or an earlier live one a hand-made ledger left behind
+            out.append(event)
+        return out
 
     def tool_calls(self, key: AttemptKey) -> list[dict[str, Any]]:
         """The live tool_call events of `key`, ordered by call_index."""

@@ -174,6 +174,7 @@ class Normaliser:
     def __init__(self, file: str) -> None:
         self.file = file
         self._calls: dict[tuple[str, ...], int] = {}
+        self._attempts: dict[tuple[str, ...], str] = {}  # key -> id of its latest attempt line
 
     def take(self, event: Mapping[str, Any], line: int) -> tuple[dict[str, Any] | None,
                                                                   LineProblem | None]:
@@ -182,9 +183,15 @@ class Normaliser:
         result = normalise_event(event, line)
         if isinstance(result, str):
             return None, LineProblem(self.file, line, f"{PROBLEM_PREFIX}: {result}")
+        # repr: a foreign line's sample may be anything, a list included (not hashable)
+        key = tuple(repr(result.get(k)) for k in ("qid", "sample", "phase"))
+        if result["kind"] == "attempt":
+            self._attempts[key] = result["event_id"]
+        elif result["kind"] in ("score", "retrieval_score", "human_verdict") \
+                and key in self._attempts:
+            # The public loop writes a verdict after the attempt it judged: that is its attempt.
+            result.setdefault("attempt_event_id", self._attempts[key])
         if result["kind"] == "tool_call":
-            # repr: a foreign line's sample may be anything, a list included (not hashable)
-            key = tuple(repr(result.get(k)) for k in ("qid", "sample", "phase"))
             index = self._calls.get(key, 0)
             self._calls[key] = index + 1
             result.setdefault("call_index", index)

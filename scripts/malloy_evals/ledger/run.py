@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from malloy_evals import __version__
 from malloy_evals.core import commands, files, jsonl, schemas, vocab
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.core.redact import redact_url
 from malloy_evals.core.words import shown
 from malloy_evals.ledger import public_loop
@@ -157,6 +158,31 @@ class Run:
         finally:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def holding(self, name: str, who: str) -> Iterator[None]:
+        """Hold the run's lock file `name` (one `who` per run at a time) for the block: taken at
+        once or never, so a second holder raises UnmeasuredError (exit 3) naming the first (its
+        process id, host and start time, written into the file once the lock is held)."""
+        path = self.dir / name
+        fd = files.open_append(path, self.dir)  # never through a planted link
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    holder = path.read_text(encoding="utf-8", errors="replace").strip()
+                except OSError:
+                    holder = ""
+                raise UnmeasuredError(f"{self.dir}: another {who} holds {name} "
+                                      f"({holder or 'holder unknown'}); wait for it to "
+                                      "finish") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{who}: pid {os.getpid()} on {socket.gethostname()} since {now()}\n"
+                     .encode())
+            yield
+        finally:
             os.close(fd)
 
     def update_info(self, **pins: Any) -> dict[str, Any]:
@@ -363,8 +389,8 @@ class Run:
     def artifact_dir(self, qid: str, sample: int | None) -> Path:
         """`<run>/artifacts/<qid>/<sample or _>/`, built only from a validated qid and sample."""
         d = self.dir / ARTIFACTS_DIR / check_qid(qid) / sample_segment(sample)
-        if not d.resolve().is_relative_to(self.dir.resolve()):  # defence in depth against symlinks
-            raise InputError(d, None, "resolves outside the run folder")
+        # Defence in depth against links: the one containment rule, as for recorded paths.
+        files.inside(self.dir, d.relative_to(self.dir).as_posix(), "the run folder")
         return d
 
     def write_artifact(self, qid: str, sample: int | None, name: str, data: bytes | str | dict | list
@@ -399,14 +425,9 @@ class Run:
         return Path(path).resolve().relative_to(self.dir.resolve()).as_posix()
 
     def resolve(self, relative: str) -> Path:
-        """The absolute path of an artifact path recorded in an event; refuses one outside the run."""
-        try:
-            p = (self.dir / relative).resolve()
-        except (OSError, ValueError, RuntimeError) as exc:  # NUL byte, symlink loop, name too long
-            raise InputError(relative, None, f"cannot be resolved: {exc}") from None
-        if not p.is_relative_to(self.dir.resolve()):
-            raise InputError(relative, None, "points outside the run folder")
-        return p
+        """The absolute path of an artifact path recorded in an event; refuses one outside the run
+        (files.inside: absolute, a NUL byte, unresolvable, or out through `..` or a link)."""
+        return files.inside(self.dir, relative, "the run folder")
 
 
 def load_run_json(path: Path) -> dict[str, Any]:

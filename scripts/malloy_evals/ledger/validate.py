@@ -18,17 +18,22 @@ from malloy_evals.core import schemas, vocab
 from malloy_evals.core.codes import CauseCode, load_codes
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.core.findings import FolderReport, LineProblem
+from malloy_evals.core.words import sample_words
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     EVENTS_FILE,
     RUN_FILE,
+    TORN,
+    AttemptKey,
     LineDecoder,
     gc_paused,
     iter_lines,
     snapshot_end,
+    well_formed_key,
 )
 from malloy_evals.ledger.rules import LedgerRules
 from malloy_evals.ledger.run import load_run_json
+from malloy_evals.ledger.ties import untied
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,7 @@ def validate_run(directory: str | Path) -> FolderReport:
     except OSError as exc:
         return _report(directory, False, 0, [f"{EVENTS_FILE}: cannot be read: {exc.strerror}"], [])
     else:
-        checker = _LedgerCheck(phase, errors, warnings)
+        checker = _LedgerCheck(phase, errors, warnings, run_dir=d)
         try:
             with fh, gc_paused():
                 end = snapshot_end(fh.fileno())
@@ -118,8 +123,13 @@ class _LedgerCheck:
     """Per-event schema checks and the ledger's rules over events fed one line at a time."""
 
     def __init__(self, phase: str | None, errors: list[LineProblem],
-                 warnings: list[LineProblem]) -> None:
+                 warnings: list[LineProblem], run_dir: Path | None = None) -> None:
         self.phase = phase
+        self.run_dir = run_dir  # with it, verdicts are checked against the tie rule at the end
+        # The tie rule's state: per attempt key, its attempts and verdicts in ledger order, with
+        # their lines (memory per attempt, never per event); voided ids dropped at the end.
+        self.attempts: dict[AttemptKey, list[tuple[str, int]]] = {}
+        self.verdicts: dict[tuple[str, AttemptKey], list[tuple[dict[str, Any], int]]] = {}
         self.errors = errors
         self.warnings = warnings
         self.events = 0
@@ -168,10 +178,25 @@ class _LedgerCheck:
                            + (f" (line {where}{not_voided})" if where is not None else ""))
         if isinstance(eid, str) and not repeated:
             self.line_of[eid] = number
+            self._remember(event, eid, number)
         self.rules.take(event)
 
+    def _remember(self, event: dict[str, Any], eid: str, number: int) -> None:
+        kind = event.get("kind")
+        if self.run_dir is None or kind not in ("attempt", *TIED_KINDS):
+            return
+        key = well_formed_key(event)
+        if key is None:
+            return
+        if kind == "attempt":
+            self.attempts.setdefault(key, []).append((eid, number))
+        else:
+            self.verdicts.setdefault((str(kind), key), []).append((event, number))
+
     def finish(self) -> None:
-        """Report the voids whose target never came before them."""
+        """Report the voids whose target never came before them, and the live verdicts that are
+        not tied to the attempt they judged (`ledger.ties`)."""
+        self._ties()
         for target, lines in self.pending.items():
             later = self.line_of.get(target)
             for line in lines:
@@ -180,6 +205,23 @@ class _LedgerCheck:
                                      "ledger")
                 else:
                     self.error(line, f"void: target {target!r} comes later (line {later})")
+
+    def _ties(self) -> None:
+        if self.run_dir is None:
+            return
+        voided = self.rules.voided
+        public = bool(self.decode.public_lines) and self.decode.public_lines[0] == 1
+        for (kind, key), found in self.verdicts.items():
+            live = [(e, n) for e, n in found if e.get("event_id") not in voided]
+            if not live:
+                continue
+            event, line = live[-1]
+            attempts = [eid for eid, _ in self.attempts.get(key, []) if eid not in voided]
+            attempt = {"event_id": attempts[-1]} if attempts else None
+            why = untied(event, attempt, self.run_dir, public=public)
+            if why is not None:
+                self.error(line, f"{kind} {key.qid} ({sample_words(key.sample)}): not tied to "
+                                 f"its attempt: {why} (re-score it, or void it)")
 
     def _schema(self, event: dict[str, Any], line: int, public: bool) -> None:
         kind = event.get("kind")
@@ -224,6 +266,37 @@ class _LedgerCheck:
             if c not in self._codes:
                 self.error(line, f"issue {event.get('issue_id')!r}: cause code {c!r} is not a row "
                                  "of the eval-diagnose table")
+
+
+# The verdict kinds the tie rule holds to the attempt they judged.
+TIED_KINDS = ("score", "retrieval_score", "human_verdict")
+
+
+def check_before_append(run_dir: str | Path, who: str) -> None:
+    """The ledger of the run at `run_dir` checked line by line before `who` spends anything on
+    it: a line that is not a whole event of the kit's schemas, or that breaks the ledger's rules,
+    raises InputError naming the file, the line and what is wrong, blamed on the ledger. A torn
+    last line is not refused (the next append starts on a fresh line), and verdicts that are not
+    tied to their attempt are not bad lines (older ledgers have them: scoring judges them again)."""
+    path = Path(run_dir) / EVENTS_FILE
+    errors: list[LineProblem] = []
+    checker = _LedgerCheck(None, errors, [])
+    try:
+        with path.open("rb") as fh, gc_paused():
+            end = snapshot_end(fh.fileno())
+            for number, (line, torn) in enumerate(iter_lines(fh, 0, end), start=1):
+                checker.line(number, line, torn)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(path, None, f"cannot be read: {exc.strerror or exc}") from None
+    checker.finish()
+    bad = [p for p in errors if not p.message.startswith(TORN.split(" (")[0])]
+    if bad:
+        first = min(bad, key=lambda p: p.line or 0)
+        more = f" (and {len(bad) - 1} more; validate.py lists them)" if len(bad) > 1 else ""
+        raise InputError(path, first.line, f"the ledger has a bad line, {who} appends nothing "
+                                           f"to it: {first.message}{more}")
 
 
 def validate_runs(directories: Iterable[str | Path]) -> ValidationReport:

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.vocab import is_contaminated, is_cut_off
+from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.events import AttemptKey, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import attempt_label
 from malloy_evals.sets.eval_set import EvalSet
 
 # An attempt's outcome, as the comparison sees it.
@@ -45,7 +45,8 @@ JUDGE_PINS = ("judge_version", "rubric_sha", "judge_prompt_sha", "judge_model")
 # Kinds of difference between arms, and the flag that lets each through (None: never).
 ALLOWED_BY = {"set": None, "unscored": None, "arm": None,
               "cases": "--only-common-cases", "golden": "--only-common-cases",
-              "question": "--only-common-cases", "judge": "--allow-different-judge"}
+              "question": "--only-common-cases", "judge": "--allow-different-judge",
+              "dataset": "--allow-different-set"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,10 +90,10 @@ def attempt_outcome(events: Iterable[Mapping[str, Any]],
             human = e
     effective = effective_verdict(score, human, attempt or None)
     verdict = effective.verdict
-    reason = (effective.reason if score else "unscored") if verdict is None else None
+    reason = (effective.reason if effective.scored else "unscored") if verdict is None else None
 
     left_out = None
-    if attempt.get("truncated") is True or reason == "answerer_truncated":
+    if is_cut_off(attempt.get("truncated"), reason):
         left_out = "truncated"
     elif (is_contaminated(attempt.get("contaminated"))
           or (score is not None and is_contaminated(score.get("contaminated")))
@@ -190,6 +191,8 @@ class RunInfo:
     model_sha: str | None
     attempts: int
     left_out: dict[str, int]
+    sandbox: str | None = None     # run.json's `sandbox`: how its answerers ran
+    dataset_sha: str | None = None  # run.json datasetSha: the set's files the run was made over
 
 
 @dataclass(frozen=True)
@@ -258,9 +261,10 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
                                    key=lambda kv: _sample_order(kv[0])):
             qid, sample = key.qid, key.sample
             run_attempts += 1
-            outcome = attempt_outcome(view.of_key(key), _golden_status(eval_set, qid))
+            # Only verdicts tied to the attempt they judged count (ledger/ties.py).
+            outcome = attempt_outcome(view.tied_of_key(key), _golden_status(eval_set, qid))
             per_case.setdefault(qid, []).append(outcome)
-            score = view.score(key)
+            score = view.tied_score(key)
             if score is not None:
                 scored += 1
                 rev = score.get("golden_revision")
@@ -283,7 +287,10 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
             run_id=str(info.get("runId") or Path(directory).name), dir=str(directory),
             started=info.get("started"), set_name=info.get("setName"), phase=info.get("phase"),
             answerer_model=info.get("answererModel"), model_sha=info.get("modelSha"),
-            attempts=run_attempts, left_out=dict(sorted(run_left.items()))))
+            attempts=run_attempts, left_out=dict(sorted(run_left.items())),
+            sandbox=info.get("sandbox"),
+            dataset_sha=info.get("datasetSha") if isinstance(info.get("datasetSha"), str)
+            else None))
     cases = {qid: case_outcome(qid, outs, golden_revisions=revisions.get(qid, ()),
                                question_shas=shas.get(qid, ()))
              for qid, outs in sorted(per_case.items())}
@@ -311,7 +318,7 @@ def load_arm(label: str, run_dirs: Sequence[str | Path], eval_set: EvalSet | Non
 class Difference:
     """One way two arms (or one arm's runs) differ, named for a person."""
 
-    kind: str                 # set | unscored | arm | cases | golden | question | judge
+    kind: str                 # set | unscored | arm | cases | golden | question | judge | dataset
     text: str                 # `bk_refunds: goldenRevision 2 vs 3`
     qid: str | None = None    # the case it concerns, when it concerns one
 
@@ -319,6 +326,14 @@ class Difference:
     def allowed_by(self) -> str | None:
         """The flag that lets a comparison go on despite it (None: nothing does)."""
         return ALLOWED_BY.get(self.kind)
+
+
+def _dataset_shas(arm: Arm) -> list[str]:
+    return sorted({r.dataset_sha for r in arm.runs if r.dataset_sha})
+
+
+def _short(shas: Sequence[str]) -> str:
+    return ", ".join(s[:12] for s in shas)
 
 
 def _values(values: Sequence[Any]) -> str:
@@ -340,6 +355,10 @@ def arm_differences(arm: Arm, set_name: str) -> list[Difference]:
         if len(values) > 1:
             out.append(Difference("judge", f"{arm.label}: {pin} varies across its scores "
                                            f"({_values(values)})"))
+    shas = _dataset_shas(arm)
+    if len(shas) > 1:
+        out.append(Difference("dataset", f"{arm.label}: datasetSha varies across its runs "
+                                         f"({_short(shas)})"))
     for qid, case in arm.cases.items():
         if len(case.golden_revisions) > 1:
             out.append(Difference("golden", f"{qid}: goldenRevision varies within {arm.label} "
@@ -355,6 +374,10 @@ def pair_differences(base: Arm, candidate: Arm) -> list[Difference]:
     revision and question, and the judge pins (judge version, rubric sha, judge prompt sha,
     judge model)."""
     out = []
+    base_sets, cand_sets = _dataset_shas(base), _dataset_shas(candidate)
+    if base_sets and cand_sets and base_sets != cand_sets:
+        out.append(Difference("dataset", f"datasetSha: {_short(base_sets)} vs {_short(cand_sets)} "
+                                         "(the set's files changed between the arms)"))
     only_base = sorted(set(base.cases) - set(candidate.cases))
     only_cand = sorted(set(candidate.cases) - set(base.cases))
     if only_base:
@@ -396,19 +419,22 @@ class Pairing:
 
 
 def pair_arms(base: Arm, candidate: Arm, set_name: str, *, only_common_cases: bool = False,
-              allow_different_judge: bool = False,
+              allow_different_judge: bool = False, allow_different_set: bool = False,
               extra: Sequence[Difference] = ()) -> Pairing:
     """Decide whether two arms may be compared, and over which cases.
 
     Every difference is named. A comparison goes on only when each difference is allowed by a
     flag that was given: --only-common-cases drops the cases attempted by one arm only and the
     cases whose golden revision or question differs; --allow-different-judge lets different
-    judge pins through. `extra` adds differences found elsewhere (a noise band's pins).
+    judge pins through; --allow-different-set lets runs made over other versions of the set's
+    files (run.json datasetSha) through. `extra` adds differences found elsewhere (a noise
+    band's pins).
     """
     found = [*arm_differences(base, set_name), *arm_differences(candidate, set_name),
              *pair_differences(base, candidate), *extra]
     given = {"--only-common-cases": only_common_cases,
-             "--allow-different-judge": allow_different_judge}
+             "--allow-different-judge": allow_different_judge,
+             "--allow-different-set": allow_different_set}
     refused = any(d.allowed_by is None or not given[d.allowed_by] for d in found)
     dropped = {d.qid: d.text for d in found if d.qid and d.kind in ("golden", "question")}
     qids = sorted((set(base.cases) & set(candidate.cases)) - set(dropped))

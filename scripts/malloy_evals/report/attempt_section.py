@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.words import attempt_label
 from malloy_evals.report import details as d
-from malloy_evals.report.figures import CaseRow, attempt_label
+from malloy_evals.report.figures import CaseRow
 from malloy_evals.report.html import (
     Html,
     anchor_id,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED
+from malloy_evals.core.words import signed
 from malloy_evals.report.compare import Comparison, compare_runs, p_text
 from malloy_evals.report.html import (
     Html,
@@ -49,18 +51,14 @@ class ComparePage:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.comparable else 3
-
-
-def _signed(x: Any, digits: int = 1) -> str:
-    return "n/a" if not isinstance(x, (int, float)) else f"{x:+.{digits}f}"
+        return EXIT_OK if self.comparable else EXIT_UNMEASURED
 
 
 def _delta_text(doc: Mapping[str, Any]) -> str:
     ci = doc.get("delta_ci")
-    interval = (f" (95% CI {_signed(ci[0])} to {_signed(ci[1])})"
+    interval = (f" (95% CI {signed(ci[0])} to {signed(ci[1])})"
                 if isinstance(ci, (list, tuple)) and len(ci) == 2 else " (no interval)")
-    return f"{_signed(doc.get('delta_points'))} points{interval}"
+    return f"{signed(doc.get('delta_points'))} points{interval}"
 
 
 def _p_text(p: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from malloy_evals.core.errors import InputError, KitError
 from malloy_evals.core.redact import Redactor, redact
+from malloy_evals.core.vocab import is_truncated
 from malloy_evals.ledger.artifacts import read_csv_rows, read_prediction
 from malloy_evals.ledger.events import AttemptKey, latest_issue_status
 from malloy_evals.ledger.live import LiveView
@@ -402,7 +403,7 @@ def attempt_details(run: Run, eval_set: EvalSet | None, view: LiveView, keys: Se
     for key in keys:
         qid, sample = key.qid, key.sample
         # One redaction pass per attempt: its attempt, calls, score and retrieval row together.
-        slot = redacted({"attempt": view.attempt(key), "score": view.score(key),
+        slot = redacted({"attempt": view.attempt(key), "score": view.tied_score(key),
                          "retrieval_score": view.retrieval_score(key),
                          "calls": view.of_key(key, ("tool_call",))})
         att = slot.get("attempt") or {}
@@ -423,7 +424,7 @@ def attempt_details(run: Run, eval_set: EvalSet | None, view: LiveView, keys: Se
             final_query=text_of(att.get("final_query"), QUERY_CHARS),
             final_query_source=_str(att.get("final_query_source")),
             submitted=att.get("submitted") if isinstance(att.get("submitted"), bool) else None,
-            truncated=bool(att.get("truncated")), run_error=_str(att.get("run_error")),
+            truncated=is_truncated(att.get("truncated")), run_error=_str(att.get("run_error")),
             contaminated=att.get("contaminated"),
             contamination_reasons=_strings(att.get("contamination_reasons")),
             prediction=prediction, prediction_error=prediction_error,

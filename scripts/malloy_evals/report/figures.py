@@ -14,18 +14,26 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from malloy_evals.answer import retrieval
-from malloy_evals.core import commands
+from malloy_evals.core import commands, seal
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.commands import from_kit_root
-from malloy_evals.core.errors import EXIT_UNMEASURED, KitError
-from malloy_evals.core.vocab import DECIDED_VERDICTS, VERDICTS, is_contaminated
+from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError
+from malloy_evals.core.vocab import (
+    DECIDED_VERDICTS,
+    VERDICTS,
+    is_contaminated,
+    is_cut_off,
+    null_reason_head,
+)
+from malloy_evals.core.words import attempt_label
 from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.judge.decision import JudgeArtifacts
 from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.ties import stale_pins
 from malloy_evals.report.stats import sample_figures, wilson_interval
-from malloy_evals.sets.eval_set import EvalSet
+from malloy_evals.sets.eval_set import EvalSet, case_content_sha
 
 # The verdict counts in the order a summary shows them: the two decisions first, then the rest.
 VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
@@ -168,27 +176,22 @@ class RunSummary:
     def exit_code(self) -> int:
         # An INCOMPLETE run or a low rate is a result, not a failure (README.md, "Exit codes");
         # a partial run is not measured yet.
-        return EXIT_UNMEASURED if self.status == STATUS_PARTIAL else 0
+        return EXIT_UNMEASURED if self.status == STATUS_PARTIAL else EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers over events
 
 
-def attempt_label(qid: str, sample: Any) -> str:
-    """How an attempt is named in progress lines and summaries: `q07`, or `q07#2` for sample 2."""
-    return qid if sample is None else f"{qid}#{sample}"
-
 
 def _sort_key(key: AttemptKey) -> tuple[str, int, str]:
     return (key.qid, -1 if key.sample is None else key.sample, key.phase)
 
 
-def _null_reason_head(reason: Any) -> str:
-    """`judge_error: timeout` counts under `judge_error`; the row keeps the full text."""
-    if not reason:
-        return "(no reason)"
-    return str(reason).split(":", 1)[0].strip()  # a ledger someone else wrote may hold anything
+def _null_reason_group(reason: Any) -> str:
+    """The count a null reason goes under: its head (vocab.null_reason_head), `(no reason)` when
+    it has none; the row keeps the full text."""
+    return null_reason_head(reason) or "(no reason)"
 
 
 def _set_status(eval_set: EvalSet | None, qid: str) -> str | None:
@@ -312,9 +315,16 @@ def verdict_standing(score: Mapping[str, Any] | None, eval_set: EvalSet | None,
         case = eval_set.case(qid) if eval_set is not None else None
     except (KitError, LookupError):  # a case no longer in the set: nothing to be stale against
         case = None
-    if case is None or not hasattr(case, "golden_revision") or "golden_revision" not in score:
+    if case is None or not hasattr(case, "golden_revision"):
         return "current"
-    return STALE if score.get("golden_revision") != case.golden_revision else "current"
+    # The stale rule (ledger.ties.stale_pins) over the case's pins the score carries: its golden
+    # revision and the digest of the content the judge and the veto read (an edit without a bump).
+    current: dict[str, Any] = {}
+    if "golden_revision" in score:
+        current["golden_revision"] = case.golden_revision
+    if "case_sha" in score and eval_set is not None:
+        current["case_sha"] = case_content_sha(case, eval_set.dir)
+    return STALE if stale_pins(score, current) else "current"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,16 +414,16 @@ def summarize_events(
         if effective.settled_by is not None:
             settled.append(key)
 
-        is_truncated = bool(att.get("truncated")) or reason == "answerer_truncated"
+        cut_off = is_cut_off(att.get("truncated"), reason)
         contam_value = att.get("contaminated")
         if score is not None and is_contaminated(score.get("contaminated")):
             contam_value = score.get("contaminated")
         voided_by_contamination = is_contaminated(contam_value) or reason == "contaminated"
-        if is_truncated:
+        if cut_off:
             truncated.append(key)
         if voided_by_contamination:
             contaminated.append(key)
-        if verdict is None and _null_reason_head(reason) == ENVIRONMENT_FAILURE:
+        if verdict is None and null_reason_head(reason) == ENVIRONMENT_FAILURE:
             environment_failed.append(key)
 
         # A golden the set or the judge declared wrong takes the attempt out of every aggregate:
@@ -439,7 +449,7 @@ def summarize_events(
         elif excluded is None:
             if verdict is None:
                 verdicts["null"] += 1
-                null_reasons[_null_reason_head(reason)] += 1
+                null_reasons[_null_reason_group(reason)] += 1
             else:
                 verdicts[verdict] += 1
 
@@ -458,7 +468,7 @@ def summarize_events(
             counted=score is not None and excluded is None and verdict in DECIDED_VERDICTS,
             excluded=excluded,
             confidence=(score or {}).get("confidence"), gold_status=gold_status,
-            set_status=set_status, truncated=is_truncated,
+            set_status=set_status, truncated=cut_off,
             contaminated=contam_value if contam_value is not None else (
                 True if reason == "contaminated" else None),
             must_not_use_hits=hits, coverage=r.get("coverage"), recall=r.get("recall"),
@@ -537,6 +547,7 @@ def summarize_events(
         shown_rate = rate
     drift = [str(q) for q in (info.get("goldenDrift") or [])]
     headline += "".join(f"; {mark}" for mark in headline_marks(info))
+    headline = seal.sealed_headline(headline, [(str(info.get("runId") or run_dir), info)])
 
     retrieval_figures = _retrieval_figures(retrieval_rows)
     cascade_result = retrieval_figures.pop("cascade", None) if retrieval_rows else None
@@ -714,7 +725,7 @@ def summarize(run: Run, eval_set: EvalSet | None,
     pass already holds (read here when not given).
     """
     view = view or run.view()
-    events = view.events
+    events = view.tied_events()  # a verdict counts only on the attempt it judged (ledger/ties.py)
     return summarize_events(
         _run_info(run), events, eval_set, coverage_report=coverage_figures,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),

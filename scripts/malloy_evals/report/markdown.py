@@ -9,12 +9,11 @@ from typing import Any
 from malloy_evals.core import commands, files
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
-from malloy_evals.core.words import number_or_na
+from malloy_evals.core.words import attempt_label, number_or_na
 from malloy_evals.report.figures import (
     PARTIAL_NOTE,
     CaseRow,
     RunSummary,
-    attempt_label,
     partial_lines,
     samples_text,
 )

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.core import commands, files
-from malloy_evals.core.errors import InputError
+from malloy_evals.core.errors import EXIT_OK, InputError
+from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import details as d
@@ -34,7 +35,6 @@ from malloy_evals.report.figures import (
     VERDICT_ORDER,
     CaseRow,
     RunSummary,
-    attempt_label,
     partial_lines,
     samples_text,
 )
@@ -93,7 +93,7 @@ class RunPage:
 
     @property
     def exit_code(self) -> int:
-        return 0  # a page was written: an unscored or INCOMPLETE run is a result too
+        return EXIT_OK  # a page was written: an unscored or INCOMPLETE run is a result too
 
 
 # ---------------------------------------------------------------------------------------------

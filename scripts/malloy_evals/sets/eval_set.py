@@ -392,35 +392,12 @@ def _check_golden(set_dir: Path, scan: _Scan, golden: dict[str, Any], number: in
         entries = got if isinstance(got := golden.get("mustNotUse"), list) else []
         for entry in allowed_in:
             if entry not in entries:
-                scan.problem(CASES_FILE, number, f"golden.mustNotUseAllowedIn: {_clip(entry)} is not "
+                scan.problem(CASES_FILE, number, f"golden.mustNotUseAllowedIn: {files.clipped(entry)} is not "
                              "an entry of golden.mustNotUse (write the entry exactly as it is there)")
     kind, status = golden.get("kind"), golden.get("status") or "verified"
     if kind in VALUE_KINDS and status == "verified" and golden.get("value") is None and not path:
         scan.problem(CASES_FILE, number, f"golden: a verified {kind} golden has neither value nor "
                                          "path; the judge will see no answer key", warning=True)
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    """repr(text), shortened so one bad value cannot flood a report line."""
-    r = repr(text)
-    return r if len(r) <= limit else r[: limit - 4] + "...'"
-
-
-def _resolve_inside(set_dir: Path, relative: str) -> Path:
-    """`relative` resolved under the set folder; InputError when it is absolute or climbs out."""
-    if "\x00" in relative:
-        raise InputError(relative, None, f"{_clip(relative)} is not a file name (it holds a NUL byte)")
-    if Path(relative).is_absolute():
-        raise InputError(relative, None, f"{_clip(relative)} must be relative to the set folder")
-    try:
-        root = set_dir.resolve()
-        target = (root / relative).resolve()
-    except (OSError, ValueError, RuntimeError) as exc:  # a symlink loop, a name too long
-        raise InputError(relative, None, f"{_clip(relative)} cannot be resolved: "
-                                        f"{getattr(exc, 'strerror', None) or exc}") from None
-    if not target.is_relative_to(root):
-        raise InputError(relative, None, f"{_clip(relative)} is outside the set folder")
-    return target
 
 
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
@@ -441,37 +418,37 @@ def _cell(text: str) -> Any:
 
 def _read_golden_file(set_dir: Path, relative: str) -> list[dict[str, Any]]:
     """The rows of a golden CSV (with header) or JSON file (an array of objects)."""
-    target = _resolve_inside(set_dir, relative)
+    target = files.inside(set_dir, relative, "the set folder")
     suffix = target.suffix.lower()
     if suffix not in (".csv", ".json"):
-        raise InputError(relative, None, f"{_clip(relative)} must be a .csv or .json file")
+        raise InputError(relative, None, f"{files.clipped(relative)} must be a .csv or .json file")
     try:
         text = target.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise InputError(relative, None, f"{_clip(relative)} does not exist") from None
+        raise InputError(relative, None, f"{files.clipped(relative)} does not exist") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(relative, None, f"{_clip(relative)} cannot be read: "
+        raise InputError(relative, None, f"{files.clipped(relative)} cannot be read: "
                                         f"{getattr(exc, 'strerror', None) or exc}") from None
     if suffix == ".json":
         try:
             rows = jsonl.loads(text)
         except (ValueError, RecursionError) as exc:
             raise InputError(relative, getattr(exc, "lineno", None),
-                             f"{_clip(relative)} is not valid JSON") from None
+                             f"{files.clipped(relative)} is not valid JSON") from None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise InputError(relative, None, f"{_clip(relative)} must hold a JSON array of row objects")
+            raise InputError(relative, None, f"{files.clipped(relative)} must hold a JSON array of row objects")
         return rows
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         if not reader.fieldnames:
-            raise InputError(relative, None, f"{_clip(relative)} has no header row")
+            raise InputError(relative, None, f"{files.clipped(relative)} has no header row")
         rows = []
         for row in reader:
             if None in row:
-                raise InputError(relative, reader.line_num, f"{_clip(relative)} has more cells than columns")
+                raise InputError(relative, reader.line_num, f"{files.clipped(relative)} has more cells than columns")
             rows.append({k: _cell(v) if isinstance(v, str) else None for k, v in row.items()})
     except csv.Error as exc:
-        raise InputError(relative, None, f"{_clip(relative)} is not valid CSV: {exc}") from None
+        raise InputError(relative, None, f"{files.clipped(relative)} is not valid CSV: {exc}") from None
     return rows
 
 
@@ -490,6 +467,30 @@ def golden_value(case: Case, set_dir: str | Path) -> Any:
             raise InputError(Path(set_dir) / CASES_FILE, case.line,
                              f"golden.path: {exc.message}") from None
     return None
+
+
+# What the judge, the veto and retrieval scoring read of a case: a score made against other
+# content is stale (ledger/ties.py), with or without a revision bump. Bookkeeping stays out.
+CONTENT_KEYS = ("question", "tags", "golden", "expectedEntities", "coverage")
+GOLDEN_BOOKKEEPING = ("verifiedBy", "verifiedAt")
+
+
+def case_content_sha(case: Case, set_dir: str | Path) -> str:
+    """sha256 over what the judge and the veto read of `case` (CONTENT_KEYS, the golden without
+    who verified it and when, and the bytes of a golden rows file it names), as canonical JSON."""
+    content: dict[str, Any] = {k: case.raw.get(k) for k in CONTENT_KEYS}
+    golden = case.golden
+    if golden is not None:
+        content["golden"] = {k: v for k, v in golden.items() if k not in GOLDEN_BOOKKEEPING}
+        path = golden.get("path")
+        if isinstance(path, str) and path and "value" not in golden:
+            try:
+                data = (Path(set_dir) / path).read_bytes()
+                content["goldenFile"] = hashlib.sha256(data).hexdigest()
+            except OSError:
+                content["goldenFile"] = None
+    text = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def load_set(set_dir: str | Path, model_dir: str | Path | None = None) -> EvalSet:

@@ -20,7 +20,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +163,9 @@ class GoldenCheck:
     status: str              # ok | drift | error | skipped
     problems: list[str] = field(default_factory=list)
     derived_rows: int | None = None
+    # The tables the canonical query's compiled SQL reads under the truth package or data/
+    # (relative to the set); None when no SQL was compiled. Empty: derived from no table at all.
+    reads: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,33 @@ def check_golden(qid: str, golden: Mapping[str, Any] | None, execute: Executor,
     return GoldenCheck(qid, kind, "drift" if problems else "ok", problems, len(rows))
 
 
+# A table the compiled SQL reads: a quoted path right after FROM or JOIN, bare or as the first
+# argument of a table function (read_csv('...'), read_parquet([...]) ...).
+_TABLE_RE = re.compile(r"\b(?:FROM|JOIN)\s+(?:\w+\s*\(\s*\[?\s*)?'((?:[^']|'')+)'", re.IGNORECASE)
+
+
+def tables_read(sql: str, base: Path, roots: Sequence[Path], relative_to: Path) -> list[str]:
+    """The files under `roots` (the truth package, data/) the compiled `sql` reads as tables,
+    paths resolved from `base` (the model file's folder) and shown relative to `relative_to`.
+    A query that reads none (a constant, a literal table) derives its value from no data."""
+    found: list[str] = []
+    resolved_roots = [r.resolve() for r in roots if r.is_dir()]
+    for match in _TABLE_RE.finditer(sql):
+        text = match.group(1).replace("''", "'")
+        try:
+            path = (base / text).resolve()
+        except (OSError, ValueError, RuntimeError):
+            continue
+        if path.is_file() and any(path.is_relative_to(r) for r in resolved_roots):
+            try:
+                shown = path.relative_to(relative_to.resolve()).as_posix()
+            except ValueError:
+                shown = str(path)
+            if shown not in found:
+                found.append(shown)
+    return found
+
+
 def _truth_location(eval_set: EvalSet) -> tuple[Path | None, str | None, str | None]:
     """(truth package folder, its name, its model path); the folder is None when absent."""
     folder = Path(eval_set.truth_dir)
@@ -289,15 +319,25 @@ def verify_goldens(set_dir: str | Path, qids: Sequence[str] | None = None, *,
         allow.append(data_dir)
     runtime = factory(truth_dir, allow=allow)
     checks = []
+    compiled: list[str] = []  # the SQL of the query just run
     try:
         def execute(query: str) -> list[dict[str, Any]]:
             result = runtime.execute(query, model_path=model_path, trusted=True)
+            sql = result.get("sql") if isinstance(result, Mapping) else None
+            compiled[:] = [sql] if isinstance(sql, str) else []
             return list(result.get("rows") or [])
 
+        model_dir = (Path(truth_dir) / model_path).parent if model_path else Path(truth_dir)
         for case in value_cases:
-            checks.append(check_golden(
+            compiled.clear()
+            check = check_golden(
                 case.qid, case.golden, execute,
-                load_rows=functools.partial(sets.golden_value, case, Path(eval_set.dir))))
+                load_rows=functools.partial(sets.golden_value, case, Path(eval_set.dir)))
+            if compiled:
+                check = replace(check, reads=tables_read(compiled[0], model_dir,
+                                                         [Path(truth_dir), data_dir],
+                                                         Path(eval_set.dir)))
+            checks.append(check)
     finally:
         runtime.close()
     by_qid = {c.qid: c for c in checks + skipped}

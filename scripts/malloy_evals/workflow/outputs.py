@@ -118,7 +118,8 @@ class RunOutputs:
         self.view.refresh()
         given = {k: v for k, v in (pins or {}).items() if v is not None}
         # run.json names every judge behind the live scores, not only the one of this pass.
-        judge = judges_text(judge_counts(self.view.latest("score").values()),
+        tied = [t for key in self.view.latest("score") if (t := self.view.tied_score(key))]
+        judge = judges_text(judge_counts(tied),
                             given.get("judgeModel") or self.run.info.get("judgeModel"))
         if judge is not None:
             given["judgeModel"] = judge

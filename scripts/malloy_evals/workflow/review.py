@@ -28,15 +28,17 @@ from typing import Any
 
 from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
-from malloy_evals.core import commands, jsonl, schemas
-from malloy_evals.core.errors import InputError
+from malloy_evals.core import commands, files, jsonl, schemas
+from malloy_evals.core.errors import EXIT_OK, InputError
 from malloy_evals.core.redact import Redactor
-from malloy_evals.core.vocab import JUDGE_VERDICTS
+from malloy_evals.core.vocab import JUDGE_VERDICTS, null_reason_head
+from malloy_evals.core.words import attempt_label
+from malloy_evals.ledger import ties
 from malloy_evals.ledger.artifacts import read_prediction, read_prediction_csv
 from malloy_evals.ledger.events import MECHANICAL_NULL_REASONS, attempt_key, effective_verdict
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
-from malloy_evals.report.figures import attempt_label
+from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, rewrite_jsonl
 from malloy_evals.workflow.outputs import RunOutputs
 
@@ -167,7 +169,7 @@ class ReviewQueue:
 
     @property
     def exit_code(self) -> int:
-        return 0  # a queue, empty or not, is a result
+        return EXIT_OK  # a queue, empty or not, is a result
 
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "set_dir": self.set_dir, "run_id": self.run_id,
@@ -272,10 +274,10 @@ def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False,
     for attempt in sorted(view.attempts(), key=lambda a: (
             str(a.get("qid")), -1 if a.get("sample") is None else int(a["sample"]))):
         key = attempt_key(attempt)
-        score = view.score(key)
+        score = view.tied_score(key)
         if score is None:
             continue
-        eff = effective_verdict(score, view.human_verdict(key), attempt)
+        eff = effective_verdict(score, view.tied_human_verdict(key), attempt)
         if eff.settled_by is not None:
             settled += 1
             continue
@@ -424,7 +426,7 @@ class SettleResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
 
 def _today() -> str:
@@ -464,12 +466,13 @@ def settle(outputs: RunOutputs, target: str, *, verdict: str, why: str,
     if attempt is None:
         raise InputError(run.events_path, None, f"no live attempt {attempt_label(qid, sample)} "
                                                 f"in this run")
-    score = run.score(qid, sample, view)
+    score = view.tied_score(run.key(qid, sample))
     if score is None:
-        raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live score: "
-                                                "score it first (score_run.py), then settle it")
-    reason = str(score.get("reason") or "").split(":", 1)[0].strip()
-    if score.get("verdict") is None and reason in MECHANICAL_NULL_REASONS:
+        untied = view.score_untied(run.key(qid, sample))
+        raise InputError(run.events_path, None, f"{attempt_label(qid, sample)} has no live score"
+                                                f"{f' tied to its attempt ({untied})' if untied else ''}"
+                                                ": score it first (score_run.py), then settle it")
+    if score.get("verdict") is None and null_reason_head(score.get("reason")) in MECHANICAL_NULL_REASONS:
         raise InputError(run.events_path, None, (
             f"{attempt_label(qid, sample)} is null {score.get('reason')}: that is decided by a "
             "rule, not a judgement, so a person's verdict cannot replace it (re-record the "
@@ -497,17 +500,47 @@ def settle(outputs: RunOutputs, target: str, *, verdict: str, why: str,
              "attempt_event_id": attempt.get("event_id"), "fixture_id": fixture_id}
     stale, fresh = _retrieval_row_for(run, view, qid, sample, verdict)
     schemas.check("judge_regression", fixture)  # before the ledger moves: nothing half-written
+    # All or nothing: every write this settlement makes is checked before the first is made.
+    _check_settle_writes(run, eval_set, qid, sample)
+    try:
+        # The fixture first: a copy in the run (the human_verdict's tie, ledger/ties.py), then the
+        # set's regression file; the ledger moves only once both are written.
+        copy = run.write_artifact(qid, sample, "human/fixture.json", fixture)
+        action = _write_fixture(eval_set, fixture)
+    except OSError as exc:
+        raise InputError(getattr(exc, "filename", None) or eval_set.regressions_path, None,
+                         f"cannot be written ({exc.strerror or exc}); nothing was settled") from None
+    event.update(fixture_path=run.relpath(copy), fixture_sha=ties.file_sha(copy))
     # One batch: the earlier settlement and the retrieval row voided, their successors appended.
     done = run.supersede([*([old] if old is not None else []), *stale], [event, *fresh],
                          f"re-settled by {by.strip()}", reasons=_row_void_reasons(stale))
     written = next(e for e in done.events if e["kind"] == "human_verdict")
-    action = _write_fixture(eval_set, fixture)
     out = outputs.write()
     return SettleResult(qid, sample, verdict, score.get("verdict"), by.strip(), protects,
                         written["event_id"], old["event_id"] if old else None, fixture_id,
                         action, str(eval_set.regressions_path), out.results_md,
                         out.summary_json, out.summary.headline, out.summary.settled_by_person,
                         out.page.path)
+
+
+def _check_settle_writes(run: Run, eval_set: EvalSet, qid: str, sample: int | None) -> None:
+    """Every write a settlement makes, checked before any is made (exit 3, one line, nothing
+    written): the ledger it appends to (no bad line in it either), the fixture copy's folder in
+    the run, the set's regression file, and the run's pages (RESULTS.md, summary.json,
+    report.html)."""
+    check_before_append(run.dir, "review.py --settle")
+    folder = run.artifact_dir(qid, sample)
+    probe = folder if folder.exists() else run.dir / "artifacts"
+    checks = [(run.events_path, True), (probe / "human" / "fixture.json", False),
+              (eval_set.regressions_path, False), (run.dir / "RESULTS.md", False),
+              (run.dir / "summary.json", False), (run.dir / "report.html", False)]
+    for path, append in checks:
+        while not path.parent.exists() and path.parent != run.dir:
+            path = path.parent  # a folder the write would create: its first existing parent
+        why = files.cannot_write(path, append=append)
+        if why is not None:
+            raise InputError(path, None, f"settling {attempt_label(qid, sample)} would write "
+                                         f"here and cannot ({why}); nothing was written")
 
 
 # Why a settlement (or its undoing) supersedes an attempt's retrieval row.
@@ -524,7 +557,8 @@ def _retrieval_row_for(run: Run, view: LiveView, qid: str, sample: int | None,
     if row is None or row.get("verdict") == verdict:
         return [], []
     fresh = row_fields(reattribute(row, verdict))
-    return [row], [{"kind": "retrieval_score", **fresh, "phase": run.phase}]
+    return [row], [{"kind": "retrieval_score", **fresh, "phase": run.phase,
+                    "attempt_event_id": row.get("attempt_event_id")}]
 
 
 def _row_void_reasons(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -548,7 +582,7 @@ class UnsettleResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
 
 def unsettle(outputs: RunOutputs, target: str, *, why: str) -> UnsettleResult:
@@ -616,7 +650,7 @@ class WalkResult:
 
     @property
     def exit_code(self) -> int:
-        return 0
+        return EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
         return {"to_review": len(self.queue.items), "settled": self.settled,

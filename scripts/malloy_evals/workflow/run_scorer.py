@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,21 +30,25 @@ from malloy_evals.checks.model_definitions import read_definitions_for
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
 from malloy_evals.core.redact import redact_url
+from malloy_evals.core.vocab import null_reason_head
+from malloy_evals.core.words import attempt_label
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import runtime_missing_reason
 from malloy_evals.judge import doctrine as judge_mod
 from malloy_evals.judge.decision import golden_gate
+from malloy_evals.ledger import ties
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.llm.base import Provider, RecordingMissing
 from malloy_evals.llm.select import provider_stats
-from malloy_evals.report.figures import STATUS_PARTIAL, RunSummary, attempt_label
+from malloy_evals.report.figures import STATUS_PARTIAL, RunSummary
 from malloy_evals.report.markdown import render_markdown, summary_json
-from malloy_evals.sets.eval_set import VALUE_KINDS, EvalSet
+from malloy_evals.sets.eval_set import VALUE_KINDS, EvalSet, case_content_sha
 from malloy_evals.sets.goldens import GoldenCheck, verify_goldens
 from malloy_evals.workflow.outputs import RunOutputs
 
-PIN_KEYS = ("golden_revision", "judge_version", "rubric_sha", "judge_prompt_sha")
+PIN_KEYS = ties.PIN_KEYS  # the pins a current score shares with the present (ledger/ties.py)
 # Null reasons that say the scoring itself did not finish; a resumed run tries them again.
 TRANSIENT_REASONS = ("judge_error", "environment_failure", "budget_exhausted")
 
@@ -53,6 +57,8 @@ ACTION_SKIP = "skipped (current pins)"
 ACTION_STALE = "re-scored (stale pin)"
 ACTION_RETRY = "re-scored (retry)"
 ACTION_FORCED = "re-scored (--rescore)"
+ACTION_UNTIED = "re-scored (untied)"  # its live score judged another attempt, or lost its reply
+SCORE_LOCK = scoring.SCORE_LOCK  # one scorer per run (score_attempt.py takes it too)
 
 # score_one(run, eval_set, qid, sample) -> the score event to append (not yet written), or a str
 # saying why nothing is to be written (a dry run). score_attempts appends it, superseding the old
@@ -117,21 +123,23 @@ class RunScoreResult:
 
 
 def stale_pins(score: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The pin keys whose recorded value differs from the current one."""
-    return [k for k in PIN_KEYS if score.get(k) != current.get(k)]
+    """The pin keys whose recorded value differs from the current one (`ledger.ties.stale_pins`)."""
+    return ties.stale_pins(score, current)
 
 
 def is_transient(score: dict[str, Any]) -> bool:
     """A null score that records a failure to score rather than a decision."""
-    reason = score.get("reason") or ""
-    return score.get("verdict") is None and reason.split(":", 1)[0].strip() in TRANSIENT_REASONS
+    return score.get("verdict") is None and null_reason_head(score.get("reason")) in TRANSIENT_REASONS
 
 
-def plan_action(score: dict[str, Any] | None, current: dict[str, Any], rescore: bool
-                ) -> tuple[str, list[str]]:
-    """What to do with one attempt given its live score (reference/scoring.md's table)."""
+def plan_action(score: dict[str, Any] | None, current: dict[str, Any], rescore: bool,
+                untied: str | None = None) -> tuple[str, list[str]]:
+    """What to do with one attempt given its live score (reference/scoring.md's table); `untied`
+    says why that score is not tied to the attempt (then it is no verdict: judged again)."""
     if score is None:
         return ACTION_SCORE, []
+    if untied is not None:
+        return ACTION_UNTIED, []
     stale = stale_pins(score, current)
     if stale:
         return ACTION_STALE, stale
@@ -175,12 +183,14 @@ def select_attempts(attempts: list[dict[str, Any]], only: Sequence[str] | None,
 
 
 def current_pins(eval_set: EvalSet, qid: str, judge_pins: dict[str, Any]) -> dict[str, Any]:
-    """The pins a fresh score of `qid` would carry: the judge's and the case's golden revision."""
+    """The pins a fresh score of `qid` would carry: the judge's, the case's golden revision and
+    the digest of its content (a case edited without a revision bump is stale too)."""
     try:
-        revision = eval_set.case(qid).golden_revision
+        case = eval_set.case(qid)
     except KitError:
-        revision = None
-    return {**judge_pins, "golden_revision": revision}
+        return {**judge_pins, "golden_revision": None, "case_sha": None}
+    return {**judge_pins, "golden_revision": case.golden_revision,
+            "case_sha": case_content_sha(case, eval_set.dir)}
 
 
 def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins: dict[str, Any], *,
@@ -193,6 +203,16 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
 
     view = view or run.view()
     live_scores = view.latest("score")
+    untied = {key: why for key, score in live_scores.items()
+              if (why := view.untied(score)) is not None}
+    if untied:
+        progress(f"{len(untied)} live score(s) not tied to their attempt (judged another "
+                 "attempt, or their reply artifact is missing or altered): judged again")
+    # What the pass appends goes through a view of its own, refreshed under this lock: a score
+    # voided meanwhile (its attempt re-recorded) is not voided twice, and the shared view is
+    # never written while the scoring threads read it.
+    append_lock = threading.Lock()
+    tail = LiveView(run.events_path)
     attempts = sorted(select_attempts(view.attempts(), only, Path(run.dir)),
                       key=lambda a: (str(a.get("qid")), -1 if a.get("sample") is None
                                      else int(a["sample"])))
@@ -210,8 +230,10 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
     def work(att: dict[str, Any]) -> AttemptOutcome:
         qid, sample = att["qid"], att.get("sample")
         started = time.monotonic()
-        old = live_scores.get(run.key(qid, sample))
-        action, stale = plan_action(old, current_pins(eval_set, qid, judge_pins), rescore)
+        key = run.key(qid, sample)
+        old = live_scores.get(key)
+        action, stale = plan_action(old, current_pins(eval_set, qid, judge_pins), rescore,
+                                    untied.get(key))
         if action == ACTION_SKIP:
             elapsed = time.monotonic() - started
             report(qid, sample, f"{verdict_text(old)} (skipped: live score, current pins)", elapsed)
@@ -228,8 +250,18 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
                 return AttemptOutcome(qid, sample, "not scored", None, None, elapsed,
                                       error=event, stale_pins=stale)
             why = (f"re-scored: stale pins {', '.join(stale)}" if stale
+                   else f"re-scored: untied ({untied[key]})" if key in untied
                    else f"re-scored ({action})")
-            event = run.supersede([old] if old is not None else [], [event], why).events[0]
+            with append_lock:
+                tail.refresh()
+                standing = tail.score(key)  # None when a re-recording voided it meanwhile
+                event = run.supersede([standing] if standing is not None else [], [event],
+                                      why).events[0]
+                moved = tail.attempt(key)
+            judged = event.get("attempt_event_id")
+            if judged and moved is not None and moved.get("event_id") != judged:
+                progress(f"{attempt_label(qid, sample)}: re-recorded while it was judged; the "
+                         "verdict stays on the attempt it judged, the new one is unscored")
         except RecordingMissing as exc:
             # Said once for the whole pass below: the same fix for every attempt.
             elapsed = time.monotonic() - started
@@ -272,8 +304,8 @@ def no_recordings_line(n: int, total: int, first: str) -> str:
 
 
 def outcome_counts(outcomes: list[AttemptOutcome]) -> dict[str, int]:
-    keys = (ACTION_SCORE, ACTION_SKIP, ACTION_STALE, ACTION_FORCED, ACTION_RETRY, "not scored",
-            "failed")
+    keys = (ACTION_SCORE, ACTION_SKIP, ACTION_STALE, ACTION_FORCED, ACTION_RETRY, ACTION_UNTIED,
+            "not scored", "failed")
     return {k: sum(1 for o in outcomes if o.action == k) for k in keys}
 
 
@@ -375,6 +407,8 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
         ready()  # a judge that cannot be called (no key) fails before any re-execution
     run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
     run_dir, set_dir = outputs.run_label, outputs.set_label
+    # The ledger it appends to, checked before any judge call: a bad line is the ledger's.
+    check_before_append(run.dir, "score_run.py")
     qids = [str(a.get("qid")) for a in select_attempts(view.attempts(), only, Path(run.dir))]
     doctrine = judge_mod.load_doctrine()
     judge_pins = current_judge_pins(doctrine)
@@ -426,6 +460,15 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
             "modelSha": model_sha, **served}
     return finish_run(outputs, judge_spec=judge_spec, endpoint_flag=endpoint_flag, pins=pins,
                       outcomes=outcomes, provider_stats=provider_stats(judge), dry_run=dry_run)
+
+
+@contextlib.contextmanager
+def scoring_lock(run_dir: str | Path, who: str = "score_run.py") -> Iterator[None]:
+    """One scorer per run: the run's lock (`SCORE_LOCK`), taken before any other work (before
+    the set is loaded, a golden re-derived or an endpoint started); a second scorer exits 3 at
+    once naming the holder. score_run.py holds it around everything it does."""
+    with Run.open(run_dir).holding(SCORE_LOCK, who):
+        yield
 
 
 def current_judge_pins(doctrine: judge_mod.Doctrine) -> dict[str, Any]:

@@ -7,8 +7,9 @@ prints the verdict line first (`candidate better`, `candidate worse` or `no dete
 difference`), the headline (differences allowed, attempts left out, the noise band), the
 figures (pass rates over cases decided in both arms, the difference with a 95% paired bootstrap
 interval, the exact McNemar p) and the flip table. Arms that differ in set, cases, a golden
-revision, a question or the judge are refused (exit 3) and each difference is named, unless
---only-common-cases / --allow-different-judge says to go on. Exit 0 compared, 1 with
+revision, a question, the judge or the set's files (run.json datasetSha) are refused (exit 3)
+and each difference is named, unless --only-common-cases / --allow-different-judge /
+--allow-different-set says to go on (the headline then names what it let through). Exit 0 compared, 1 with
 --fail-on-regression when non-target cases broke beyond the band (any, without a band), 2 bad
 flags, 3 refused or unreadable.
 
@@ -58,6 +59,9 @@ def build_parser() -> cli.ScriptParser:
                            help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})")
     p.add_argument("--allow-different-judge", action="store_true",
                    help="compare although the judge pins differ (said in every output)")
+    p.add_argument("--allow-different-set", action="store_true",
+                   help="compare although the arms were made over other versions of the set's "
+                        "files (run.json datasetSha; said in the headline)")
     p.add_argument("--only-common-cases", action="store_true",
                    help="compare only the cases both arms attempted with the same golden "
                         "revision and question (said in every output)")
@@ -78,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           resamples=args.resamples,
                           allow_different_judge=args.allow_different_judge,
                           only_common_cases=args.only_common_cases,
-                          fail_on_regression=args.fail_on_regression)
+                          fail_on_regression=args.fail_on_regression,
+                          allow_different_set=args.allow_different_set)
     cli.emit(result, as_json=args.json, render=render_text)
     if args.out is not None:
         page = write_comparison_pages(result, args.out, args.base, args.candidate,

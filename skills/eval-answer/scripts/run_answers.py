@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
 """Put every question of a run's set to a blind answerer, N times each, and record every attempt.
 
-Each attempt runs in a fresh empty folder outside the kit, the set and the run, with a filtered
-environment and an MCP configuration naming only the endpoint; it is recorded the moment it ends,
-through the same code as record_attempt.py (contamination check included). Answerers:
+Each attempt runs in a fresh empty folder outside the kit, the set and the run, with an MCP
+configuration naming only the endpoint, sealed in a bubblewrap sandbox: it sees the system
+folders and its own program read-only, its working folder, an empty /tmp and HOME, only its own
+processes, and only PATH, LANG, TZ, what its answerer needs and --pass-env NAME from the
+environment (the network is shared). --sandbox-bind PATH adds a read-only path (refused, exit 2,
+when it holds a set, a run or the kit's evals/). No bwrap, or a kernel refusing its namespaces:
+exit 3 saying how to install it (Debian: apt-get install bubblewrap), unless --no-sandbox, which
+runs it UNSEALED (printed first and last, and in every headline of the run). Each attempt is
+recorded the moment it ends, through the same code as record_attempt.py (contamination check
+included). Answerers:
 `claude-code[:MODEL]` (the `claude` CLI, only the Publisher tools allowed), `anthropic:MODEL` (the
 kit's own tool-use loop; needs ANTHROPIC_API_KEY), or --answerer-cmd TEMPLATE (any command writing
 Claude Code stream-json on stdout; placeholders {question_file} {prompt_file} {mcp_config}
@@ -13,13 +20,14 @@ truncated. A crash, a model or transport error, or no stream-json at all is not 
 to <run>/harness.jsonl and is tried again; --max-failures of those in a row stop the run. Running
 the same command again resumes; --redo QIDS answers chosen cases again. Exit 0 ran (a budget stop
 included), 2 bad flags, 3 stopped by harness failures or could not start (no run.json, no endpoint,
-no `claude`, no API key).
+no `claude`, no API key, no working bwrap).
 
 Examples (the first makes the run; the second answers two cases with the kit's scripted answerer,
 scripts/scripted_answerer.py, which needs no model; $PWD is the kit's root, so its paths are
 absolute):
   .venv/bin/python skills/eval-answer/scripts/new_run.py --set evals/bookshop --out runs/live1 --answerer-model scripted-answerer --run-id live1
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_by_genre --no-sandbox --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs `claude` (Claude Code) on PATH
 """
@@ -34,10 +42,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.answer.harness.command import check_template
-from malloy_evals.answer.harness.harness import HarnessOptions, render_text, run_answers
+from malloy_evals.answer.harness.harness import (
+    UNSEALED_LINE,
+    HarnessOptions,
+    render_text,
+    run_answers,
+)
 from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
 from malloy_evals.core import cli
-from malloy_evals.core.errors import UsageError
+from malloy_evals.core.errors import KitError, UsageError
 from malloy_evals.llm.prices import PRICES_PATH, price_for
 
 
@@ -77,7 +90,8 @@ def build_parser() -> cli.ScriptParser:
                            help="turns per attempt before it is cut off, recorded truncated "
                                 "(default 30)")
     p.add_argument("--timeout", type=cli.seconds, default=900.0,
-                   help="seconds per attempt before it is cut off, recorded truncated (default 900)")
+                   help="seconds per attempt, counted from the answerer's first output, "
+                        "before it is cut off, recorded truncated (default 900)")
     p.add_argument("--max-cost-usd", type=cli.dollars, metavar="X",
                    help="stop once the run's answerers have spent X dollars (earlier sessions "
                         "count); anthropic: before the call that could exceed it; a command: "
@@ -92,6 +106,13 @@ def build_parser() -> cli.ScriptParser:
     cli.add_count_argument(p, "--max-output-mb", default=64,
                            help="a command's stdout beyond this stops it: a harness failure "
                                 "(default 64)")
+    p.add_argument("--sandbox-bind", action="append", default=[], metavar="PATH",
+                   help="one more path the sealed answerer may read (read-only; repeatable); "
+                        "refused when it holds a set, a run or the kit's evals/")
+    p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                   help="one more environment variable the sealed answerer gets (repeatable)")
+    p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
+                   help="run the answerer without bubblewrap: the run reads UNSEALED everywhere")
     cli.add_check(p, _answerer)
     cli.add_json_flag(p)
     return p
@@ -105,10 +126,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         only=args.only, redo=args.redo, split=args.split, parallel=args.parallel,
         max_turns=args.max_turns, timeout=args.timeout, max_cost_usd=args.max_cost_usd,
         prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
-        max_output_mb=args.max_output_mb)
-    result = run_answers(args.run, args.set_dir, options)
-    cli.emit(result, as_json=args.json, render=render_text)
-    return result.exit_code
+        max_output_mb=args.max_output_mb, sandbox=args.sandbox,
+        sandbox_binds=args.sandbox_bind, pass_env=args.pass_env)
+    if not args.sandbox:
+        cli.progress(UNSEALED_LINE)
+    try:
+        result = run_answers(args.run, args.set_dir, options)
+        cli.emit(result, as_json=args.json, render=render_text)
+        code = result.exit_code
+    except KitError as exc:
+        if args.sandbox:
+            raise
+        cli.progress(f"error: {exc}")  # said here, so that UNSEALED stays the last line
+        code = exc.exit_code
+    if not args.sandbox:
+        cli.progress(UNSEALED_LINE)
+    return code
 
 
 if __name__ == "__main__":

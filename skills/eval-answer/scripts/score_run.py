@@ -40,7 +40,13 @@ from malloy_evals.core import cli
 from malloy_evals.judge.doctrine import add_judge_samples
 from malloy_evals.llm.select import add_provider_arguments, provider_from_args
 from malloy_evals.workflow.outputs import RunOutputs
-from malloy_evals.workflow.run_scorer import DriftRefusal, render_refusal, render_text, score_run
+from malloy_evals.workflow.run_scorer import (
+    DriftRefusal,
+    render_refusal,
+    render_text,
+    score_run,
+    scoring_lock,
+)
 
 
 def build_parser() -> cli.ScriptParser:
@@ -65,15 +71,18 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Every input loaded and checked (the set it was made on, the coverage report) before a
-    # judge is made or a call is spent.
-    outputs = RunOutputs.load(args.run, args.set_dir, coverage=args.coverage,
-                              model_dir=args.model, refuse_public="score_run.py")
-    judge = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir, host_dir=args.run)
-    result = score_run(outputs, judge=judge, judge_spec=args.judge, mcp_url=args.mcp_url,
-                       local=args.local, parallel=args.parallel, only=args.only,
-                       rescore=args.rescore, allow_drift=args.allow_drift,
-                       judge_samples=args.judge_samples)
+    # One scorer per run, held before anything else is done (a second exits 3 naming the
+    # holder); then every input loaded and checked (the set it was made on, the coverage
+    # report) before a judge is made or a call is spent.
+    with scoring_lock(args.run):
+        outputs = RunOutputs.load(args.run, args.set_dir, coverage=args.coverage,
+                                  model_dir=args.model, refuse_public="score_run.py")
+        judge = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
+                                   host_dir=args.run)
+        result = score_run(outputs, judge=judge, judge_spec=args.judge, mcp_url=args.mcp_url,
+                           local=args.local, parallel=args.parallel, only=args.only,
+                           rescore=args.rescore, allow_drift=args.allow_drift,
+                           judge_samples=args.judge_samples)
     if isinstance(result, DriftRefusal):
         cli.emit(result, as_json=args.json, render=render_refusal)
         return result.exit_code

@@ -198,9 +198,13 @@ def _call_tool(mcp: McpClient, allowed: set[str], block: dict[str, Any],
 
 
 def run_api_session(answerer: ApiAnswerer, *, mcp_url: str, question: str, system_prompt: str,
-                    workdir: Path, max_turns: int, deadline: float, budget: Reserve,
+                    workdir: Path, max_turns: int, timeout: float, budget: Reserve,
                     transcript: Path) -> ApiSession:
-    """One blind attempt through the Messages API, written to `transcript` as stream-json."""
+    """One blind attempt through the Messages API, written to `transcript` as stream-json.
+
+    `timeout` counts from the session's init line, written once the endpoint is connected and
+    has listed its tools (its readiness), as a command answerer's counts from its first output:
+    connecting waits up to the MCP client's start-up ceiling instead."""
     started = time.monotonic()
     spent: float | None = 0.0
     usage = Usage()
@@ -211,7 +215,7 @@ def run_api_session(answerer: ApiAnswerer, *, mcp_url: str, question: str, syste
         spent = None if call is None or spent is None else spent + call
 
     try:
-        mcp = connect(url=mcp_url, timeout=max(1.0, min(60.0, deadline - time.monotonic())))
+        mcp = connect(url=mcp_url)
     except KitError as exc:
         raise SessionFailed(f"the endpoint did not answer: {exc}", 0.0) from None
     try:
@@ -227,6 +231,7 @@ def run_api_session(answerer: ApiAnswerer, *, mcp_url: str, question: str, syste
             writer = StreamJson(fh, session_id=str(uuid.uuid4()), model=answerer.model)
             writer.init(cwd=str(workdir), tools=[s["name"] for s in specs],
                         mcp_servers=[{"name": MCP_SERVER_NAME, "status": "connected"}])
+            deadline = time.monotonic() + timeout
             params: dict[str, Any] = {
                 "model": answerer.model, "max_tokens": answerer.max_tokens,
                 "system": [{"type": "text", "text": system_prompt,

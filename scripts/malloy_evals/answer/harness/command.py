@@ -2,7 +2,10 @@
 
 The child runs in its own process group (a new session) in the attempt's empty working folder,
 with stdin empty, the filtered environment, stdout captured to a file as the transcript and
-stderr kept beside it. On timeout, or when stdout passes its cap, the whole group gets SIGTERM,
+stderr kept beside it. Its time limit counts from its first output on stdout (the stream-json
+`init` line, which Claude Code writes once its MCP servers are connected): how long a process
+takes to start says how busy the machine is, not how the answerer did. Before that first output
+only a generous start-up ceiling applies (`START_UP_LIMIT_S`). On timeout, or when stdout passes its cap, the whole group gets SIGTERM,
 then SIGKILL after a short grace; when the child exits, anything it left running in its group is
 killed too. What the child did is then read from its stdout: `classify` decides whether it was an
 attempt (recorded) or a harness failure (logged, retried), by the rules in
@@ -33,6 +36,10 @@ PLACEHOLDERS = ("question_file", "prompt_file", "mcp_config", "workdir", "max_tu
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 STDERR_CAP_BYTES = 1 << 20      # stderr kept per attempt; the rest is read and dropped
 KILL_GRACE_S = 3.0              # between SIGTERM and SIGKILL
+# The most an answerer may take to write its first output (its start-up: the interpreter, its
+# MCP connections) before its own time limit starts; a ceiling for a loaded machine, not a guess.
+START_UP_LIMIT_S = 300.0
+_POLL_S = 0.25                  # how often the watcher looks at the clock while the child runs
 _CHUNK = 1 << 16
 
 
@@ -95,7 +102,7 @@ class ChildRun:
 
     exit_status: int | None       # the return code; negative is the signal that ended it
     seconds: float
-    timed_out: bool               # the harness stopped it at --timeout
+    timed_out: bool               # the harness stopped it at --timeout (or the start-up ceiling)
     flooded: bool                 # stdout passed its cap and the harness stopped it
     stdout_bytes: int
     start_error: str | None = None  # it could not be started at all
@@ -135,15 +142,20 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _pump(source: IO[bytes], sink: IO[bytes], cap: int, on_cap: Any) -> None:
+def _pump(source: IO[bytes], sink: IO[bytes], cap: int, on_cap: Any,
+          on_data: Any = None) -> None:
     """Copy `source` to `sink` up to `cap` bytes; past it call `on_cap` once and drop the rest
-    (still reading, so the child never blocks on a full pipe)."""
+    (still reading, so the child never blocks on a full pipe). `on_data` is called once, at the
+    first bytes read."""
     written = 0
     capped = False
     while True:
         chunk = source.read1(_CHUNK) if hasattr(source, "read1") else source.read(_CHUNK)
         if not chunk:
             break
+        if on_data is not None:
+            on_data()
+            on_data = None
         if written < cap:
             keep = chunk[: cap - written]
             sink.write(keep)
@@ -155,25 +167,72 @@ def _pump(source: IO[bytes], sink: IO[bytes], cap: int, on_cap: Any) -> None:
 
 
 def run_child(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
-              stdout_path: Path, stderr_path: Path, max_stdout_bytes: int) -> ChildRun:
-    """Run one answerer process to its end, its timeout or its output cap (see the module doc)."""
+              stdout_path: Path, stderr_path: Path, max_stdout_bytes: int,
+              wrapper: list[str] | None = None,
+              start_up_limit: float = START_UP_LIMIT_S) -> ChildRun:
+    """Run one answerer process to its end, its timeout or its output cap (see the module doc):
+    `timeout` seconds from its first output on stdout, `start_up_limit` seconds for that first
+    output to come.
+
+    `wrapper` is `[bwrap, its options...]` (sandbox.py) to run `argv` in: the options reach
+    bwrap through a pipe (`bwrap --args FD -- argv`), never its command line."""
     started = time.monotonic()
     # Both capture files are created, exclusively, before the child exists: nothing it plants in
     # their place (a link to a file elsewhere) can turn the harness's writes into writes there.
     with stdout_path.open("xb") as out, stderr_path.open("xb") as err:
+        fds: tuple[int, ...] = ()
+        if wrapper is not None:
+            head, fds = _args_through_pipe(wrapper[0], wrapper[1:])
+            argv = [*head, "--", *argv]
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=fds)
         except OSError as exc:
             err.write(f"{exc}\n".encode())
             return ChildRun(None, 0.0, False, False, 0, start_error=exc.strerror or str(exc))
-        return _watch(proc, out, err, started, timeout=timeout,
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return _watch(proc, out, err, started, timeout=timeout, start_up_limit=start_up_limit,
                       max_stdout_bytes=max_stdout_bytes)
 
 
+def _wait_for_limit(proc: subprocess.Popen[bytes], started: float, first_output: list[float],
+                    timeout: float, start_up_limit: float) -> bool:
+    """Wait until the child ends (False) or its limit passes (True): `start_up_limit` from its
+    start while it has written nothing, then `timeout` from its first output."""
+    while True:
+        deadline = (first_output[0] + timeout) if first_output else (started + start_up_limit)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return proc.poll() is None
+        try:
+            proc.wait(timeout=min(remaining, _POLL_S))
+            return False
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _args_through_pipe(program: str, args: list[str]) -> tuple[list[str], tuple[int, ...]]:
+    """`[program, --args, FD]` and the pipe's read end FD, the NUL-separated args already in it
+    (a sandbox's command line is a few kilobytes: far below a pipe's buffer)."""
+    payload = b"".join(a.encode("utf-8") + b"\0" for a in args)
+    read_end, write_end = os.pipe()
+    try:
+        if len(payload) > 60_000:
+            raise OSError(f"the sandbox's arguments are too long ({len(payload)} bytes)")
+        os.write(write_end, payload)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return [program, "--args", str(read_end)], (read_end,)
+
+
 def _watch(proc: subprocess.Popen[bytes], out: IO[bytes], err: IO[bytes], started: float, *,
-           timeout: float, max_stdout_bytes: int) -> ChildRun:
+           timeout: float, start_up_limit: float, max_stdout_bytes: int) -> ChildRun:
     """Pump a started child's output into the capture files until it ends, times out or floods."""
     pgid = proc.pid  # a new session: the child leads its own process group
     with _RUNNING_LOCK:
@@ -184,8 +243,14 @@ def _watch(proc: subprocess.Popen[bytes], out: IO[bytes], err: IO[bytes], starte
         flooded.set()
         _kill_group(pgid, signal.SIGKILL)
 
+    first_output: list[float] = []  # when the child first wrote on stdout (its readiness)
+
+    def spoke() -> None:
+        first_output.append(time.monotonic())
+
     assert proc.stdout is not None and proc.stderr is not None
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, max_stdout_bytes, flood),
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, max_stdout_bytes, flood,
+                                                  spoke),
                               daemon=True, name="answerer-stdout"),
              threading.Thread(target=_pump, args=(proc.stderr, err, STDERR_CAP_BYTES, None),
                               daemon=True, name="answerer-stderr")]
@@ -193,14 +258,13 @@ def _watch(proc: subprocess.Popen[bytes], out: IO[bytes], err: IO[bytes], starte
         t.start()
     timed_out = False
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(pgid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+        timed_out = _wait_for_limit(proc, started, first_output, timeout, start_up_limit)
+        if timed_out:
+            _kill_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
     except BaseException:
         _kill_group(pgid, signal.SIGKILL)
         proc.wait()
@@ -274,7 +338,9 @@ def classify(run: ChildRun, scan: StreamScan, *, timeout: float, max_stdout_byte
                                       "on stdout and was stopped")
     if scan.events == 0:
         if run.timed_out:
-            return Verdict(False, failure=f"no stream-json on stdout within {timeout:g} s")
+            return Verdict(False, failure=f"no stream-json on stdout before it was stopped "
+                                          f"({timeout:g} s after its first output, or "
+                                          f"{START_UP_LIMIT_S:g} s without any)")
         return Verdict(False, failure=f"the answerer ended ({run.status_text()}) without writing "
                                       "stream-json on stdout")
     result = scan.result

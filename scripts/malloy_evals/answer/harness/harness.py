@@ -2,7 +2,8 @@
 it ends (skills/eval-answer/reference/harness.md).
 
 For each planned attempt: make its empty working folder and inputs, run the answerer (a command
-in its own process group, or the API loop), then either record the session through
+in its own process group, sealed in bubblewrap unless --no-sandbox (sandbox.py), or the API
+loop), then either record the session through
 `record_attempt` (the very code record_attempt.py runs: contamination check, tool calls,
 redacted transcript copy) or, when it was not an attempt, log the failure to harness.jsonl and
 try again, up to `retries` times. `max_failures` failures in a row stop the run (exit 3); the
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.harness import api_loop, command, isolation
+from malloy_evals.answer.harness import api_loop, command, isolation, sandbox
 from malloy_evals.answer.harness.local import serve_model_http
 from malloy_evals.answer.harness.plan import (
     DEFAULT_PROMPT,
@@ -40,7 +41,7 @@ from malloy_evals.answer.harness.plan import (
     run_spend,
 )
 from malloy_evals.answer.transcripts import record_attempt
-from malloy_evals.core import cli, commands, files, paths
+from malloy_evals.core import cli, commands, files, paths, seal
 from malloy_evals.core.errors import (
     EXIT_OK,
     EXIT_UNMEASURED,
@@ -50,13 +51,18 @@ from malloy_evals.core.errors import (
     UsageError,
 )
 from malloy_evals.core.redact import Redactor, redact
-from malloy_evals.core.vocab import is_contaminated
+from malloy_evals.core.vocab import is_contaminated, is_truncated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
+from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.llm.prices import PRICES_PATH, price_for
 from malloy_evals.sets.eval_set import CASES_FILE, EvalSet, load_set
 
+# run_answers.py's first and last line with --no-sandbox.
+UNSEALED_LINE = (f"{seal.UNSEALED}: --no-sandbox: the answerer runs without bubblewrap and can "
+                 "read any file its user can; every headline of this run will say UNSEALED")
 STDERR_TAIL_CHARS = 4000     # of a failed try's stderr, kept in harness.jsonl
 RETRY_PAUSE_S = 0.5          # times the try number, between tries of one attempt
 
@@ -80,6 +86,9 @@ class HarnessOptions:
     retries: int = 2
     max_failures: int = 4
     max_output_mb: int = 64
+    sandbox: bool = True                  # False: --no-sandbox, the run is UNSEALED
+    sandbox_binds: list[str] = field(default_factory=list)   # --sandbox-bind, read-only
+    pass_env: list[str] = field(default_factory=list)  # --pass-env and names the plan adds
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,11 @@ class HarnessResult:
     harness_log: str
     set_dir: str = ""
     local: bool = False
+    sandbox: str | None = None    # run.json's `sandbox` for this session (None: nothing ran)
+
+    @property
+    def unsealed(self) -> bool:
+        return self.sandbox == seal.NO_SANDBOX
 
     def count(self, outcome: str) -> int:
         return sum(1 for o in self.outcomes if o.outcome == outcome)
@@ -140,6 +154,7 @@ class HarnessResult:
                 "stopped": self.stopped, "stop_kind": self.stop_kind,
                 "spent_usd": round(self.spent_usd, 6), "max_cost_usd": self.max_cost_usd,
                 "unknown_cost": self.unknown_cost, "harness_log": self.harness_log,
+                "sandbox": self.sandbox, "unsealed": self.unsealed,
                 "outcomes": [cli.to_jsonable(o) for o in self.outcomes],
                 "exit_code": self.exit_code}
 
@@ -228,6 +243,7 @@ class _Context:
     allowed: list[str] = field(default_factory=list)  # Claude Code names of the allowed tools
     api: api_loop.ApiAnswerer | None = None
     view: LiveView | None = None              # the run's live view, refreshed under shared.lock
+    policy: sandbox.SandboxPolicy | None = None  # None: unsealed (--no-sandbox) or the API loop
 
 
 @contextmanager
@@ -285,8 +301,11 @@ def _answerer_tools(url: str, eval_set: EvalSet) -> list[str]:
             if not tools:
                 raise UnmeasuredError(f"the MCP endpoint {url} offers no get_context or "
                                       f"execute_query tool (it lists: {', '.join(listed) or 'nothing'})")
-            sources = client.get_context(environmentName=eval_set.environment,
-                                         packageName=eval_set.target_package)
+            # The endpoint loads the package on this call (its runners start): the readiness
+            # signal, waited for up to the runner's own load ceiling.
+            sources = client.call_ok("get_context", {"environmentName": eval_set.environment,
+                                                     "packageName": eval_set.target_package},
+                                     timeout=LOAD_TIMEOUT_S)
             if isinstance(sources, dict) and not (sources.get("results") or sources.get("sources")):
                 note = sources.get("note") or "no sources listed"
                 raise UnmeasuredError(f"the MCP endpoint {url} serves package "
@@ -319,10 +338,15 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
         raise UsageError(f"--prompt {prompt_path}: not a file")
 
     run = Run.open(run_dir)
+    # The ledger it appends to, checked before any answerer is paid for: a bad line is the
+    # ledger's (named: file, line, what), never blamed on an answer recorded after it.
+    check_before_append(run.dir, "run_answers.py")
     eval_set = load_set(set_dir)
     cases_file = eval_set.dir / CASES_FILE
     cli.check_known(options.only, eval_set.cases, where=cases_file)
     cli.check_known(options.redo, eval_set.cases, where=cases_file, flag="--redo")
+    sealed_from = sealed_protected(eval_set, run)
+    extra_binds = _check_sandbox_flags(options, sealed_from)
     try:
         template = prompt_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -362,22 +386,31 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
                                       "use --answerer-cmd or --answerer anthropic:<model>)")
         elif spec.kind == "anthropic":
             api = api_loop.ApiAnswerer.create(spec.model or "")
+        policy = None
+        label = sandbox.API_LOOP if spec.kind == "anthropic" else seal.NO_SANDBOX
+        if spec.kind != "anthropic" and options.sandbox:
+            policy = _policy(options, claude, protected, sealed_from, extra_binds)
+            label = policy.label
         with _endpoint(eval_set, options) as url:
             allowed = [isolation.claude_tool_name(t) for t in _answerer_tools(url, eval_set)]
             if not pinned:
                 run.update_info(answererPromptSha=prompt_sha)
+            # Once answered unsealed, a run stays so: its unsealed attempts are still in it.
+            if run.info.get("sandbox") != seal.NO_SANDBOX:
+                run.update_info(sandbox=label)
             shared = _Shared(queue=iter(plan.todo), total=len(plan.todo), budget=budget,
                              max_failures=options.max_failures)
             ctx = _Context(run=run, eval_set=eval_set, options=options,
                            prompt=render_prompt(template, eval_set), mcp_url=url,
                            protected=protected, log=log, shared=shared, progress=progress,
-                           claude=claude, allowed=allowed, api=api, view=view)
+                           claude=claude, allowed=allowed, api=api, view=view, policy=policy)
             log.write("start", answerer=spec.label, command=redact(spec.template or ""),
                       mcp_url=url, local=options.local, prompt=str(prompt_path),
                       prompt_sha=prompt_sha, samples=options.samples, planned=len(plan.todo),
                       skipped=len(plan.skipped), max_turns=options.max_turns,
                       timeout_s=options.timeout, max_cost_usd=options.max_cost_usd,
-                      spent_before_usd=round(budget.spent, 6), parallel=options.parallel)
+                      spent_before_usd=round(budget.spent, 6), parallel=options.parallel,
+                      sandbox=label, allow_list=policy.allow_list() if policy else None)
             progress(f"answering {len(plan.todo)} attempt(s) with {spec.label} over {url}"
                      + (f" ({len(plan.skipped)} already recorded, skipped)" if plan.skipped else ""))
             try:
@@ -396,7 +429,47 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
             run.update_info(status="aborted")
     return HarnessResult(**base, mcp_url=url, outcomes=outcomes, stopped=shared.stopped,
                          stop_kind=shared.stop_kind, spent_usd=budget.spent,
-                         unknown_cost=budget.unknown, local=options.local)
+                         unknown_cost=budget.unknown, local=options.local, sandbox=label)
+
+
+def sealed_protected(eval_set: EvalSet, run: Run) -> list[Path]:
+    """What a sealed answerer must never reach, even through a bind: the kit's evals/, the set
+    (its truth package included) and the run (harness.jsonl and harness.lock with it)."""
+    return sorted({Path(p).resolve() for p in (paths.EVALS_DIR, eval_set.dir,
+                                               eval_set.truth_dir, run.dir)})
+
+
+def _check_sandbox_flags(options: HarnessOptions, protected: list[Path]) -> list[Path]:
+    """--sandbox-bind and --no-sandbox checked against the answerer and the protected folders
+    (UsageError, exit 2); the extra read-only binds, resolved."""
+    spec = options.answerer
+    if spec.kind == "anthropic" and (not options.sandbox or options.sandbox_binds):
+        flag = "--no-sandbox" if not options.sandbox else "--sandbox-bind"
+        raise UsageError(f"{flag}: anthropic:{spec.model} runs in-process with no file, shell or "
+                         "process tools; there is no program to seal (it needs neither flag)")
+    if not options.sandbox and options.sandbox_binds:
+        raise UsageError("--sandbox-bind goes with a sealed run; drop it or drop --no-sandbox")
+    return sandbox.check_sandbox_binds(options.sandbox_binds, protected,
+                                       temp_base=isolation.temp_base(
+                                           isolation.protected_paths(*protected)))
+
+
+def _policy(options: HarnessOptions, claude: str | None, protected: list[str],
+            sealed_from: list[Path], extra: list[Path]) -> sandbox.SandboxPolicy:
+    """The run's sandbox: bwrap found and able to make one (exit 3 otherwise), the answerer's
+    program resolved on the PATH it will get, and the allow-list built."""
+    spec = options.answerer
+    bwrap = sandbox.find_bwrap()
+    version = sandbox.bwrap_version(bwrap)
+    search = isolation.child_environment(os.environ, protected, Path.cwd()).get("PATH")
+    if spec.kind == "claude-code":
+        program = sandbox.program_binds(spec.kind, claude or "claude", search_path=search)
+    else:
+        first, rest = sandbox.command_program(spec.template or "", search)
+        program = sandbox.program_binds(spec.kind, first, rest, search_path=search)
+    return sandbox.make_policy(bwrap, version, program=program, extra=extra,
+                               protected=sealed_from, temp_base=isolation.temp_base(protected),
+                               env_names=sandbox.allowed_env_names(spec.kind, options.pass_env))
 
 
 def _run_all(ctx: _Context, todo: list[PlannedAttempt]) -> list[AttemptOutcome]:
@@ -509,7 +582,16 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
     options = ctx.options
     cap = options.max_output_mb << 20
     env = isolation.child_environment(os.environ, ctx.protected, space.workdir)
-    child = command.run_child(_command_argv(ctx, planned, space), cwd=space.workdir, env=env,
+    argv = _command_argv(ctx, planned, space)
+    wrapper = None
+    if ctx.policy is not None:
+        # The values go to bwrap through its environment, never its command line (which every
+        # process of the machine can read); bwrap hands exactly these to the answerer.
+        env = sandbox.sandbox_environment(os.environ, ctx.policy.env_names,
+                                          path_value=env.get("PATH"), workdir=space.workdir)
+        wrapper = [ctx.policy.bwrap, *ctx.policy.options(workdir=space.workdir,
+                                                          inputs=space.question_file.parent)]
+    child = command.run_child(argv, cwd=space.workdir, env=env, wrapper=wrapper,
                               timeout=options.timeout, stdout_path=space.stdout,
                               stderr_path=space.stderr, max_stdout_bytes=cap)
     scan = command.scan_stream(space.stdout)
@@ -557,7 +639,7 @@ def _try_api(ctx: _Context, planned: PlannedAttempt, try_no: int,
         api_loop.run_api_session(ctx.api, mcp_url=ctx.mcp_url, question=planned.question,
                                  system_prompt=ctx.prompt, workdir=space.workdir,
                                  max_turns=options.max_turns,
-                                 deadline=started + options.timeout, budget=ctx.shared.budget,
+                                 timeout=options.timeout, budget=ctx.shared.budget,
                                  transcript=space.stdout)
     except api_loop.BudgetStop as exc:
         why = (f"--max-cost-usd {options.max_cost_usd:g} would be exceeded by the next model call "
@@ -598,7 +680,7 @@ def _record(ctx: _Context, planned: PlannedAttempt, try_no: int, space: isolatio
     seconds = time.monotonic() - started
     outcome = AttemptOutcome(planned.qid, planned.sample, "recorded", try_no,
                              attempt_event_id=rec.attempt_event_id, submitted=rec.submitted,
-                             truncated=bool(attempt.get("truncated")),
+                             truncated=is_truncated(attempt.get("truncated")),
                              contaminated=rec.contaminated, num_turns=attempt.get("num_turns"),
                              cost_usd=attempt.get("cost_usd"), seconds=seconds)
     ctx.log.write("try", outcome="recorded", attempt_event_id=rec.attempt_event_id,
@@ -630,6 +712,9 @@ def render_text(result: HarnessResult) -> str:
     lines = [f"run_answers {result.run_dir}: recorded {recorded} of {result.planned} planned "
              f"attempt(s) with {result.answerer}"
              + (f"; {result.skipped} already recorded, skipped" if result.skipped else "")]
+    if result.sandbox is not None:
+        lines.append(f"  {seal.UNSEALED}: answered without the sandbox" if result.unsealed
+                     else f"  sandbox: {result.sandbox}")
     if result.planned == 0:
         lines.append("  nothing to do: every selected attempt is recorded (--redo QIDS runs "
                      "chosen ones again)")

@@ -4,8 +4,9 @@ Each attempt gets a fresh, empty working folder outside the kit, the set and the
 folder for its inputs (the question exactly as stored, the answerer prompt, the MCP configuration
 naming only the endpoint); and an environment from which every variable that names the kit, the
 set or the run is removed. Claude Code is allowed the endpoint's Publisher tools and nothing
-else. This is a precaution, not a sandbox: a process can still open any file its user can read.
-The contamination check on the transcript is what proves an attempt clean.
+else. Unsealed (--no-sandbox) that is a precaution only: a process can still open any file its
+user can read. Sealed, sandbox.py wraps the command in bubblewrap and gives it an allow-listed
+environment instead. The contamination check on the transcript still runs either way.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class AttemptSpace:
     stderr: Path
 
 
-def _temp_base(protected: list[str]) -> Path:
+def temp_base(protected: list[str]) -> Path:
     """The system temporary folder, unless it lies inside a protected folder (then /tmp)."""
     for candidate in (Path(tempfile.gettempdir()), Path("/tmp")):
         resolved = str(candidate.resolve())
@@ -126,7 +127,7 @@ def attempt_space(protected: list[str], *, question: str, prompt: str,
 
     The question file holds the question byte for byte as the set stores it (no newline added).
     The folder's name is random: a qid in it would tell the answerer which case it is on."""
-    root = Path(tempfile.mkdtemp(prefix="malloy-evals-attempt-", dir=_temp_base(protected)))
+    root = Path(tempfile.mkdtemp(prefix="malloy-evals-attempt-", dir=temp_base(protected)))
     try:
         workdir = root / "work"
         inputs = root / "inputs"

@@ -23,7 +23,7 @@ from malloy_evals.core.errors import InputError, KitError, UnmeasuredError
 from malloy_evals.endpoint.mcp_client import connect
 from malloy_evals.sets.eval_set import EvalSet
 
-STARTUP_TIMEOUT_S = 90.0
+STARTUP_TIMEOUT_S = 300.0  # a ceiling: readiness is the server listing its tools
 _PORT_TRIES = 3
 
 

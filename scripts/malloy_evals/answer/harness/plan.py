@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from malloy_evals.core import files, jsonl, paths
 from malloy_evals.core.errors import UsageError
+from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.events import now
 from malloy_evals.sets.eval_set import EvalSet
 
@@ -81,11 +82,6 @@ def render_prompt(template: str, eval_set: EvalSet) -> str:
 
 
 # ---------------------------------------------------------------- the attempts
-
-def attempt_label(qid: str, sample: int | None) -> str:
-    """`bk_total_revenue`, or `bk_total_revenue #2` for a sample: how progress lines name one."""
-    return qid if sample is None else f"{qid} #{sample}"
-
 
 @dataclass(frozen=True)
 class PlannedAttempt:

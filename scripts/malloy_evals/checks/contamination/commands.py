@@ -7,6 +7,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from malloy_evals.checks.contamination.build import (
+    BUILD_TOOLS,
+    build_commands,
+    build_file_and_folder,
+)
 from malloy_evals.checks.contamination.code import Lang, lang_of, may_read, read_code
 from malloy_evals.checks.contamination.programs import (
     ENV_SCRIPT_RE,
@@ -229,7 +234,9 @@ def _see_simple(simple: Simple, cwd: Ref | None, state: State, seen: Seen,
                 fixed, rest = glob_split(expanded, cwd)
                 seen.sweeps.append(Sweep(root=fixed, pattern=rest,
                                          kind="ls-glob" if prog in ("ls", "du", "tree") else "glob"))
-    if prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python") or prog in _SOURCES:
+    if prog in BUILD_TOOLS:
+        _see_build(prog, args, cwd, state, seen, depth)
+    elif prog in _INTERPRETERS or prog in _SHELLS or prog.startswith("python") or prog in _SOURCES:
         _see_interpreter(prog, args, simple, cwd, state, seen, piped, depth)
     elif head is not None and ("/" in head.value or head.value.endswith((".sh", ".py"))):
         _see_script_file(head.value, cwd, state, seen, [a.value for a in args], depth)
@@ -554,6 +561,28 @@ def _see_interpreter(prog: str, args: list[Word], simple: Simple, cwd: Ref | Non
         return  # `python3 --version`
     _see_script_file(script.value, cwd, state, seen, [a.value for a in operands[1:]], depth,
                      lang=lang)
+
+
+def _see_build(prog: str, args: list[Word], cwd: Ref | None, state: State, seen: Seen,
+               depth: int) -> None:
+    """`make`, `just`, `ninja`: the build file they run (named with -f, else the tool's default
+    names, in the folder -C gives) is read like a script the answerer wrote, its recipes as shell
+    commands run from that folder; a build file it made whose text the log hides is unseen, and
+    one the log never shows is a script that may read."""
+    named, folder = build_file_and_folder(prog, [a.value for a in args])
+    run_in = to_ref(folder, cwd) if folder else cwd
+    for name in [named] if named else list(BUILD_TOOLS[prog]):
+        ref = to_ref(name, run_in)
+        body = state.written.get(ref)
+        if body is not None:
+            if depth < 4:
+                for line in build_commands(prog, body):
+                    see_shell(line, run_in, state, seen, depth + 1)
+            return
+        if ref in state.made:
+            seen.unseen.append(f"{name}, written at run time")
+            return
+    seen.scripts.append(Script(cwd=run_in, primitive=None))
 
 
 def _see_script_file(script: str, cwd: Ref | None, state: State, seen: Seen,

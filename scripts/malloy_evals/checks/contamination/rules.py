@@ -95,8 +95,21 @@ Where reference/contamination.md is silent, these are the choices (each has a te
 - A glob that names files without recursing is a read of what it names: `grep x *.malloy` in the
   model's folder is `model-file`, `cat *` inside the set `eval-area`; `**`, `grep -r` and the
   Grep tool are recursive reads.
+- A build file the answerer wrote (Makefile, justfile, build.ninja) and ran with make, gmake,
+  just or ninja (its default name or -f FILE, in the folder -C gives) is read like a script it
+  wrote: its recipes are shell commands run from that folder, with the file's variables and the
+  automatic ones put in, and a rule's prerequisites are reads. One it made whose text the log
+  hides is unseen; one the log never shows is a script that may read (build.py).
+- A subagent tool (Task, Agent) handed a path has reached it: every path its prompt and other
+  inputs name is a touch (eval-area), even though the subagent's own calls may not be in the
+  log. The model file it names is exempt, as in a Publisher call.
+- A file the answerer made itself (a Write, `>`, tee, code writing it) inside its own working
+  folder (the log's cwd, known and absolute) is not the answer key because of its name: writing
+  and reading back its own `cases.jsonl` or `set.json` matches no needle by that name (the
+  folders it lies in still do: `runs/out.txt` is in a runs/ folder). Read before it was written,
+  or outside the working folder, it gets no such pass; a protected folder is never one.
 - Not decided here: a Publisher `getModel`-style tool called with a `modelPath` returns model text
-  but is exempt by rule 2; a subagent's (Task) own tool uses count only as the host logs them.
+  but is exempt by rule 2.
 """
 
 from __future__ import annotations
@@ -218,8 +231,15 @@ def _sweep_rule(sweep: Sweep, target: Target) -> Rule:
     return "recursive-read"
 
 
+def _own_file(ref: Ref, made: AbstractSet[Ref], workdir: Ref | None) -> bool:
+    """Whether `ref` is a file the answerer made itself inside its own working folder (the log's
+    cwd, known and absolute): named like the answer key (`cases.jsonl`), it is still its own."""
+    return (workdir is not None and workdir.absolute and ref.absolute and ref in made
+            and ref != workdir and is_under(ref, workdir))
+
+
 def _rule_hits(index: int, use: ToolUse, seen: Seen, protect: _Protect,
-               made: AbstractSet[Ref] = frozenset()) -> list[Reason]:
+               made: AbstractSet[Ref] = frozenset(), workdir: Ref | None = None) -> list[Reason]:
     """The reasons one tool use gives, at most one per rule."""
     tool = use.name
     reasons: list[Reason] = []
@@ -232,8 +252,10 @@ def _rule_hits(index: int, use: ToolUse, seen: Seen, protect: _Protect,
     for touch in seen.touches:
         if touch.model_exempt and any(_names_model(touch.ref, m.ref) for m in protect.models):
             continue  # an MCP call's modelPath naming the model under test: the server's business
+        # Its own file's name is its own; the folders it lies in are still matched.
+        segs = touch.needle_segs[:-1] if _own_file(touch.ref, made, workdir) else touch.needle_segs
         for needle in protect.needles:
-            if needle.hits(touch.needle_segs, path_like=touch.path_like):
+            if needle.hits(segs, path_like=touch.path_like):
                 add("eval-area", needle.text)
                 break
         if not touch.url and not (kind == "mcp" and not touch.ref.absolute):
@@ -379,7 +401,7 @@ def check_contamination(
     for index, use in enumerate(tool_uses):
         seen = see(use, state)
         follow_links(seen, state.links)
-        reasons.extend(_rule_hits(index, use, seen, protect, state.made))
+        reasons.extend(_rule_hits(index, use, seen, protect, state.made, base))
     host = len(tool_uses)
     if reported_calls is not None and reported_calls > host:
         reasons.append(Reason("under-report", None, None,

@@ -38,6 +38,9 @@ from malloy_evals.checks.contamination.touches import (
 )
 from malloy_evals.checks.toollog import ToolUse
 
+# A tool that starts a subagent (Claude Code's Task, an Agent tool) with a prompt.
+_SUBAGENT_WORDS = frozenset({"task", "agent", "subagent"})
+
 
 def see(use: ToolUse, state: State) -> Seen:
     """Everything one tool use names, by tool kind."""
@@ -61,6 +64,13 @@ def see(use: ToolUse, state: State) -> Seen:
             seen.sweeps.append(Sweep(root=to_ref(value.replace("\\", "/"), cwd), pattern=None))
     if kind == "mcp":
         _see_mcp(data, cwd, seen, publisher=is_publisher_tool(name))
+        return seen
+    if kind == "other" and words & _SUBAGENT_WORDS:
+        # A subagent (Task) handed a path has reached it, whatever the log shows of the
+        # subagent's own calls: every path its prompt names is a touch. The model file it may
+        # name (the Publisher serves it to the subagent too) is not the answer key.
+        for text in strings_in(data):
+            seen.touches.extend(embedded(text, cwd, literals_path_like=True, exempt=True))
         return seen
     for value in keyed(data, URL_KEYS):
         seen.touches.extend(embedded(value, cwd, literals_path_like=True)
