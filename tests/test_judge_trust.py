@@ -26,6 +26,7 @@ from malloy_evals.workflow import review
 from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.reverify import reverify
 from script_support import KIT, run_outcome
+from tie_support import tied
 
 AGREEMENT = KIT / "skills" / "eval-judge" / "scripts" / "judge_agreement.py"
 CHECK_JUDGE = KIT / "skills" / "eval-judge" / "scripts" / "check_judge.py"
@@ -92,8 +93,8 @@ def _settled_run(root: Path, pairs: list[tuple[str, str]]) -> Run:
                                    for i in range(len(pairs))])
     view = run.view()
     for i, (judge, _person) in enumerate(pairs):
-        run.append([{"kind": "score", "qid": "q_rev", "sample": i, "verdict": judge,
-                     "confidence": 8, "why": "the judge"}])
+        run.append([tied(run.dir, {"kind": "score", "qid": "q_rev", "sample": i, "verdict": judge,
+                                   "confidence": 8, "why": "the judge"})])
     view = run.view()
     for i, (_judge, person) in enumerate(pairs):
         key = run.key("q_rev", i)
@@ -431,10 +432,10 @@ def test_a_near_match_stable_across_arms_goes_to_diagnosis_not_the_queue(tmp_pat
         run.append([{"kind": "attempt", "qid": q, "sample": None, "submitted": True,
                      "answer_text": "a", "final_query": None, "contaminated": False}
                     for q in ("q_genre", "q_rev")])
-        run.append([{"kind": "score", "qid": "q_genre", "sample": None, "verdict": genre_verdict,
-                     "confidence": 8, "why": "DIVERGENT"},
-                    {"kind": "score", "qid": "q_rev", "sample": None, "verdict": "near_match",
-                     "confidence": 8, "why": "DIVERGENT"}])
+        run.append([tied(run.dir, {"kind": "score", "qid": "q_genre", "sample": None,
+                                   "verdict": genre_verdict, "confidence": 8, "why": "DIVERGENT"}),
+                    tied(run.dir, {"kind": "score", "qid": "q_rev", "sample": None,
+                                   "verdict": "near_match", "confidence": 8, "why": "DIVERGENT"})])
         runs.append(run)
     # q_rev is near_match in every arm; q_genre is not in the third
     queue = review.review_queue(RunOutputs.load(runs[0].dir, set_dir),
