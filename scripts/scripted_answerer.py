@@ -132,10 +132,15 @@ class Session:
                            usage=self.usage, cost_usd=cost, is_error=is_error)
 
 
-def _mcp_url(config_path: Path, server: str | None) -> str:
+def _mcp_server(config_path: Path, server: str | None) -> tuple[str, dict[str, str]]:
+    """The endpoint's URL and headers from an --mcp-config file, each `${VAR}` in a header
+    expanded from this process's environment (as Claude Code expands them)."""
     servers = json.loads(config_path.read_text(encoding="utf-8"))["mcpServers"]
     name = server or next(iter(servers))
-    return str(servers[name]["url"])
+    headers = {str(k): re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}",
+                              lambda m: os.environ.get(m.group(1), ""), str(v))
+               for k, v in (servers[name].get("headers") or {}).items()}
+    return str(servers[name]["url"]), headers
 
 
 def _answer(session: Session, question: str, plan: dict[str, dict[str, str]]) -> None:
@@ -243,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.init(cwd=os.getcwd(), tools=[], mcp_servers=[])
         return _misbehave(mode, Session(writer, None, [], args.cost_per_turn, args.max_turns))
     try:
-        client = connect(url=_mcp_url(args.mcp_config, args.server), timeout=60)
+        url, headers = _mcp_server(args.mcp_config, args.server)
+        client = connect(url=url, timeout=60, headers=headers)
         tools = client.list_tools()
     except ModuleNotFoundError as exc:  # the interpreter, not the server: say which package
         print(f"scripted_answerer: the Python package {exc.name!r} is missing in "

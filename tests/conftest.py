@@ -27,15 +27,21 @@ def node_runtime_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture
-def needs_node() -> None:
-    """Skip a runtime-backed test with a clear reason when Node is absent, except in CI."""
+def skip_without_node() -> None:
+    """Skip the calling test (or fixture, of any scope) with a clear reason when Node is absent,
+    except in CI."""
     reason = node_runtime_missing_reason()
     if reason is None:
         return
     if os.environ.get("CI"):
         pytest.fail(f"CI is set, so runtime tests must run: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def needs_node() -> None:
+    """Skip a runtime-backed test with a clear reason when Node is absent, except in CI."""
+    skip_without_node()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from fuzz_support import FUZZ, mutated_set_file, reads_or_refuses
 from hypothesis import given
 from hypothesis import strategies as st
 from malloy_evals.core.errors import InputError
-from malloy_evals.sets import importer
+from malloy_evals.sets import importer, published_links
 from malloy_evals.sets.eval_set import check_set, load_set
 from malloy_evals.sets.goldens import verify_goldens
 from malloy_evals.sets.promote import promote_golden
@@ -197,3 +197,99 @@ def test_a_missing_truth_package_is_reported_with_the_tables_its_queries_read(tm
     [truth] = [m for m in report.missing if m.startswith("truth/")]
     assert "read ../data/sales.csv relative to it" in truth and "truth/truth.malloy" in truth
     assert report.exit_code == 0  # missing folders are for scoring, not for validating the set
+
+
+# ---------------------------------------------------------------- a set laid out as published
+# The public ecommerce set reaches its tables through links: model/data and truth/data point at
+# the set's data/, and data/ itself may point into the package folder beside the set. Its ranked
+# goldens carry a rank column their canonical queries never return.
+
+def _published(root: Path, *, data_outside: bool) -> Path:
+    """A repository holding the nursery package and, under evals/, its set as published."""
+    package = root / "repo" / "nursery"
+    shutil.copytree(PUBLIC_SET / "model", package)
+    shutil.copytree(PUBLIC_SET / "data", package / "data")
+    src = root / "repo" / "evals" / "nursery"
+    shutil.copytree(PUBLIC_SET, src, ignore=shutil.ignore_patterns("data"))
+    if data_outside:
+        os.symlink("../../nursery/data", src / "data")
+    else:
+        shutil.copytree(PUBLIC_SET / "data", src / "data")
+    for pkg, name in (("model", "nursery.malloy"), ("truth", "truth.malloy")):
+        os.symlink("../data", src / pkg / "data")
+        text = (src / pkg / name).read_text()
+        (src / pkg / name).write_text(text.replace("'../data/", "'data/"))
+    os.symlink(package / "data", src / "package-data")
+    lines = []
+    for line in (src / "cases.jsonl").read_text().splitlines():
+        case = json.loads(line)
+        query = (case.get("golden") or {}).get("canonicalQuery")
+        if isinstance(query, str):
+            query = query.replace("'../data/", "'data/").replace(" calculate: rank is rank();", "")
+            case["golden"]["canonicalQuery"] = query
+        lines.append(json.dumps(case))
+    (src / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    return src
+
+
+def test_a_published_layout_imports_with_its_links_and_verifies_with_no_hand_step(tmp_path, needs_node):
+    src = _published(tmp_path, data_outside=False)
+    out = tmp_path / "imported"
+    report = importer.import_set(src, out)
+    by_path = {o.path: o for o in report.links}
+    assert set(by_path) == {"model/data", "truth/data", "package-data"}
+    for inside in ("model/data", "truth/data"):
+        assert by_path[inside].action == published_links.REMADE
+        assert os.readlink(out / inside) == "../data"
+        assert (out / inside / "sales.csv").resolve() == (out / "data" / "sales.csv").resolve()
+    assert by_path["package-data"].action == published_links.LEFT_OUT
+    assert not (out / "package-data").exists() and report.skipped_links == ["package-data"]
+    assert any(m.startswith("package-data: published as a link") for m in report.missing)
+    # The ranked golden: its rank column is the order, not a compared column.
+    golden = cases(out)["nur_top_categories"]["golden"]
+    assert golden["ordered"] is True and all("rank" not in row for row in golden["value"])
+    assert "dropped from the compared columns" in report.ranked["nur_top_categories"]
+    text = importer.render_report(report)
+    assert "model/data -> ../data: re-made inside the imported set" in text
+    assert "package-data -> " in text and "left out" in text
+    written = json.loads((out / importer.REPORT_FILE).read_text())
+    assert {entry["path"]: entry["action"] for entry in written["links"]} == {
+        p: o.action for p, o in by_path.items()}
+    # No hand step: the goldens re-derive from the imported truth package as they stand.
+    checked = verify_goldens(out)
+    assert checked.exit_code == 0, [c.problems for c in checked.checks]
+    assert [c.status for c in checked.checks if c.qid == "nur_top_categories"] == ["ok"]
+
+
+def test_a_data_link_leaving_the_set_is_copied_only_when_asked(tmp_path, needs_node):
+    src = _published(tmp_path, data_outside=True)
+    left = importer.import_set(src, tmp_path / "left")
+    assert {o.path: o.action for o in left.links}["data"] == published_links.LEFT_OUT
+    assert any(m.startswith("data: published as a link") and "--copy-linked-data" in m
+               for m in left.missing)
+    assert verify_goldens(tmp_path / "left").exit_code == 3  # the tables are not there: unmeasured
+    done = subprocess.run([sys.executable, str(SCRIPT), "--from", str(src), "--out",
+                           str(tmp_path / "copied"), "--copy-linked-data"],
+                          capture_output=True, text=True, cwd=KIT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "data -> ../../nursery/data: copied" in done.stdout
+    copied = tmp_path / "copied"
+    assert (copied / "data").is_dir() and not (copied / "data").is_symlink()
+    assert os.readlink(copied / "truth" / "data") == "../data"
+    assert verify_goldens(copied).exit_code == 0
+
+
+def test_a_link_to_a_link_inside_the_set_and_a_dangling_link(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(PUBLIC_SET, src)
+    os.symlink("model/data-alias", src / "second")
+    os.symlink("../data", src / "model" / "data-alias")
+    os.symlink(str(src / "data"), src / "absolute")   # absolute, but inside the set
+    os.symlink("nowhere", src / "gone")
+    report = importer.import_set(src, tmp_path / "out")
+    actions = {o.path: o.action for o in report.links}
+    assert actions == {"second": published_links.REMADE, "model/data-alias": published_links.REMADE,
+                       "absolute": published_links.REMADE, "gone": published_links.DANGLING}
+    out = tmp_path / "out"
+    assert os.readlink(out / "absolute") == "data"   # made relative: it reaches the copy
+    assert (out / "second" / "sales.csv").resolve() == (out / "data" / "sales.csv").resolve()

@@ -236,6 +236,23 @@ def test_get_context_tier4_ranks_the_name_match_first(needs_node, client):
     assert "retrieval" not in payload  # the Publisher's lexical path names no mode
 
 
+# Regression: "total revenue?" found nothing named revenue, because the question mark stayed on
+# the word lunr searched (the Publisher's lexical path does the same; reference/endpoint.md).
+@pytest.mark.parametrize("typed", ["total revenue?", "Total REVENUE.", "(total revenue)!",
+                                   "'total revenue'"])
+def test_get_context_search_ignores_punctuation_and_case(needs_node, client, typed):
+    plain = client.get_context(environmentName="samples", packageName="mini", query="total revenue")
+    payload = client.get_context(environmentName="samples", packageName="mini", query=typed)
+    names = [(r["kind"], r["name"]) for r in payload["results"]]
+    assert ("measure", "total_revenue") in names
+    assert names == [(r["kind"], r["name"]) for r in plain["results"]]
+    typed_form = client.get_context(
+        search_targets=[{"target_type": "measure", "search_text": typed}],
+        scopes=[{"environment": "samples", "package": "mini"}])
+    ids = [e["entity_id"] for g in typed_form["sources"] for e in g["entities"]]
+    assert "measure:orders:total_revenue" in ids
+
+
 def test_get_context_tier4_limit_caps_results(needs_node, client):
     payload = client.get_context(environmentName="samples", packageName="mini",
                                  query="orders revenue region customer", limit=2)

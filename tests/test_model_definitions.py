@@ -131,13 +131,21 @@ def test_an_allowed_entry_that_is_not_a_must_not_use_entry_is_an_error(tmp_path)
     assert "'ship_date' is not an entry of golden.mustNotUse" in error
 
 
-def test_allowed_names_against_a_model_that_cannot_be_read_are_a_warning(tmp_path, needs_node):
+def test_a_model_that_does_not_compile_is_an_error_of_the_set(tmp_path, needs_node):
     set_dir = _shop_set(tmp_path, {"mustNotUseAllowedIn": {"shipped_at": ["is_late"]}})
     shutil.rmtree(set_dir / "data")  # the tables are gone: the model no longer compiles
     report = check_set_with_model(set_dir)
+    [error] = report.errors
+    assert error.startswith("model/shop.malloy: ") and "does not compile" in error
+
+
+def test_without_node_the_names_are_not_checked_and_a_warning_says_so(tmp_path, monkeypatch):
+    set_dir = _shop_set(tmp_path, {"mustNotUseAllowedIn": {"shipped_at": ["no_such_view"]}})
+    monkeypatch.setattr(model_definitions, "runtime_missing_reason", lambda: "node: not found")
+    report = check_set_with_model(set_dir)
     assert report.errors == []
     [warning] = report.warnings
-    assert "the names were not checked against the model" in warning
+    assert "were not checked against it: node: not found" in warning
 
 
 # ------------------------------------------------------------------ check_must_not_use.py
@@ -201,3 +209,29 @@ def test_the_scorer_vetoes_a_view_built_on_a_forbidden_field(tmp_path, needs_nod
 def test_the_scorer_respects_a_definition_the_set_allows(tmp_path, needs_node):
     event = _score_late_shipments(tmp_path, {"mustNotUseAllowedIn": {"shipped_at": ["is_late"]}})
     assert (event["verdict"], event["must_not_use_hits"]) == ("match", [])
+
+
+# ------------------------------------------------------------------ names a set gives the model
+
+def test_validate_set_names_an_unknown_entity_its_line_and_the_nearest_ones(tmp_path, needs_node):
+    set_dir = tmp_path / "bookshop"
+    shutil.copytree(KIT / "evals" / "bookshop", set_dir,
+                    ignore=shutil.ignore_patterns("runs", "transcripts", "recordings"))
+    lines = (set_dir / "cases.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["expectedEntities"]["required"] = ["measure:order_items:revenu"]  # a typo
+    first["golden"]["mustNotUse"] = ["list_value", "books.list_prise", "list price as revenue"]
+    lines[0] = json.dumps(first)
+    (set_dir / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    out = _run(str(VALIDATE), str(set_dir), "--json")
+    assert out.returncode == 1, out.stderr
+    errors = json.loads(out.stdout)["errors"]
+    assert len(errors) == 2
+    assert errors[0].startswith(
+        "cases.jsonl:1: expectedEntities.required: 'measure:order_items:revenu' is not an entity "
+        "of bookshop.malloy (nearest: measure:order_items:revenue")
+    assert errors[1].startswith("cases.jsonl:1: golden.mustNotUse: 'books.list_prise' is not a "
+                                "field, view, join, named query or source of bookshop.malloy "
+                                "(nearest: books.list_price")
+    # The sample set as committed names only what its model has.
+    assert check_set_with_model(KIT / "evals" / "bookshop").errors == []

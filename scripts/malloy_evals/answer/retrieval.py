@@ -191,9 +191,12 @@ class RetrievalRow:
 def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str | None,
               expected: Mapping[str, Any] | None, coverage: str | None,
               coverage_source: CoverageSource, delivered: Delivered,
-              in_model: Mapping[str, bool] | None = None) -> RetrievalRow:
+              in_model: Mapping[str, bool] | None = None,
+              unfindable: Mapping[str, str] | None = None) -> RetrievalRow:
     """Decide one attempt's retrieval row from values. `in_model` is the coverage
-    report's word on which expected entities the compiled model holds (None: not measured)."""
+    report's word on which expected entities the compiled model holds (None: not measured);
+    `unfindable` is check_findable's: entity id -> owner (dataset or model) for an entity that
+    get_context does not return even when asked for it by name."""
     groups, acceptable = expected_groups(expected)
     returned = delivered.returned
     kind_names: set[tuple[str, str]] | None = None  # built only when some id was not returned as is
@@ -220,7 +223,8 @@ def score_row(*, qid: str, sample: int | None, phase: str | None, verdict: str |
         failed=failed, verdict=verdict, coverage=coverage, coverage_source=coverage_source,
         groups=len(groups), recall=recall, missing=[" | ".join(m) for m in unmet],
         missing_kinds=missing_kinds, asked=delivered.asked,
-        in_model={e: in_model[e] for e in unmet_ids if e in in_model} if in_model else None)
+        in_model={e: in_model[e] for e in unmet_ids if e in in_model} if in_model else None,
+        unfindable=unfindable)
     return RetrievalRow(
         qid=qid, sample=sample, phase=phase, verdict=verdict, failed=failed, coverage=coverage,
         coverage_source=coverage_source, recall=recall, precision=precision, groups=len(groups),
@@ -259,7 +263,8 @@ GAP_MEANS = {
 
 def attribute(*, failed: bool, verdict: str | None, coverage: str | None, coverage_source: str,
               groups: int, recall: float | None, missing: list[str], missing_kinds: set[str],
-              asked: set[str], in_model: Mapping[str, bool] | None = None
+              asked: set[str], in_model: Mapping[str, bool] | None = None,
+              unfindable: Mapping[str, str] | None = None
               ) -> tuple[str | None, str | None, str | None, str]:
     """(where_to_fix, component, owner, why) for one row: the first rule of the attribution
     table that applies, for failed attempts only; anything else is never attributed.
@@ -289,6 +294,16 @@ def attribute(*, failed: bool, verdict: str | None, coverage: str | None, covera
                 ("every expected entity reached the answerer; eval-diagnose decides who owns the "
                  "wrong answer (sufficiency first)"))
     short = ", ".join(missing)
+    lost = [m for m in missing
+            if unfindable and all(e.strip() in unfindable for e in m.split(" | "))]
+    if lost:
+        owners = {unfindable[e.strip()] for m in lost for e in m.split(" | ")} if unfindable else set()
+        owner = "dataset" if owners == {"dataset"} else "model"
+        means = ("the set names what the model does not have" if owner == "dataset" else
+                 "the model has it, but get_context does not return it even asked by its name")
+        return ("unfindable", "dataset" if owner == "dataset" else "get_context/model", owner,
+                (f"missing {', '.join(lost)}: unfindable (check_findable): {means}; a set or "
+                 "model problem, not the answerer's"))
     in_model = in_model or {}
     present = [e for e, held in in_model.items() if held]
     if cls == "gap" and not present:
@@ -467,6 +482,27 @@ def _decode(line: bytes, number: int, torn: bool) -> tuple[dict[str, Any] | None
     return decode_line(line, number, torn)
 
 
+def _read_report(path: Path, what: str) -> Any:
+    """A JSON report another script wrote (`what` names it in errors); InputError naming it."""
+    try:
+        return jsonl.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read {what}: "
+                                     f"{getattr(exc, 'strerror', None) or exc}") from None
+    except ValueError as exc:
+        raise InputError(path, getattr(exc, "lineno", None), f"{what} is not JSON") from None
+
+
+def read_unfindable(path: str | Path) -> dict[str, str]:
+    """{entity id: owner} from a check_findable.py --json report (--findable)."""
+    report = _read_report(Path(path), "the findable report")
+    found = report.get("unfindable") if isinstance(report, dict) else None
+    if not isinstance(found, dict):
+        raise InputError(Path(path), None, "unfindable: missing or not an object (is this a "
+                                           "check_findable.py --json report?)")
+    return {str(k): str(v) for k, v in found.items()}
+
+
 COVERAGE_FIGURES = ("version", "modelSha256", "compiledSurface", "reader", "cases", "decided",
                     "modelled", "coverage", "by_verdict")
 
@@ -486,14 +522,7 @@ def load_coverage_report(path: Path) -> CoverageReport:
     """Read and check a check_coverage report against its schema (coverage_report.schema.json):
     a report that is not JSON or breaks the schema is refused here, in one line naming the file,
     before any scoring or spending."""
-    try:
-        report = jsonl.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, f"cannot read the coverage report: "
-                                     f"{getattr(exc, 'strerror', None) or exc}") from None
-    except ValueError as exc:
-        raise InputError(path, getattr(exc, "lineno", None),
-                         "the coverage report is not JSON") from None
+    report = _read_report(path, "the coverage report")
     problems = schemas.validate("coverage_report", report)
     if problems:
         first = problems[0]
@@ -541,7 +570,8 @@ def _sort_key(row: RetrievalRow) -> tuple[str, int, int]:
 
 
 def score_retrieval(run_dir: str | Path, set_dir: str | Path, *,
-                    coverage: CoverageReport | None = None, append: bool = False) -> RetrievalResult:
+                    coverage: CoverageReport | None = None, append: bool = False,
+                    findable: str | Path | None = None) -> RetrievalResult:
     """score_retrieval.py: score every live attempt of a run, streaming its ledger so
     memory follows attempts, never events; with `append`, write one retrieval_score per attempt
     in one batch, superseding each attempt's earlier live one."""
@@ -561,7 +591,9 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *,
     states = collect_states(stream_live(events_path, needles=_NEEDLES, decode=_decode,
                                         problems=problems))
     run = Run.open(run_dir) if append else None
-    return _score(states, eval_set, measured, held, [str(p) for p in problems], run, str(set_dir))
+    unfindable = read_unfindable(findable) if findable is not None else None
+    return _score(states, eval_set, measured, held, [str(p) for p in problems], run, str(set_dir),
+                  unfindable)
 
 
 def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
@@ -575,7 +607,8 @@ def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
 
 def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
            measured: Mapping[str, str | None] | None, held: Mapping[str, Mapping[str, bool]],
-           warnings: list[str], run: Run | None, set_label: str) -> RetrievalResult:
+           warnings: list[str], run: Run | None, set_label: str,
+           unfindable: Mapping[str, str] | None = None) -> RetrievalResult:
     """The rows of every attempt with an attempt event; appended (superseding) when `run` is given.
     `held`: per qid, which expected entities the compiled model holds (the coverage report's)."""
     rows: list[RetrievalRow] = []
@@ -592,7 +625,7 @@ def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
         rows.append(score_row(qid=key.qid, sample=key.sample, phase=key.phase,
                               verdict=state.verdict, expected=case.expected_entities,
                               coverage=value, coverage_source=source, delivered=state.delivered,
-                              in_model=held.get(key.qid)))
+                              in_model=held.get(key.qid), unfindable=unfindable))
     rows.sort(key=_sort_key)
     appended = voided = 0
     if run is not None and rows:

@@ -21,7 +21,7 @@ from pathlib import Path, PurePath
 from typing import Any
 from urllib.parse import urlsplit
 
-from malloy_evals.core import paths
+from malloy_evals.core import headers, paths
 from malloy_evals.core.errors import EXIT_USAGE, InputError, KitError, UsageError
 from malloy_evals.core.redact import redact
 from malloy_evals.core.terminal import SafeStream
@@ -197,6 +197,7 @@ SAMPLE = "--sample"
 ONLY = "--only"
 LOCAL = "--local"
 MCP_URL = "--mcp-url"
+MCP_HEADER = "--mcp-header"
 JSON = "--json"
 
 
@@ -371,12 +372,40 @@ def add_endpoint_arguments(p: argparse.ArgumentParser, *,
                        help=f"{purpose} through the kit's own endpoint over the set's model/ "
                             "package (started and stopped here)")
 
+    p.add_argument(MCP_HEADER, type=checked_by(_header_arg), action="append", default=None,
+                   metavar="NAME=ENV_VAR",
+                   help=f"with {MCP_URL}: send the header NAME on every request to that host, its "
+                        "value read from the environment variable ENV_VAR (never from the command "
+                        "line; never printed or written); repeatable, e.g. "
+                        "Authorization=PUBLISHER_TOKEN with PUBLISHER_TOKEN='Bearer ...'")
+
     def needs_endpoint(args: argparse.Namespace) -> str | None:
         needed = required(args) if callable(required) else required
         return ENDPOINT_NEEDED if needed and not (args.local or args.mcp_url) else None
 
     if required:
         add_check(p, needs_endpoint)
+    add_check(p, _register_headers)
+
+
+def _header_arg(text: str) -> tuple[str, str]:
+    try:
+        return headers.parse_header_arg(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _register_headers(args: argparse.Namespace) -> str | None:
+    """--mcp-header goes with --mcp-url, and is registered for the URL's host (every connection
+    this process makes there sends it)."""
+    pairs = [headers.parse_header_arg(t) for t in getattr(args, "mcp_header", None) or []]
+    if not pairs:
+        return None
+    if not getattr(args, "mcp_url", None):
+        return f"{MCP_HEADER} goes with {MCP_URL} (a hosted endpoint); {LOCAL} needs none"
+    # An unset variable is found when a connection is made (exit 3, like a missing API key).
+    headers.use_header_variables(args.mcp_url, dict(pairs))
+    return None
 
 
 def require_one_endpoint(mcp_url: str | None, local: bool) -> None:

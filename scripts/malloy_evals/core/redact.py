@@ -121,6 +121,17 @@ def _groups(match: re.Match[str]) -> list[str]:
     return found or [match.group(0)]
 
 
+# Environment variables this process was told hold secrets whatever their names say (the
+# variable a `--mcp-header NAME=ENV_VAR` reads): their values are blanked like secret-named ones.
+_DECLARED: set[str] = set()
+
+
+def declare_secret_variables(names: Iterable[str]) -> None:
+    """Treat the values of these environment variables as secrets from now on, in every
+    Redactor this process makes (the header values of a hosted Publisher)."""
+    _DECLARED.update(names)
+
+
 class Redactor:
     """The secrets of one input, and their removal from everything derived from it."""
 
@@ -129,6 +140,13 @@ class Redactor:
         self.secrets: set[str] = {v for k, v in env.items()
                                   if _secret_name(k) and len(v.strip()) >= MIN_ENV_SECRET}
         self._ordered: list[str] | None = None
+        for name in _DECLARED:
+            value = env.get(name) or ""
+            self._add(value, minimum=1)
+            # `Bearer TOKEN`: the token alone is blanked too, wherever it stands.
+            scheme, _, token = value.strip().partition(" ")
+            if token and scheme.isalpha():
+                self._add(token, minimum=1)
 
     def _add(self, value: str, minimum: int = MIN_LEARNED) -> None:
         value = value.strip()

@@ -17,6 +17,7 @@ ids (`kind:source:name`); `PublisherRest` reads the Publisher's REST routes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shlex
@@ -24,12 +25,13 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Self
 
 from malloy_evals.core.errors import KitError, UnmeasuredError
+from malloy_evals.core.headers import headers_for
 from malloy_evals.core.redact import redact, redact_url
 from malloy_evals.endpoint.context_payload import parse_json_text, ranked_summary
 
@@ -197,6 +199,13 @@ class McpClient:
             future.cancel()
             raise McpConnectionError(f"MCP server {self.label} did not answer within {limit:g} s") from exc
 
+    def server_version(self) -> str | None:
+        """The version the server reported when the session opened (MCP `serverInfo.version`)."""
+        client = self._client
+        info = getattr(client, "server_info", None) if client is not None else None
+        version = getattr(info, "version", None)
+        return str(version) if version else None
+
     def list_tools(self) -> list[str]:
         """The tool names the server lists."""
         return [spec["name"] for spec in self.tool_specs()]
@@ -321,14 +330,27 @@ def _translate(exc: BaseException, label: str) -> KitError:
     return McpConnectionError(f"MCP server {label} failed: {_describe_exception(inner)}")
 
 
+@contextlib.asynccontextmanager
+async def _http_with_headers(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """Streamable HTTP to `url` with `headers` on every request (a hosted Publisher's token)."""
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    async with create_mcp_http_client(headers=headers) as http, \
+            streamable_http_client(url, http_client=http) as streams:
+        yield streams
+
+
 def connect(url: str | None = None, command: str | Sequence[str] | None = None, *,
             timeout: float = DEFAULT_TIMEOUT_S, env: dict[str, str] | None = None,
-            cwd: str | None = None) -> McpClient:
-    """A connected client: by streamable-HTTP `url`, or by launching `command` over stdio."""
+            cwd: str | None = None, headers: dict[str, str] | None = None) -> McpClient:
+    """A connected client: by streamable-HTTP `url` (sending `headers`, e.g. a bearer token, on
+    every request), or by launching `command` over stdio."""
     if (url is None) == (command is None):
         raise ValueError("connect needs exactly one of url= or command=")
     if url is not None:
-        return McpClient(url, timeout, label=redact_url(url))
+        headers = dict(headers) if headers is not None else headers_for(url)
+        target: Any = _http_with_headers(url, headers) if headers else url
+        return McpClient(target, timeout, label=redact_url(url))
     from mcp import StdioServerParameters
 
     argv = shlex.split(command) if isinstance(command, str) else list(command or [])
@@ -351,8 +373,9 @@ class PublisherRest:
 
     def _get(self, path: str) -> Any:
         url = self.base + path
+        request = urllib.request.Request(url, headers=headers_for(url))
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
                 return json.loads(resp.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:300]

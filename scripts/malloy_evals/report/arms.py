@@ -46,7 +46,10 @@ JUDGE_PINS = ("judge_version", "rubric_sha", "judge_prompt_sha", "judge_model")
 ALLOWED_BY = {"set": None, "unscored": None, "arm": None,
               "cases": "--only-common-cases", "golden": "--only-common-cases",
               "question": "--only-common-cases", "judge": "--allow-different-judge",
-              "dataset": "--allow-different-set"}
+              "dataset": "--allow-different-set",
+              "retrieval": "--allow-different-retrieval",
+              "publisher": "--allow-different-retrieval"}
+NOT_A_MODE = ("indexing", "error")   # get_context answers that did not search
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,6 +210,10 @@ class Arm:
     scored: int                                 # attempts with a live score
     left_out: dict[str, int]                    # attempts left out, by reason
     left_out_labels: dict[str, list[str]] = field(default_factory=dict)  # reason -> attempts
+    # What the answers were retrieved against: the get_context retrieval modes the live calls
+    # report (semantic, lexical, ... or unreported) and the Publisher versions run.json records.
+    retrieval_modes: list[str] = field(default_factory=list)
+    publisher_versions: list[str] = field(default_factory=list)
 
     @property
     def run_ids(self) -> list[str]:
@@ -223,7 +230,9 @@ class Arm:
                 "attempts": self.attempts,
                 "scored": self.scored, "cases": len(self.cases), "left_out": self.left_out,
                 "left_out_attempts": self.left_out_labels, "pins": self.pins,
-                "samples_per_case": self.samples_per_case}
+                "samples_per_case": self.samples_per_case,
+                "retrieval_modes": self.retrieval_modes,
+                "publisher_versions": self.publisher_versions}
 
 
 def _golden_status(eval_set: EvalSet | None, qid: str) -> str | None:
@@ -252,9 +261,14 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
     pins: dict[str, list[Any]] = {p: [] for p in JUDGE_PINS}
     infos: list[RunInfo] = []
     left_labels: dict[str, list[str]] = {}
+    modes: set[str] = set()
+    versions: set[str] = set()
     total = scored = 0
     for info, directory, events in runs:
         view = events if isinstance(events, LiveView) else LiveView.of_events(events)
+        modes |= _retrieval_modes(view)
+        if info.get("publisherVersion"):
+            versions.add(str(info["publisherVersion"]))
         run_left: Counter[str] = Counter()
         run_attempts = 0
         for key, attempt in sorted(view.latest("attempt").items(),
@@ -297,7 +311,22 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
     left = Counter(o.left_out for outs in per_case.values() for o in outs if o.left_out)
     return Arm(label=label, runs=infos, cases=cases, pins=pins,
                attempts=total, scored=scored, left_out=dict(sorted(left.items())),
-               left_out_labels={k: sorted(v) for k, v in sorted(left_labels.items())})
+               left_out_labels={k: sorted(v) for k, v in sorted(left_labels.items())},
+               retrieval_modes=sorted(modes), publisher_versions=sorted(versions))
+
+
+def _retrieval_modes(view: LiveView) -> set[str]:
+    """The retrieval modes the live get_context calls of a run report (semantic, lexical). An
+    answer that names none (the older payload, the Publisher's plain-query path) says nothing
+    about its mode, and `indexing` / `error` mean the server did not search: neither counts."""
+    modes = set()
+    for event in view.events:
+        if event.get("kind") == "tool_call" and event.get("tool") == "get_context" \
+                and not event.get("error"):
+            mode = event.get("retrieval_mode")
+            if isinstance(mode, str) and mode and mode not in NOT_A_MODE:
+                modes.add(mode)
+    return modes
 
 
 def load_arm(label: str, run_dirs: Sequence[str | Path], eval_set: EvalSet | None = None) -> Arm:
@@ -318,7 +347,8 @@ def load_arm(label: str, run_dirs: Sequence[str | Path], eval_set: EvalSet | Non
 class Difference:
     """One way two arms (or one arm's runs) differ, named for a person."""
 
-    kind: str                 # set | unscored | arm | cases | golden | question | judge | dataset
+    kind: str                 # set | unscored | arm | cases | golden | question | judge |
+                              # dataset | retrieval | publisher
     text: str                 # `bk_refunds: goldenRevision 2 vs 3`
     qid: str | None = None    # the case it concerns, when it concerns one
 
@@ -398,6 +428,24 @@ def pair_differences(base: Arm, candidate: Arm) -> list[Difference]:
         bv, cv = base.pins.get(pin) or [], candidate.pins.get(pin) or []
         if bv and cv and bv != cv:
             out.append(Difference("judge", f"{pin}: {_values(bv)} vs {_values(cv)}"))
+    out += retrieval_differences(base, candidate)
+    return out
+
+
+def retrieval_differences(base: Arm, candidate: Arm) -> list[Difference]:
+    """Whether the two arms' answers were retrieved alike: the same get_context retrieval modes
+    (a semantic arm against a lexical one measures search as much as the change) and the same
+    Publisher version, when either arm records one."""
+    out = []
+    bm, cm = base.retrieval_modes, candidate.retrieval_modes
+    if bm and cm and bm != cm:
+        out.append(Difference("retrieval", f"retrieval mode: {_values(bm)} ({base.label}) vs "
+                                           f"{_values(cm)} ({candidate.label})"))
+    bv, cv = base.publisher_versions, candidate.publisher_versions
+    if (bv or cv) and bv != cv:
+        out.append(Difference("publisher", f"Publisher version: {_values(bv) if bv else 'unknown'} "
+                                           f"({base.label}) vs {_values(cv) if cv else 'unknown'} "
+                                           f"({candidate.label})"))
     return out
 
 
@@ -420,6 +468,7 @@ class Pairing:
 
 def pair_arms(base: Arm, candidate: Arm, set_name: str, *, only_common_cases: bool = False,
               allow_different_judge: bool = False, allow_different_set: bool = False,
+              allow_different_retrieval: bool = False,
               extra: Sequence[Difference] = ()) -> Pairing:
     """Decide whether two arms may be compared, and over which cases.
 
@@ -427,14 +476,16 @@ def pair_arms(base: Arm, candidate: Arm, set_name: str, *, only_common_cases: bo
     flag that was given: --only-common-cases drops the cases attempted by one arm only and the
     cases whose golden revision or question differs; --allow-different-judge lets different
     judge pins through; --allow-different-set lets runs made over other versions of the set's
-    files (run.json datasetSha) through. `extra` adds differences found elsewhere (a noise
-    band's pins).
+    files (run.json datasetSha) through; --allow-different-retrieval lets arms answered against
+    different retrieval modes or Publisher versions through. `extra` adds differences found
+    elsewhere (a noise band's pins).
     """
     found = [*arm_differences(base, set_name), *arm_differences(candidate, set_name),
              *pair_differences(base, candidate), *extra]
     given = {"--only-common-cases": only_common_cases,
              "--allow-different-judge": allow_different_judge,
-             "--allow-different-set": allow_different_set}
+             "--allow-different-set": allow_different_set,
+             "--allow-different-retrieval": allow_different_retrieval}
     refused = any(d.allowed_by is None or not given[d.allowed_by] for d in found)
     dropped = {d.qid: d.text for d in found if d.qid and d.kind in ("golden", "question")}
     qids = sorted((set(base.cases) & set(candidate.cases)) - set(dropped))

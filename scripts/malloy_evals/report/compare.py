@@ -221,14 +221,16 @@ def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | 
                  targets: Sequence[str] = (), seed: int = DEFAULT_SEED,
                  resamples: int = DEFAULT_RESAMPLES, allow_different_judge: bool = False,
                  only_common_cases: bool = False, fail_on_regression: bool = False,
-                 set_label: str = "<set>", allow_different_set: bool = False) -> Comparison:
+                 set_label: str = "<set>", allow_different_set: bool = False,
+                 allow_different_retrieval: bool = False) -> Comparison:
     """Compare two arms already read: refuse (naming every difference) or compute the flip
     table, the paired statistics over cases decided in both arms, the band decision, the
     targets and the verdict line; a run answered unsealed marks the verdict and the headline."""
     c = _compare_arms(base, candidate, set_name=set_name, band=band, targets=targets, seed=seed,
                       resamples=resamples, allow_different_judge=allow_different_judge,
                       only_common_cases=only_common_cases, fail_on_regression=fail_on_regression,
-                      set_label=set_label, allow_different_set=allow_different_set)
+                      set_label=set_label, allow_different_set=allow_different_set,
+                      allow_different_retrieval=allow_different_retrieval)
     note = seal.unsealed_note((r.run_id, {"sandbox": r.sandbox})
                               for arm in (base, candidate) for r in arm.runs)
     if note is None:
@@ -239,14 +241,16 @@ def compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | 
 def _compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand | None,
                   targets: Sequence[str], seed: int, resamples: int, allow_different_judge: bool,
                   only_common_cases: bool, fail_on_regression: bool,
-                  set_label: str, allow_different_set: bool = False) -> Comparison:
+                  set_label: str, allow_different_set: bool = False,
+                  allow_different_retrieval: bool = False) -> Comparison:
     # The band must describe both arms: held against every judge pin either arm's scores carry.
     pins = {k: list(dict.fromkeys([*base.pins.get(k, []), *candidate.pins.get(k, [])]))
             for k in {*base.pins, *candidate.pins}}
     extra = band_differences(band, set_name, pins) if band is not None else []
     pairing = pair_arms(base, candidate, set_name, only_common_cases=only_common_cases,
                         allow_different_judge=allow_different_judge,
-                        allow_different_set=allow_different_set, extra=extra)
+                        allow_different_set=allow_different_set,
+                        allow_different_retrieval=allow_different_retrieval, extra=extra)
     differences = [d.text for d in pairing.differences]
     common: dict[str, Any] = {"set_name": set_name, "base": base, "candidate": candidate,
                               "bootstrap_seed": seed, "bootstrap_resamples": resamples,
@@ -341,8 +345,8 @@ def compare_runs(base_dirs: Sequence[str | Path], candidate_dirs: Sequence[str |
                  band_path: str | Path | None = None, out_dir: str | Path | None = None,
                  seed: int = DEFAULT_SEED, resamples: int = DEFAULT_RESAMPLES,
                  allow_different_judge: bool = False, only_common_cases: bool = False,
-                 fail_on_regression: bool = False, allow_different_set: bool = False
-                 ) -> Comparison:
+                 fail_on_regression: bool = False, allow_different_set: bool = False,
+                 allow_different_retrieval: bool = False) -> Comparison:
     """compare_runs.py: read both arms' live ledgers and the band file, compare, and write
     COMPARE.md + compare.json into `out_dir` (when given)."""
     resolved = [Path(d).resolve() for d in [*base_dirs, *candidate_dirs]]
@@ -365,7 +369,8 @@ def compare_runs(base_dirs: Sequence[str | Path], candidate_dirs: Sequence[str |
                           only_common_cases=only_common_cases,
                           fail_on_regression=fail_on_regression,
                           set_label=from_kit_root(str(set_dir)),
-                          allow_different_set=allow_different_set)
+                          allow_different_set=allow_different_set,
+                          allow_different_retrieval=allow_different_retrieval)
     if out_dir is not None:
         write_outputs(Path(out_dir), result)
     return result

@@ -11,6 +11,7 @@ every judgement call it made. It never promotes a golden: statuses stay as publi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -22,6 +23,7 @@ from typing import Any
 
 from malloy_evals.core import cli, commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
+from malloy_evals.sets import published_links
 from malloy_evals.sets.eval_set import (
     CASES_FILE,
     SET_FILE,
@@ -36,7 +38,8 @@ SET_RENAMES = {"truthModel": "truthModelPath"}
 GOLDEN_FIELDS_ON_CASE = ("clarifyOk", "clarifyPreferred", "alternates")
 # How a public golden may say its rows are ranked (the kit's `ordered`).
 RANKED_FLAGS = ("ranked", "ordered")
-RANK_COLUMNS = ("rank", "position")
+# What a public golden may call the column that numbers its ranked rows.
+RANK_COLUMNS = ("rank", "ranking", "position")
 _TABLE = re.compile(r"""duckdb\.table\(\s*['"]([^'"]+)['"]""")
 
 
@@ -50,7 +53,7 @@ class ImportReport:
     statuses: dict[str, int]           # golden status -> cases (as published; never promoted)
     kinds: dict[str, int]
     copied: list[str]                  # top-level entries copied from the source folder
-    skipped_links: list[str]           # symbolic links not followed (nothing outside is copied)
+    skipped_links: list[str]           # links not carried: outside the set (not asked to copy), dangling
     mapped: list[str]                  # one line per field the kit spells otherwise
     kept_verbatim: dict[str, dict[str, int]]  # file -> field with no kit counterpart -> count
     judgement_calls: list[str]
@@ -58,6 +61,8 @@ class ImportReport:
     warnings: int                      # validate_set warnings (unknown fields, mostly)
     missing: list[str]                 # what the kit needs that the source did not hold
     next_steps: list[str] = field(default_factory=list)
+    links: list[published_links.LinkOutcome] = field(default_factory=list)  # every link, decided
+    ranked: dict[str, str] = field(default_factory=dict)  # qid -> what was read as the order
 
     @property
     def exit_code(self) -> int:
@@ -65,7 +70,7 @@ class ImportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {
-            "exit_code": self.exit_code}
+            "links": [dataclasses.asdict(o) for o in self.links], "exit_code": self.exit_code}
 
 
 def _read_json(path: Path) -> Any:
@@ -154,8 +159,46 @@ def _ranked_rows(rows: Any) -> str | None:
     return None
 
 
-def map_case(case: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
-    """One public case in the kit's spelling: (case, mapped, judgement calls), every field kept."""
+def _returns(query: str, column: str) -> bool:
+    """Whether a canonical query names `column` as one of its outputs: defined (`rank is ...`) or
+    a field it groups or selects by that name; a function call (`rank()`) is not an output."""
+    text = re.sub(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|--[^\n]*|//[^\n]*", " ", query)
+    return re.search(rf"(?<![\w.]){re.escape(column)}(?![\w(])(?!\s*\()", text) is not None
+
+
+def _map_ranked(qid: str, golden: dict[str, Any], mapped: list[str], calls: list[str],
+                ranked: dict[str, str]) -> None:
+    """A ranked rows golden in the kit's spelling: a published flag becomes `ordered`; a rank
+    column numbering the rows 1..n is read as the order, and dropped from the compared columns
+    when the canonical query does not return it (it could never re-derive)."""
+    flag = next((f for f in RANKED_FLAGS if isinstance(golden.get(f), bool)), None)
+    if "ordered" not in golden and flag is not None:
+        golden["ordered"] = golden[flag]
+        mapped.append(f"{qid}: golden.{flag} -> ordered")
+    column = _ranked_rows(golden.get("value"))
+    if column is None:
+        return
+    query = golden.get("canonicalQuery")
+    if isinstance(query, str) and not _returns(query, column):
+        golden["ordered"] = True
+        golden["value"] = [{k: v for k, v in row.items() if k != column}
+                           for row in golden["value"]]
+        ranked[str(qid)] = (f"{column!r} is the order (ordered: true); the canonical query does not "
+                       "return it, so it was dropped from the compared columns")
+        calls.append(f"{qid}: rows carry a {column!r} column 1..n in order that the canonical "
+                     "query does not return; read as the order (ordered: true) and dropped from "
+                     "the compared columns")
+    elif "ordered" not in golden:
+        golden["ordered"] = True
+        ranked[str(qid)] = f"{column!r} read as ranked (ordered: true); the canonical query returns it"
+        calls.append(f"{qid}: rows carry a {column!r} column 1..n in order; read as ranked "
+                     "(ordered: true), so verify_goldens compares them in order")
+
+
+def map_case(case: dict[str, Any], ranked: dict[str, str] | None = None
+             ) -> tuple[dict[str, Any], list[str], list[str]]:
+    """One public case in the kit's spelling: (case, mapped, judgement calls), every field kept;
+    `ranked` (qid -> what was read as the order) is filled for a ranked rows golden."""
     qid = case.get("qid", "?")
     mapped: list[str] = []
     calls: list[str] = []
@@ -172,16 +215,8 @@ def map_case(case: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]
         golden["kind"] = _infer_kind(golden, case)
         calls.append(f"{qid}: the golden names no kind; read as {golden['kind']!r} from its value "
                      "and tags")
-    if golden.get("kind") == "rows" and "ordered" not in golden:
-        flag = next((f for f in RANKED_FLAGS if isinstance(golden.get(f), bool)), None)
-        column = _ranked_rows(golden.get("value"))
-        if flag is not None:
-            golden["ordered"] = golden[flag]
-            mapped.append(f"{qid}: golden.{flag} -> ordered")
-        elif column is not None:
-            golden["ordered"] = True
-            calls.append(f"{qid}: rows carry a {column!r} column 1..n in order; read as ranked "
-                         "(ordered: true), so verify_goldens compares them in order")
+    if golden.get("kind") == "rows":
+        _map_ranked(qid, golden, mapped, calls, {} if ranked is None else ranked)
     if isinstance(out.get("rubric"), str) and "rubric" not in golden:
         calls.append(f"{qid}: a case-level rubric is kept verbatim but not read: the judge reads "
                      "golden.rubric only (move it there if it is the key)")
@@ -194,8 +229,11 @@ def _unknown_fields(schema: str, obj: Any) -> list[str]:
     return [p.field for p in schemas.validate(schema, obj) if p.unknown]
 
 
-def import_set(source: str | Path, out: str | Path) -> ImportReport:
-    """Copy a public set into `out` as a kit set, with its report (written as import-report.json)."""
+def import_set(source: str | Path, out: str | Path, *,
+               copy_linked_data: bool = False) -> ImportReport:
+    """Copy a public set into `out` as a kit set, with its report (written as import-report.json).
+    Links are carried as published_links decides; one leaving the set is copied only with
+    `copy_linked_data`."""
     src, dst = Path(source), Path(out)
     if not src.is_dir():
         raise InputError(src, None, "not a folder")
@@ -211,7 +249,10 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
         raise InputError(dst, None, "is inside the source set; choose a folder outside it")
     toml = _eval_toml(src)
     copied, skipped = _copy_tree(src, dst)
-    links = skipped.links
+    link_outcomes = published_links.carry_links(src, dst, skipped.links,
+                                                copy_outside=copy_linked_data)
+    links = [o.path for o in link_outcomes if not o.carried]
+    copied = sorted(p.name + ("/" if p.is_dir() else "") for p in dst.iterdir())
 
     kit_config, mapped, calls = map_set_json(config, toml)
     calls += [f"{name}: not a plain file or folder (a pipe, socket or device); not copied"
@@ -225,6 +266,7 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
     statuses: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     tables_read: set[str] = set()  # files the canonical queries name with duckdb.table(...)
+    ranked: dict[str, str] = {}
     n_cases = 0
     for number, raw in enumerate((dst / CASES_FILE).read_bytes().split(b"\n"), start=1):
         if not raw.strip():
@@ -236,7 +278,7 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
         if not isinstance(case, dict):
             continue
         n_cases += 1
-        new, case_mapped, case_calls = map_case(case)
+        new, case_mapped, case_calls = map_case(case, ranked)
         mapped += case_mapped
         calls += case_calls
         if new != case:
@@ -262,13 +304,16 @@ def import_set(source: str | Path, out: str | Path) -> ImportReport:
                          ("data", "the tables the models read")):
         if not (dst / folder).is_dir():
             missing.append(f"{folder}/: {what}")
+    missing += [f"{o.path}: published as a link, {o.action}: {o.detail}" for o in link_outcomes
+                if not o.carried]
     checked = check_set(dst)
     report = ImportReport(
         source=str(src), out=str(dst), cases=n_cases, statuses=dict(statuses), kinds=dict(kinds),
         copied=copied, skipped_links=links, mapped=mapped,
         kept_verbatim={f: dict(sorted(c.items())) for f, c in kept.items() if c},
         judgement_calls=calls, errors=checked.errors, warnings=len(checked.warnings),
-        missing=missing, next_steps=_next_steps(dst, statuses))
+        missing=missing, next_steps=_next_steps(dst, statuses), links=link_outcomes,
+        ranked=ranked)
     files.replace(dst / REPORT_FILE, json.dumps(report.to_json(), indent=2, ensure_ascii=False)
                   + "\n", dst)
     return report
@@ -293,8 +338,10 @@ def render_report(r: ImportReport) -> str:
            + ", ".join(f"{k} {n}" for k, n in sorted(r.statuses.items())),
            "kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(r.kinds.items())),
            "copied: " + ", ".join(r.copied)]
-    if r.skipped_links:
-        out.append("links not followed: " + ", ".join(r.skipped_links))
+    if r.links:
+        out += ["links (as published):", *[f"  - {o}" for o in r.links]]
+    if r.ranked:
+        out += ["ranked goldens:", *[f"  - {q}: {what}" for q, what in sorted(r.ranked.items())]]
     if r.mapped:
         out += ["mapped to the kit's spelling:", *[f"  - {m}" for m in r.mapped]]
     for file, fields in r.kept_verbatim.items():

@@ -62,6 +62,9 @@ def build_parser() -> cli.ScriptParser:
     p.add_argument("--allow-different-set", action="store_true",
                    help="compare although the arms were made over other versions of the set's "
                         "files (run.json datasetSha; said in the headline)")
+    p.add_argument("--allow-different-retrieval", action="store_true",
+                   help="compare although the arms were answered against different get_context "
+                        "retrieval modes or Publisher versions (said in every output)")
     p.add_argument("--only-common-cases", action="store_true",
                    help="compare only the cases both arms attempted with the same golden "
                         "revision and question (said in every output)")
@@ -83,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           allow_different_judge=args.allow_different_judge,
                           only_common_cases=args.only_common_cases,
                           fail_on_regression=args.fail_on_regression,
-                          allow_different_set=args.allow_different_set)
+                          allow_different_set=args.allow_different_set,
+                          allow_different_retrieval=args.allow_different_retrieval)
     cli.emit(result, as_json=args.json, render=render_text)
     if args.out is not None:
         page = write_comparison_pages(result, args.out, args.base, args.candidate,

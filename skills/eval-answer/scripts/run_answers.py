@@ -30,6 +30,12 @@ absolute):
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_by_genre --no-sandbox --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs `claude` (Claude Code) on PATH
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --mcp-url https://publisher.example.com/mcp --mcp-header Authorization=PUBLISHER_TOKEN --publisher-version 0.0.1 --answerer claude-code   # needs a hosted Publisher, PUBLISHER_TOKEN='Bearer ...' and `claude`
+
+A hosted Publisher behind a token: --mcp-header NAME=ENV_VAR sends the header NAME with the value
+of the environment variable ENV_VAR on every request (the value never goes on the command line,
+into run.json, the ledger or any log; the answerer's MCP configuration refers to it as ${ENV_VAR}
+and the answerer gets the variable).
 """
 
 from __future__ import annotations
@@ -106,6 +112,10 @@ def build_parser() -> cli.ScriptParser:
     cli.add_count_argument(p, "--max-output-mb", default=64,
                            help="a command's stdout beyond this stops it: a harness failure "
                                 "(default 64)")
+    p.add_argument("--publisher-version", metavar="VERSION", default=None,
+                   help="the version the endpoint must report (its MCP serverInfo); another one "
+                        "stops the run before any answerer starts (exit 3). The reported version "
+                        "is recorded in run.json as publisherVersion either way")
     p.add_argument("--sandbox-bind", action="append", default=[], metavar="PATH",
                    help="one more path the sealed answerer may read (read-only; repeatable); "
                         "refused when it holds a set, a run or the kit's evals/")
@@ -127,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_turns=args.max_turns, timeout=args.timeout, max_cost_usd=args.max_cost_usd,
         prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
         max_output_mb=args.max_output_mb, sandbox=args.sandbox,
-        sandbox_binds=args.sandbox_bind, pass_env=args.pass_env)
+        sandbox_binds=args.sandbox_bind, pass_env=args.pass_env,
+        publisher_version=args.publisher_version)
     if not args.sandbox:
         cli.progress(UNSEALED_LINE)
     try:

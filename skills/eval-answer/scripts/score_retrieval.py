@@ -13,6 +13,8 @@ Examples (on a copy of a recorded run; runs/coverage.json is what check_coverage
   .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --json
   .venv/bin/python skills/eval-answer/scripts/check_coverage.py --set evals/bookshop --model evals/bookshop/model --reader replay --out runs/coverage.json
   .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --coverage runs/coverage.json --append
+  .venv/bin/python skills/eval-answer/scripts/check_findable.py --set evals/bookshop --local --out runs/findable.json
+  .venv/bin/python skills/eval-answer/scripts/score_retrieval.py --run runs/baseline --set evals/bookshop --findable runs/findable.json
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ def build_parser() -> cli.ScriptParser:
     cli.add_run_argument(p)
     cli.add_set_argument(p)
     cli.add_coverage_argument(p, use="its measured verdicts beat the authored coverage")
+    p.add_argument("--findable", type=cli.existing_file, default=None, metavar="REPORT",
+                   help="a check_findable.py --json report: a failure whose missing entity is "
+                        "unfindable is the set's or the model's, never the answerer's")
     p.add_argument("--append", action="store_true",
                    help="write one retrieval_score event per attempt (voiding the earlier live one)")
     cli.add_json_flag(p)
@@ -46,7 +51,8 @@ def build_parser() -> cli.ScriptParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     coverage = load_coverage_report(args.coverage) if args.coverage is not None else None
-    result = score_retrieval(args.run, args.set_dir, coverage=coverage, append=args.append)
+    result = score_retrieval(args.run, args.set_dir, coverage=coverage, append=args.append,
+                             findable=args.findable)
     for warning in result.warnings:
         cli.progress(f"warning: {warning}")
     if result.summary["attributed"] != result.summary["failures"]:

@@ -19,8 +19,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from malloy_evals.core.errors import UsageError
+from malloy_evals.core.headers import as_references
 from malloy_evals.endpoint.mcp_client import canonical_tool_name
 
 # The name the harness gives the endpoint in the answerer's MCP configuration; Claude Code then
@@ -80,9 +82,14 @@ def child_environment(base: Mapping[str, str], protected: list[str], workdir: Pa
     return env
 
 
-def mcp_config(url: str) -> dict:
-    """Claude Code's `--mcp-config` document naming only the endpoint."""
-    return {"mcpServers": {MCP_SERVER_NAME: {"type": "http", "url": url}}}
+def mcp_config(url: str, header_vars: Mapping[str, str] | None = None) -> dict:
+    """Claude Code's `--mcp-config` document naming only the endpoint; a hosted endpoint's
+    headers are written as `${VAR}` references the answerer expands from its own environment
+    (header_vars: header name -> variable), never as their values."""
+    server: dict[str, Any] = {"type": "http", "url": url}
+    if header_vars:
+        server["headers"] = as_references(header_vars)
+    return {"mcpServers": {MCP_SERVER_NAME: server}}
 
 
 def answerer_tools(listed: list[str]) -> list[str]:
@@ -122,7 +129,8 @@ def temp_base(protected: list[str]) -> Path:
 
 @contextmanager
 def attempt_space(protected: list[str], *, question: str, prompt: str,
-                  mcp_url: str) -> Iterator[AttemptSpace]:
+                  mcp_url: str, header_vars: Mapping[str, str] | None = None
+                  ) -> Iterator[AttemptSpace]:
     """Make one attempt's folders and inputs outside every protected folder; remove them after.
 
     The question file holds the question byte for byte as the set stores it (no newline added).
@@ -138,7 +146,7 @@ def attempt_space(protected: list[str], *, question: str, prompt: str,
                              stdout=root / "stdout.jsonl", stderr=root / "stderr.txt")
         space.question_file.write_text(question, encoding="utf-8")
         space.prompt_file.write_text(prompt, encoding="utf-8")
-        space.mcp_config.write_text(json.dumps(mcp_config(mcp_url), indent=2) + "\n",
+        space.mcp_config.write_text(json.dumps(mcp_config(mcp_url, header_vars), indent=2) + "\n",
                                     encoding="utf-8")
         yield space
     finally:

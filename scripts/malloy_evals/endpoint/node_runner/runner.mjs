@@ -458,9 +458,23 @@ function definitions() {
   });
 }
 
+/** A search text as lunr is given it: the Publisher's sanitising (its query operators
+ * ~^:*+-" become spaces), then each word trimmed of the punctuation around it, as lunr's own
+ * trimmer trims the words it indexes (lunr applies it to documents, not to queries, so on the
+ * Publisher's lexical path "revenue?" matches nothing; see reference/endpoint.md). Case is lunr's
+ * business: it lower-cases both sides. */
+function searchText(text) {
+  return String(text || '')
+    .replace(/[~^:*+\-"]/g, ' ')
+    .split(/\s+/)
+    .map((w) => w.replace(/^\W+/, '').replace(/\W+$/, ''))
+    .filter(Boolean)
+    .join(' ');
+}
+
 /** lunr over the package's entities, Publisher style: sanitised text, name boosted 4x. */
 function search({ text, limit, kinds, sources }) {
-  const clean = String(text || '').replace(/[~^:*+\-"]/g, ' ').trim();
+  const clean = searchText(text);
   const kindSet = kinds && kinds.length ? new Set(kinds) : INDEXED_KINDS;
   const sourceSet = sources && sources.length ? new Set(sources) : null;
   const cap = limit === null || limit === undefined ? SEARCH_DEFAULT_LIMIT : limit;
