@@ -72,6 +72,9 @@ def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_run_argument(p)
     cli.add_set_argument(p)
+    p.add_argument("--arm", action="append", type=cli.existing_dir, metavar="RUN", dest="arms",
+                   help="another run of the same cases (repeat for more): a near_match every arm "
+                        "shares leaves the queue for diagnosis, as a coverage finding")
     p.add_argument("--include-disagreements", action="store_true",
                    help="also list predictions a person already settled otherwise in judge-regressions.jsonl")
     p.add_argument("--settle", type=_target, metavar="QID[#SAMPLE]",
@@ -106,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                gold_status=args.gold_status)
         cli.emit(result, as_json=args.json, render=review.render_settled)
         return result.exit_code
-    queue = review.review_queue(outputs, include_disagreements=args.include_disagreements)
+    queue = review.review_queue(outputs, include_disagreements=args.include_disagreements,
+                                arms=args.arms or ())
     if args.json or not (sys.stdin.isatty() and sys.stdout.isatty()):
         cli.emit(queue, as_json=args.json, render=review.render_queue)
         return queue.exit_code
