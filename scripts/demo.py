@@ -10,10 +10,13 @@ who owns each failure: diagnose.py with the recorded diagnoser (eval-diagnose), 
 report.py rewrites each run's page (report.html) with the diagnosis in it. Last, did the
 model change help? measure_noise.py measures the A/A band from the two baseline sessions into the
 scratch folder, and compare_runs.py compares the candidate with the baseline against that band.
-Then the live leg: run_answers.py puts four questions to the kit's scripted answerer
-(scripts/scripted_answerer.py, no model: it really calls get_context and execute_query over MCP)
-through the local endpoint, each attempt sealed in bubblewrap (without bwrap the leg stops with
-exit 3 saying how to install it), records each attempt, and score_run.py scores them; only the judge's
+Then the live leg: run_answers.py puts four questions to the real Claude Code the kit pins
+(--answerer claude-code), its model's turns replayed by the model stand-in on loopback
+(scripts/model_standin.py, from evals/bookshop/model-scripts/): the CLI really calls get_context
+and execute_query on the local endpoint, each attempt sealed in bubblewrap (without bwrap the leg stops with exit
+3 saying how to install it). Without the Node runtime (so without the CLI) it uses
+the kit's scripted answerer instead (scripts/scripted_answerer.py, no model, the same calls over
+MCP), and says which. Each attempt is recorded and score_run.py scores them; only the judge's
 replies are recordings (hand-authored, evals/bookshop/recordings/judge/_authored.live.jsonl).
 Last, the improve leg (eval-improve, improve.py) closes the loop on the baseline's refunds issue
 in a scratch copy of the set: a deliberately harmful change is gated and rolled back, then the
@@ -32,13 +35,21 @@ Examples (`make demo` runs it without --scratch: a new temporary folder):
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the library, runnable by path
+
+from malloy_evals.answer.harness.claude_cli import PINNED_EXE
 
 KIT = Path(__file__).resolve().parents[1]
 SET_DIR = KIT / "evals" / "bookshop"
@@ -56,6 +67,9 @@ SCRIPTED = KIT / "scripts" / "scripted_answerer.py"
 # mustNotUse vetoes it) and one right refusal. The run id names the judge recordings (live.*).
 LIVE_CASES = ("bk_total_revenue", "bk_revenue_by_genre", "bk_revenue_2024", "bk_profit_margin")
 LIVE_RUN = "live"
+MODEL_SCRIPTS = SET_DIR / "model-scripts"
+STANDIN = KIT / "scripts" / "model_standin.py"
+STANDIN_READY_S = 120  # a generous ceiling for the stand-in's readiness line on a loaded machine
 
 
 def rel(path: Path) -> str:
@@ -66,13 +80,14 @@ def rel(path: Path) -> str:
         return str(path)
 
 
-def run_step(title: str, argv: list[str], *, quiet_stdout: bool = False) -> int:
+def run_step(title: str, argv: list[str], *, quiet_stdout: bool = False,
+             env: dict[str, str] | None = None) -> int:
     """Run one kit command from the kit's root, echoing the command line first."""
     shown = " ".join([".venv/bin/python" if a == sys.executable else rel(Path(a))
                       if a.startswith(str(KIT)) and " " not in a else shlex.quote(a)
                       for a in argv])
     print(f"\n$ {shown}", flush=True)
-    proc = subprocess.run(argv, cwd=KIT, check=False, text=True,
+    proc = subprocess.run(argv, cwd=KIT, check=False, text=True, env=env,
                           stdout=subprocess.PIPE if quiet_stdout else None)
     if proc.returncode not in (0,):
         print(f"[{title}: exit {proc.returncode}]", flush=True)
@@ -110,34 +125,74 @@ def checkout_verdict(before: str | None, before_set: str | None) -> tuple[bool, 
                   "the demo)")
 
 
+@contextmanager
+def model_standin(scratch: Path) -> Iterator[dict[str, str]]:
+    """The model stand-in serving the live cases' model scripts; yields the environment that
+    points Claude Code at it (any key; HOME in the scratch folder, so your own ~/.claude is
+    neither read nor written)."""
+    log = scratch / "standin-requests.jsonl"
+    proc = subprocess.Popen([sys.executable, str(STANDIN), "--scripts", str(MODEL_SCRIPTS),
+                             "--request-log", str(log)], cwd=KIT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(STANDIN_READY_S)
+        if not ready or not ready[0].startswith("listening "):
+            raise RuntimeError(f"the model stand-in did not start within {STANDIN_READY_S} s")
+        home = scratch / "claude-home"
+        home.mkdir(exist_ok=True)
+        yield {**os.environ, "ANTHROPIC_BASE_URL": ready[0].split()[1],
+               "ANTHROPIC_API_KEY": "sk-model-standin-not-a-key", "HOME": str(home)}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def live_leg(scratch: Path) -> int:
-    """Answer, record and score four cases live: the scripted answerer over MCP through the
-    local endpoint (run_answers.py), then score_run.py with the judge's recorded replies."""
-    print(f"\n{'=' * 30} live: run_answers.py with the scripted answerer {'=' * 30}", flush=True)
+    """Answer, record and score four cases live: the real Claude Code against the model stand-in
+    (the scripted answerer when there is no CLI) over MCP through the local endpoint
+    (run_answers.py), then score_run.py with the judge's recorded replies."""
+    real_cli = PINNED_EXE.exists()
+    who = ("the real Claude Code (the kit's pinned CLI) and the model stand-in" if real_cli
+           else "the scripted answerer (no Claude Code installed: the Node runtime is missing)")
+    print(f"\n{'=' * 30} live: run_answers.py with {who} {'=' * 30}", flush=True)
     run_dir = scratch / "runs" / LIVE_RUN
     if run_dir.exists():
         shutil.rmtree(run_dir)
     code = run_step("new_run live", [sys.executable, str(SCRIPTS / "new_run.py"), "--set",
                                      rel(SET_DIR), "--out", str(run_dir), "--answerer-model",
-                                     "scripted-answerer", "--run-id", LIVE_RUN],
+                                     "model-standin" if real_cli else "scripted-answerer",
+                                     "--run-id", LIVE_RUN],
                     quiet_stdout=True)
     if code != 0:
         return code
-    # The answerer runs in an empty folder of its own: every path in its command is absolute.
-    answerer = (f"{sys.executable} {SCRIPTED} --mcp-config {{mcp_config}} "
-                "--question-file {question_file} --max-turns {max_turns}")
-    code = run_step("run_answers live", [sys.executable, str(SCRIPTS / "run_answers.py"),
-                                         "--run", str(run_dir), "--set", rel(SET_DIR), "--local",
-                                         "--only", ",".join(LIVE_CASES), "--parallel", "2",
-                                         "--answerer-cmd", answerer])
+    answer = [sys.executable, str(SCRIPTS / "run_answers.py"), "--run", str(run_dir), "--set",
+              rel(SET_DIR), "--local", "--only", ",".join(LIVE_CASES), "--parallel", "2"]
+    if real_cli:
+        with model_standin(scratch) as env:
+            code = run_step("run_answers live", [*answer, "--answerer", "claude-code"], env=env)
+    else:
+        # The answerer runs in an empty folder of its own: every path in its command is absolute.
+        scripted = (f"{sys.executable} {SCRIPTED} --mcp-config {{mcp_config}} "
+                    "--question-file {question_file} --max-turns {max_turns}")
+        code = run_step("run_answers live", [*answer, "--answerer-cmd", scripted])
     if code != 0:
         return code
     code = run_step("score_run live", [sys.executable, str(SCRIPTS / "score_run.py"), "--run",
                                        str(run_dir), "--set", rel(SET_DIR), "--judge", "replay",
                                        "--local"])
-    print("(live leg: the answers, their MCP calls and the re-executed rows were made just now; "
-          "the verdicts replay hand-authored judge replies from "
-          f"{rel(SET_DIR / 'recordings' / 'judge')}/{LIVE_RUN}.*.json, pinned by request "
+    made = ("Claude Code's tool calls and the re-executed rows were made just now, its model's "
+            f"turns replayed from {rel(MODEL_SCRIPTS)}/" if real_cli else
+            "the answers, their MCP calls and the re-executed rows were made just now")
+    print(f"(live leg, answered by {who}: {made}; the verdicts replay hand-authored judge replies "
+          f"from {rel(SET_DIR / 'recordings' / 'judge')}/{LIVE_RUN}.*.json, pinned by request "
           "digest)", flush=True)
     return code
 

@@ -27,14 +27,12 @@ def node_runtime_missing_reason() -> str | None:
     return None
 
 
-def skip_without_node() -> None:
-    """Skip the calling test (or fixture, of any scope) with a clear reason when Node is absent,
-    except in CI."""
-    reason = node_runtime_missing_reason()
+def _skip_unless_ci(reason: str | None, what: str) -> None:
+    """Skip with the reason when something a test needs is missing; under CI, fail instead."""
     if reason is None:
         return
     if os.environ.get("CI"):
-        pytest.fail(f"CI is set, so runtime tests must run: {reason}")
+        pytest.fail(f"CI is set, so {what} must run: {reason}")
     pytest.skip(reason)
 
 
@@ -42,6 +40,21 @@ def skip_without_node() -> None:
 def needs_node() -> None:
     """Skip a runtime-backed test with a clear reason when Node is absent, except in CI."""
     skip_without_node()
+
+
+def skip_without_node() -> None:
+    """Skip the calling test (or fixture, of any scope) with a clear reason when Node is absent,
+    except in CI."""
+    _skip_unless_ci(node_runtime_missing_reason(), "runtime tests")
+
+
+@pytest.fixture
+def needs_claude() -> None:
+    """Skip a test of the real Claude Code with the reason when the kit's pinned CLI is not
+    installed (no Node runtime), except in CI, where it fails."""
+    from claude_support import claude_missing_reason
+
+    _skip_unless_ci(claude_missing_reason(), "the real-CLI tests")
 
 
 @pytest.fixture

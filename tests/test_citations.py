@@ -210,3 +210,51 @@ def test_files_the_kit_writes_are_named_freely_and_data_holds_paths_not_citation
     assert problems_in('{"path": "notes/todo.md"}', "evals/x/events.jsonl") == []
     assert problems_in('{"why": "SPEC 5.3"}', "evals/x/events.jsonl")  # the name, everywhere
     assert problems_in("tmp / 'skills/alpha/SKILL.md'", "tests/test_x.py") == []
+
+
+# ------------------------------------------------------------------------------------------
+# SKILL.md files: every path they name resolves from the skill's own folder
+
+# A path a SKILL.md names for a reader: in backticks or as a link target, beginning with one of
+# the kit's own folders or `../`. Command lines (backticked with spaces) run from the kit's root,
+# and data paths (`evals/...`, `<run>/...`) name what a run or a set holds: neither is a file the
+# skill ships beside itself.
+SKILL_PATH = re.compile(r"`([^`\s]+)`|\]\(\s*([^)\s#]+)")
+SHIPPED_PREFIXES = ("../", "reference/", "scripts/", "skills/")
+
+
+def skill_path_problems(skill_md: str, text: str, tree: Tree) -> list[str]:
+    """Every shipped path a SKILL.md names that does not resolve from its own folder."""
+    folder = PurePosixPath(skill_md).parent
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for m in SKILL_PATH.finditer(line):
+            path = (m.group(1) or m.group(2)).split("#", 1)[0]
+            if not path.startswith(SHIPPED_PREFIXES) or NOT_A_PATH.search(path):
+                continue
+            if not tree.exists(str(folder / path)):
+                problems.append(f"{skill_md}:{number}: names {path}, which is not at "
+                                f"{folder / path} (a plugin installs the skill away from the "
+                                "kit's root: name it from the skill's folder)")
+    return problems
+
+
+def test_every_path_a_skill_md_names_resolves_from_the_skills_own_folder():
+    paths = tracked_files()
+    skills = [n for n in paths if n.startswith("skills/") and n.endswith("/SKILL.md")]
+    assert len(skills) == 3
+    tree = Tree(paths)
+    problems = [p for n in skills
+                for p in skill_path_problems(n, (KIT / n).read_text(encoding="utf-8"), tree)]
+    assert problems == [], "\n".join(problems)
+
+
+def test_a_skill_md_path_from_the_kit_root_is_found():
+    name = "skills/eval-judge/SKILL.md"
+    assert skill_path_problems(name, "see `../../reference/judge.md`", TREE) == []
+    assert skill_path_problems(name, "see `reference/agreement-phrases.md`", TREE) == []
+    [problem] = skill_path_problems(name, "see `reference/judge.md`", TREE)
+    assert problem.startswith(f"{name}:1: names reference/judge.md")
+    # Commands and a run's or a set's files are not the skill's.
+    assert skill_path_problems(name, "`evals/<set>/cases.jsonl` `runs/r1/RESULTS.md` "
+                                     "`.venv/bin/python skills/x/scripts/y.py --set z`", TREE) == []

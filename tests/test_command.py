@@ -12,12 +12,12 @@ import pytest
 from fuzz_support import FUZZ, damaged_bytes, mutated_transcript
 from hypothesis import given
 from hypothesis import strategies as st
+from malloy_evals.answer.harness.claude_cli import claude_argv
 from malloy_evals.answer.harness.command import (
     ChildRun,
     StreamScan,
     check_template,
     classify,
-    claude_argv,
     close_cut_off_stream,
     fill_template,
     run_child,
@@ -88,10 +88,13 @@ def test_check_template_finds_relative_paths_even_in_flag_values(tmp_path):
 
 def test_claude_argv_puts_the_question_before_the_many_valued_flags():
     argv = claude_argv("claude", question="-- how much?", prompt="P", mcp_config=Path("/m.json"),
-                       max_turns=5, allowed=["mcp__malloy__a"], blocked=["Read", "Bash"],
+                       max_turns=5, allowed=["mcp__malloy__a"], withheld=["mcp__malloy__b"],
                        model=None)
     assert argv[:3] == ["claude", "-p", "-- how much?"]
-    assert argv[argv.index("--disallowedTools") + 1] == "Read,Bash"
+    # No built-in tool at all; the endpoint's other tools withheld; nothing else asked about.
+    assert argv[argv.index("--tools") + 1] == ""
+    assert argv[argv.index("--disallowedTools") + 1] == "mcp__malloy__b"
+    assert argv[argv.index("--permission-mode") + 1] == "dontAsk"
     assert "--model" not in argv and argv[-2:] == ["--append-system-prompt", "P"]
 
 

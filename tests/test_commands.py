@@ -80,6 +80,8 @@ PRINTED = [
     pytest.param(commands.reexecute(RUN, SET, "bk_total_revenue", None), id="reexecute"),
     pytest.param(commands.score_retrieval(RUN, SET), id="score-retrieval"),
     pytest.param(commands.diagnose(RUN, SET), id="diagnose"),
+    pytest.param(commands.diagnose_near_matches(RUN, SET, ["bk_channel_mix", "bk_avg_price_paid"]),
+                 id="diagnose-near-matches"),
     pytest.param(commands.build_skill_index(), id="build-skill-index"),
     pytest.param(commands.host_emit(RUN, SET, "bk_total_revenue", 2), id="host-emit"),
     pytest.param(commands.score_run(RUN, SET), id="score-run"),

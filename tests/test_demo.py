@@ -73,7 +73,8 @@ LEAKY_CASCADE = {
                   "not retrieved": 1},
     "total": 5, "passes": 1,
 }
-# The live leg (scripts/demo.py LIVE_CASES): the scripted answerer answers two cases right, filters
+# The live leg (scripts/demo.py LIVE_CASES): the real Claude Code replaying the model scripts of
+# evals/bookshop/model-scripts (the scripted answerer without Node) answers two cases right, filters
 # 2024 revenue by ship_date (the case's mustNotUse vetoes it), and declines the margin question
 # naming the missing cost data.
 LIVE_VERDICTS = {
@@ -290,7 +291,14 @@ def test_demo_prints_the_verdict_and_writes_compare_md(needs_node, demo_output):
 
 def test_live_leg_answers_records_and_scores_its_cases_as_intended(needs_node, demo_output):
     doc = demo_output["live"]
-    assert doc["status"] == "complete" and doc["answerer_model"] == "scripted-answerer"
+    # Node is here (needs_node), so the kit's pinned Claude Code answered, and the demo said so.
+    assert doc["status"] == "complete" and doc["answerer_model"] == "model-standin"
+    assert "live: run_answers.py with the real Claude Code" in demo_output["proc"].stdout
+    requests = [json.loads(line) for line in
+                (demo_output["scratch"] / "standin-requests.jsonl").read_text().splitlines()]
+    assert requests and all(sorted(r["tools"]) == ["mcp__malloy__malloy_executeQuery",
+                                                   "mcp__malloy__malloy_getContext"]
+                            for r in requests)
     assert _verdicts(doc) == LIVE_VERDICTS
     vetoed = {c["qid"]: c["must_not_use_hits"] for c in doc["cases"]}["bk_revenue_2024"]
     assert vetoed == ["ship_date"]

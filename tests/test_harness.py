@@ -107,8 +107,9 @@ def test_scripted_answerer_through_the_local_endpoint_is_recorded_and_scored(
 def test_claude_code_answerer_gets_only_publisher_tools_and_the_prompt(needs_node, tmp_path, capsys,
                                                                        monkeypatch,
                                                                        bookshop_mcp_url):
-    # A stand-in `claude` on PATH: it logs the command line it got, then answers as the scripted
-    # answerer would, from the question Claude Code gets after -p.
+    # A stand-in `claude` named by --claude: it logs the command line it got, then answers as the
+    # scripted answerer would, from the question Claude Code gets after -p. (The real CLI runs in
+    # test_claude_code.py; this one checks the command line alone, fast.)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "claude-argv.json"
@@ -116,27 +117,30 @@ def test_claude_code_answerer_gets_only_publisher_tools_and_the_prompt(needs_nod
     fake.write_text(f"""#!{sys.executable}
 import json, os, sys
 argv = sys.argv[1:]
+if argv == ["--version"]:
+    print("2.1.332 (Claude Code)")
+    sys.exit(0)
 json.dump(argv, open({str(log)!r}, "w"))
 value = lambda flag: argv[argv.index(flag) + 1]
 os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value("-p"),
                           "--mcp-config", value("--mcp-config")])
 """)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     run = new_run(tmp_path, BOOKSHOP, "cc1")
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
                              bookshop_mcp_url, "--only", "bk_total_revenue", "--answerer",
                              "claude-code:claude-sonnet-4-5", "--max-turns", "12",
-                             "--no-sandbox"],  # the stand-in logs to, and runs from, tmp_path
-                            capsys)
+                             "--claude", str(fake), "--no-sandbox"],  # the stand-in logs to,
+                            capsys)  # and runs from, tmp_path
     assert code == 0, err
     argv = json.loads(log.read_text())
     question = load_set(BOOKSHOP).case("bk_total_revenue").question
     assert argv[:2] == ["-p", question]
     assert sorted(argv[argv.index("--allowedTools") + 1].split(",")) == [
         "mcp__malloy__malloy_executeQuery", "mcp__malloy__malloy_getContext"]
-    blocked = argv[argv.index("--disallowedTools") + 1].split(",")
-    assert {"Bash", "Read", "Grep", "Glob", "WebFetch", "Task"} <= set(blocked)
+    assert argv[argv.index("--tools") + 1] == ""  # no built-in tool at all
+    assert sorted(argv[argv.index("--disallowedTools") + 1].split(",")) == [
+        "mcp__malloy__malloy_getStatus", "mcp__malloy__malloy_reloadPackage"]
     assert "--strict-mcp-config" in argv and argv[argv.index("--max-turns") + 1] == "12"
     assert argv[argv.index("--model") + 1] == "claude-sonnet-4-5"
     prompt = argv[argv.index("--append-system-prompt") + 1]
@@ -144,14 +148,16 @@ os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value
     assert doc["recorded"] == 1 and attempts(run)[0]["submitted"] is True
 
 
-def test_claude_code_without_claude_on_path_exits_3_before_answering(tmp_path, capsys,
-                                                                      monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))
+def test_a_claude_that_cannot_run_exits_3_before_answering(tmp_path, capsys):
+    not_executable = tmp_path / "claude"
+    not_executable.write_text("")
     run = new_run(tmp_path, BOOKSHOP, "cc2")
-    code, _doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
-                              "http://127.0.0.1:9/mcp", "--answerer", "claude-code",
-                              "--only", "bk_total_revenue"], capsys)
-    assert code == 3 and "no `claude` on PATH" in err
+    base = ["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url", "http://127.0.0.1:9/mcp",
+            "--only", "bk_total_revenue", "--claude", str(not_executable)]
+    code, _doc, err = answer([*base, "--answerer", "claude-code"], capsys)
+    assert code == 3 and "not an executable file" in err
+    code, _doc, err = answer([*base, "--answerer", "anthropic:claude-haiku-4-5"], capsys)
+    assert code == 2 and "--claude" in err
     assert ledger(run) == []
 
 

@@ -63,8 +63,8 @@ def test_answerers_get_the_publisher_query_tools_only():
     assert isolation.answerer_tools(listed) == ["malloy_executeQuery", "malloy_getContext",
                                                 "malloy_searchDocs"]
     assert isolation.claude_tool_name("malloy_getContext") == "mcp__malloy__malloy_getContext"
-    assert {"Read", "Bash", "Grep", "Glob", "WebFetch", "Task"} <= set(
-        isolation.CLAUDE_BLOCKED_TOOLS)
+    assert isolation.withheld_tools(listed) == ["malloy_getStatus", "malloy_reloadPackage",
+                                                "malloy_compile"]
 
 
 def test_protected_paths_include_the_resolved_form_of_a_link(tmp_path):

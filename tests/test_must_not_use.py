@@ -513,7 +513,7 @@ def test_a_model_that_could_not_be_read_says_why_and_decides_on_the_text():
                                 definitions="node is not on PATH")
     assert result.hits == ["shipped_at"]
     assert result.expansion == "not possible: node is not on PATH"
-    assert set(result.to_json()) == KEYS | {"paths", "allowed", "expansion"}
+    assert set(result.to_json()) == KEYS | {"paths", "allowed", "expansion", "through_outputs"}
 
 
 @pytest.mark.parametrize("query, why", [

@@ -511,7 +511,7 @@ def test_mutated_authored_replies_file_is_read_or_refused_in_one_line(tmp_path_f
 _HAND_SENTENCE = ('`hand:FILE` answers with replies a person wrote: JSON lines `{"key": "<recording '
                   'key>", "replies": [<reply>, ...]}`, one line per call, looked up by key (keys and '
                   'reply shapes for the judge, the coverage reader and the diagnoser: '
-                  '`reference/hand-replies.md`). It scores, reads and diagnoses new runs like any '
+                  '`{path}`). It scores, reads and diagnoses new runs like any '
                   'other provider, and with `--record` it authors recordings.')
 
 
@@ -520,8 +520,11 @@ _HAND_SENTENCE = ('`hand:FILE` answers with replies a person wrote: JSON lines `
 def test_hand_provider_is_described_the_same_way_wherever_a_user_meets_it(where):
     # Issue 16 item 13: eval-judge said `hand:` was "only to author recordings" while the README
     # offered it for scoring new runs, and the diagnoser's key format was written nowhere.
+    # Each names the reference as a path from its own folder (a skill's, once installed
+    # elsewhere as a plugin, is not the kit's root).
+    path = "reference/hand-replies.md" if where == "README.md" else "../../reference/hand-replies.md"
     text = " ".join((paths.KIT_ROOT / where).read_text().split())
-    assert _HAND_SENTENCE in text
+    assert _HAND_SENTENCE.replace("{path}", path) in text
     assert "only to author recordings" not in text
 
 

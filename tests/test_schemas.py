@@ -18,7 +18,7 @@ EXAMPLES = paths.REFERENCE_DIR / "examples"
 DOC = paths.REFERENCE_DIR / "ledger-schema.md"
 # Every schema item 3 of issue 2 names must exist.
 REQUIRED_SCHEMAS = {"defs", "set", "case", "golden", "run", "host_log", "attempt", "tool_call", "score",
-                    "retrieval_score", "human_verdict", "issue", "issue_status", "void", "judge_verdict",
+                    "retrieval_score", "human_verdict", "reverify", "issue", "issue_status", "void", "judge_verdict",
                     "coverage_report", "judge_regression", "judge_calibration"}
 
 
@@ -39,7 +39,7 @@ def test_vocab_constants_come_from_defs():
     assert vocab.PHASES == ("baseline", "loop", "blind_gate", "canary", "final", "probe")
     assert vocab.QID_PATTERN == defs["qid"]["pattern"]
     assert set(vocab.EVENT_KINDS) == {"attempt", "tool_call", "score", "retrieval_score",
-                                      "human_verdict", "issue", "issue_status", "void"}
+                                      "human_verdict", "reverify", "issue", "issue_status", "void"}
 
 
 @pytest.mark.parametrize("reason, ok", [

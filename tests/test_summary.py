@@ -11,6 +11,7 @@ import pytest
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import figures as sm_figures
 from malloy_evals.report import markdown as sm_markdown
+from malloy_evals.report import stats as sm_stats
 from tie_support import tied
 
 KIT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def test_three_of_four_interval_matches_hand_arithmetic():
     # p = 0.75, z^2/n = 0.960365, denominator 1.960365
     # centre = (0.75 + 0.480183) / 1.960365 = 0.627527
     # half   = (1.959964 / 1.960365) * sqrt(0.1875/4 + 3.841459/64) = 0.999795 * 0.326953 = 0.326886
-    low, high = sm_figures.wilson_interval(3, 4)
+    low, high = sm_stats.wilson_interval(3, 4)
     assert low == pytest.approx(0.627527 - 0.326886, abs=2e-6)
     assert high == pytest.approx(0.627527 + 0.326886, abs=2e-6)
     assert sm_figures.pass_rate(3, 4).text == "pass rate 75.0% (3/4; 95% CI 30.1-95.4%)"
@@ -95,7 +96,7 @@ def test_zero_of_four_has_a_zero_lower_bound_and_a_nonzero_upper_bound():
 def test_nothing_decided_has_no_rate():
     rate = sm_figures.pass_rate(0, 0)
     assert rate.rate is None and rate.ci_low is None
-    assert sm_figures.wilson_interval(0, 0) is None
+    assert sm_stats.wilson_interval(0, 0) is None
 
 
 # --- denominators ---------------------------------------------------------------------------

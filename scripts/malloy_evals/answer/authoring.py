@@ -17,7 +17,7 @@ from malloy_evals.judge.calibration import (
     render_regressions,
 )
 from malloy_evals.ledger.run import Run
-from malloy_evals.llm.hand import HandProvider
+from malloy_evals.llm.hand import HandProvider, answering_key
 from malloy_evals.llm.replay import RecordingProvider
 from malloy_evals.sets.eval_set import EvalSet
 
@@ -95,7 +95,7 @@ def author_judge_recordings(eval_set: EvalSet, replies: Path, *, out_dir: Path |
                     except KitError as exc:
                         runs.append({"key": key, "status": "error",
                                      "message": str(exc)})
-    written = sorted(p.stem for p in out.glob("*.json") if p.stem in keys)
+    written = sorted(p.stem for p in out.glob("*.json") if answering_key(p.stem, keys))
     return AuthorReport(str(out), written, calibration, regressions, runs)
 
 

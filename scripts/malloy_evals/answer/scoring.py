@@ -24,7 +24,7 @@ from malloy_evals.core.vocab import (
     is_truncated,
 )
 from malloy_evals.core.words import sample_words
-from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate
+from malloy_evals.judge.decision import JudgeArtifacts, Reexecutor, evaluate, judge_samples_for
 from malloy_evals.judge.doctrine import Doctrine
 from malloy_evals.judge.packet import Submission
 from malloy_evals.ledger.artifacts import PredictionView, read_prediction, read_prediction_csv
@@ -129,10 +129,13 @@ def prediction_from_reexecution(result: ReexecuteResult, run: Run) -> Prediction
 def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, provider: Provider,
                   endpoint: QueryEndpoint | None = None, reexecutor: Reexecutor | None = None,
                   judge_retries: int = 1, append: bool = True, reexecute: bool = True,
-                  doctrine: Doctrine | None = None, view: LiveView | None = None) -> ScoreResult:
+                  doctrine: Doctrine | None = None, view: LiveView | None = None,
+                  judge_samples: int | None = None) -> ScoreResult:
     """Score one attempt in the order of reference/scoring.md and append exactly one score event
     (append=False: judge.py, which only prints). One endpoint, one provider and one live view of
-    the ledger (`view`, read here when not given) serve every attempt of a run."""
+    the ledger (`view`, read here when not given) serve every attempt of a run. `judge_samples`:
+    how many times the judge is asked (--judge-samples); None is 3 where the judge is known
+    unstable, else 1 (`decision.judge_samples_for`)."""
 
     view = view or run.view()
     attempt = run.attempt(qid, sample, view)
@@ -186,7 +189,8 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
                             truncated=is_truncated(attempt.get("truncated")),
                             run_error=attempt.get("run_error"), contaminated=contaminated,
                             reexecute=rerun, artifacts=artifacts, judge_retries=judge_retries,
-                            doctrine=doctrine, definitions=case_definitions(eval_set, case))
+                            doctrine=doctrine, definitions=case_definitions(eval_set, case),
+                            judge_samples=judge_samples_for(case, submission, judge_samples))
     except (HostReplyPending, DryRun) as exc:
         waiting = no_reply(provider, exc)
         return ScoreResult(**base, verdict=None, reason=None, event_id=None,
@@ -217,7 +221,8 @@ def _emit_first(run: Run, eval_set: EvalSet, qid: str, sample: int | None) -> st
 def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None, *,
                      provider: Provider, mcp_url: str | None = None, local: bool = False,
                      judge_retries: int = 1, append: bool = True,
-                     model_dir: str | Path | None = None) -> ScoreResult:
+                     model_dir: str | Path | None = None,
+                     judge_samples: int | None = None) -> ScoreResult:
     """score_attempt.py / judge.py: open the run and set, connect when re-execution needs it,
     score (or only judge) one attempt. A host ingest reuses the prediction its emit judged.
     `model_dir` (--model): the package the attempt was answered against, served by --local and
@@ -227,17 +232,18 @@ def score_attempt_at(run_dir: str | Path, set_dir: str | Path, qid: str, sample:
     if not append:  # judge.py prints a verdict and writes nothing: no lock to take
         return _score_attempt_at(run, set_dir, qid, sample, provider=provider, mcp_url=mcp_url,
                                  local=local, judge_retries=judge_retries, append=append,
-                                 model_dir=model_dir)
+                                 model_dir=model_dir, judge_samples=judge_samples)
     # One scorer per run: score_run.py's lock, taken before anything else is done.
     with run.holding(SCORE_LOCK, "score_attempt.py"):
         return _score_attempt_at(run, set_dir, qid, sample, provider=provider, mcp_url=mcp_url,
                                  local=local, judge_retries=judge_retries, append=append,
-                                 model_dir=model_dir)
+                                 model_dir=model_dir, judge_samples=judge_samples)
 
 
 def _score_attempt_at(run: Run, set_dir: str | Path, qid: str, sample: int | None, *,
                       provider: Provider, mcp_url: str | None, local: bool, judge_retries: int,
-                      append: bool, model_dir: str | Path | None) -> ScoreResult:
+                      append: bool, model_dir: str | Path | None,
+                      judge_samples: int | None = None) -> ScoreResult:
     eval_set = load_set(set_dir, model_dir)
     check_qid(qid)
     ingest = phase_of(provider) == "ingest"
@@ -245,10 +251,12 @@ def _score_attempt_at(run: Run, set_dir: str | Path, qid: str, sample: int | Non
         if append and not ingest:
             raise UsageError(cli.ENDPOINT_NEEDED)
         return score_attempt(run, eval_set, qid, sample, provider=provider, reexecute=False,
-                             judge_retries=judge_retries, append=append)
+                             judge_retries=judge_retries, append=append,
+                             judge_samples=judge_samples)
     with open_endpoint(eval_set, mcp_url=mcp_url, local=local) as endpoint:
         return score_attempt(run, eval_set, qid, sample, provider=provider, endpoint=endpoint,
-                             judge_retries=judge_retries, append=append)
+                             judge_retries=judge_retries, append=append,
+                             judge_samples=judge_samples)
 
 
 def render_score(result: ScoreResult) -> str:

@@ -92,10 +92,11 @@ def _compile(folder: Path, model_path: str | None) -> Definitions | str:
     try:
         with MalloyRuntime(folder, allow=default_allow(folder)) as runtime:
             raw = runtime.definitions()
+            surface = runtime.describe()  # which fields are measures (the veto's lineage)
     except KitError as exc:
         return f"the model could not be compiled: {exc}"
     failed = compile_failure(raw, model_path)
-    return failed if failed is not None else Definitions.from_runner(raw, model_path)
+    return failed if failed is not None else Definitions.from_runner(raw, model_path, surface)
 
 
 def compile_failure(raw: dict[str, Any], model_path: str | None) -> str | None:
@@ -254,7 +255,8 @@ def _compile_names(folder: Path, model_path: str | None) -> ModelNames | str:
     failed = compile_failure(surface, model_path)
     if failed is not None:
         return ModelDoesNotCompile(failed)
-    return ModelNames.from_runner(surface, Definitions.from_runner(raw, model_path), model_path)
+    return ModelNames.from_runner(surface, Definitions.from_runner(raw, model_path, surface),
+                                  model_path)
 
 
 def _names_given(case: Case) -> bool:

@@ -69,6 +69,24 @@ class MustNotUseResult:
     paths: dict[str, str] = field(default_factory=dict)
     allowed: list[str] = field(default_factory=list)  # reached only inside a definition allowed
     expansion: str | None = None  # "expanded", "not possible: <why>"; None: no model was given
+    # entry -> the one output column (a model measure the query's view or named query outputs)
+    # it is reached through, and only through: in `hits`, but it vetoes only when that column is
+    # one the answer reports (`vetoes`); otherwise it is a note for the judge
+    through_outputs: dict[str, str] = field(default_factory=dict)
+
+    def vetoes(self, reported: Iterable[str] | None) -> list[str]:
+        """The hits that veto, given the output columns the answer reports (None or empty: every
+        output column counts): a hit reached only through an unreported output column is not
+        one (reference/must-not-use.md, "Lineage to what the answer reported")."""
+        shown = set(reported or ())
+        return [h for h in self.hits
+                if h not in self.through_outputs or not shown or self.through_outputs[h] in shown]
+
+    def lineage_notes(self, reported: Iterable[str] | None) -> list[str]:
+        """The hits `vetoes` lets through as notes: `entry (through output column c)`."""
+        vetoing = set(self.vetoes(reported))
+        return [f"{h} (through output column {self.through_outputs[h]})" for h in self.hits
+                if h not in vetoing]
 
     @property
     def exit_code(self) -> int:
@@ -80,7 +98,8 @@ class MustNotUseResult:
                                "unchecked": self.unchecked, "absent": self.absent,
                                "checked": self.checked, "judge_note": self.judge_note}
         if self.expansion is not None:
-            out.update(paths=self.paths, allowed=self.allowed, expansion=self.expansion)
+            out.update(paths=self.paths, allowed=self.allowed, expansion=self.expansion,
+                       through_outputs=self.through_outputs)
         return out
 
 
@@ -203,12 +222,16 @@ def _present(path: str, text: str) -> bool:
 
 def check_must_not_use(query: str | None, entries: Iterable[str], *,
                        definitions: Definitions | str | None = None,
-                       allowed_in: Mapping[str, Sequence[str]] | None = None) -> MustNotUseResult:
+                       allowed_in: Mapping[str, Sequence[str]] | None = None,
+                       outputs: Sequence[str] | None = None) -> MustNotUseResult:
     """Sort must-not-use entries into hits, leaf hits, unchecked and absent for one query.
 
     `definitions`: the model's (step 4), or why they could not be read (the expansion is then
     "not possible: ..."), or None when no model was given. `allowed_in`: entry as written ->
-    names of definitions inside which it is allowed.
+    names of definitions inside which it is allowed. `outputs`: the columns the query returned
+    (its re-executed rows); a hit reached through the model only by way of one output column
+    that is a model measure is marked in `through_outputs` (whether it vetoes depends on what
+    the answer reports: `MustNotUseResult.vetoes`).
     """
     entries = list(entries)
     hits: list[str] = []
@@ -219,6 +242,7 @@ def check_must_not_use(query: str | None, entries: Iterable[str], *,
     leaves: dict[str, str] = {}
     paths: dict[str, str] = {}
     allowed: list[str] = []
+    through: dict[str, str] = {}
     expansion: str | None = None
     if isinstance(definitions, str):
         expansion = f"not possible: {definitions}"
@@ -244,6 +268,10 @@ def check_must_not_use(query: str | None, entries: Iterable[str], *,
             elif inside.hit is not None:
                 hits.append(entry)
                 paths[entry] = inside.hit
+                column = _only_through_output(reach, path, (allowed_in or {}).get(entry, ()),
+                                              outputs or ())
+                if column is not None:
+                    through[entry] = column
             elif inside.allowed:
                 allowed.append(entry)
                 continue
@@ -264,9 +292,11 @@ def check_must_not_use(query: str | None, entries: Iterable[str], *,
               f"decide whether it is this field") if e in paths else
              (f"- {e}: a bare `{leaves[e]}` appears in the query (under another qualifier or "
               f"none); decide whether it is this field") for e in leaf_hits]
+    note += [f"- {e}: reached only through the output column `{c}` ({paths[e]}); it decides "
+             f"nothing unless `{c}` is the figure the answer reports" for e, c in through.items()]
     return MustNotUseResult(hits=hits, leaf_hits=leaf_hits, unchecked=unchecked, absent=absent,
                             checked=checked, judge_note="\n".join(note), paths=paths,
-                            allowed=allowed, expansion=expansion)
+                            allowed=allowed, expansion=expansion, through_outputs=through)
 
 
 # ------------------------------------------------------------------- the model's definitions
@@ -280,11 +310,15 @@ class Definitions:
 
     sources: Mapping[str, Mapping[str, tuple[str, ...]]]
     queries: Mapping[str, tuple[str | None, tuple[str, ...]]] = field(default_factory=dict)
+    # per source, the names of its measures (from the compiled surface): an output column that
+    # is a measure is an aggregate the query reports, never a grouping that shapes its rows
+    measures: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
-    def from_runner(cls, raw: Mapping[str, Any], model_path: str | None = None) -> Definitions:
+    def from_runner(cls, raw: Mapping[str, Any], model_path: str | None = None,
+                    surface: Mapping[str, Any] | None = None) -> Definitions:
         """From the runner's answer: the model at `model_path` when the package has it, else
-        every model's definitions merged."""
+        every model's definitions merged; `surface` (the runner's describe) gives the measures."""
         models = [m for m in raw.get("models") or [] if isinstance(m, dict)]
         chosen = [m for m in models if m.get("path") == model_path] or models
         sources: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -296,7 +330,16 @@ class Definitions:
                     merged[key] = tuple(dict.fromkeys([*merged.get(key, ()), *map(str, refs)]))
             for name, q in (model.get("queries") or {}).items():
                 queries[name] = (q.get("source"), tuple(map(str, q.get("refs") or ())))
-        return cls(sources=sources, queries=queries)
+        measures: dict[str, set[str]] = {}
+        shown = [m for m in (surface or {}).get("models") or [] if isinstance(m, dict)]
+        for model in [m for m in shown if m.get("path") == model_path] or shown:
+            for src in model.get("sources") or []:
+                if isinstance(src, dict) and isinstance(src.get("name"), str):
+                    measures.setdefault(src["name"], set()).update(
+                        str(x.get("name")) for x in src.get("measures") or []
+                        if isinstance(x, dict) and x.get("name"))
+        return cls(sources=sources, queries=queries,
+                   measures={k: frozenset(v) for k, v in measures.items()})
 
     def names(self) -> set[str]:
         """Every name a definition can be called by: `field`, `join.field`, `source.field`,
@@ -410,9 +453,10 @@ def _nodes(path: str, source: str, prefix: str, defs: Definitions) -> list[_Node
 
 
 def _expand(seeds: Sequence[tuple[_Node, tuple[str, ...]]], defs: Definitions,
-            stops: frozenset[str]) -> dict[str, tuple[str, ...]]:
+            stops: frozenset[str], drop: str | None = None) -> dict[str, tuple[str, ...]]:
     """Field path -> the chain of definitions (labels) that first reaches it, breadth first;
-    definitions named in `stops` are not opened."""
+    definitions named in `stops` are not opened; `drop`: an output column the query's own view
+    or named query outputs, left out of what that view or query uses."""
     chains: dict[str, tuple[str, ...]] = {}
     seen: set[_Node] = set()
     queue: deque[tuple[_Node, tuple[str, ...]]] = deque()
@@ -426,7 +470,11 @@ def _expand(seeds: Sequence[tuple[_Node, tuple[str, ...]]], defs: Definitions,
             continue
         seen.add(node)
         chain = (*via, node.label)
+        outputs_of_view = drop is not None and not via and not node.prefix and (
+            node.query or (node.key and node.key not in defs.measures.get(node.source, ())))
         for ref in node.refs(defs):
+            if outputs_of_view and ref == drop:
+                continue  # the unreported output column, as the query's view outputs it
             chains.setdefault(node.prefix + ref, chain)
             for nxt in _nodes(ref, node.source, node.prefix, defs):
                 queue.append((nxt, chain))
@@ -444,6 +492,25 @@ def _named_in(node: _Node, names: Iterable[str]) -> bool:
         if any(segs[-len(want):] == want for segs in full):
             return True
     return False
+
+
+def _only_through_output(reach: _Reach | None, path: str, allowed: Sequence[str],
+                         outputs: Sequence[str]) -> str | None:
+    """The one output column through which alone the model reaches `path`: a column named as a
+    measure of the query's source, output by a view or named query the query names (the first
+    hop of the chain). Leaving that column out of what the view uses, the path is no longer
+    reached. None when there is no such column (a filter, a grouping, a join's where, the
+    query's own text, or two columns reach it): then the hit vetoes whatever is reported."""
+    if reach is None or reach.definitions is None or not outputs:
+        return None
+    defs = reach.definitions
+    want = path.split(".")
+    roots = {n.source for n, _via in reach.seeds}
+    measures = set().union(*(defs.measures.get(src, frozenset()) for src in roots))
+    found = [c for c in dict.fromkeys(outputs) if c in measures
+             and _first(_expand(reach.seeds, defs, frozenset(allowed), drop=c),
+                        lambda segs: segs[-len(want):] == want) is None]
+    return found[0] if len(found) == 1 else None
 
 
 @dataclass(frozen=True)

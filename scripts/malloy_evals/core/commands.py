@@ -269,6 +269,12 @@ def diagnose(run_dir: str | Path, set_dir: str | Path) -> Command:
                    PROVIDER)
 
 
+def diagnose_near_matches(run_dir: str | Path, set_dir: str | Path, qids: Sequence[str]) -> Command:
+    """Diagnose near_matches stable across arms as coverage findings (review.py routes them)."""
+    return command("diagnose", cli.RUN, _place(run_dir), cli.SET, _place(set_dir), "--diagnoser",
+                   PROVIDER, "--verdicts", "near_match", cli.ONLY, ",".join(qids) or QID)
+
+
 def build_skill_index() -> Command:
     """Regenerate SKILL_INDEX.md."""
     return command("build_skill_index")

@@ -22,7 +22,7 @@ from malloy_evals.core.errors import UnmeasuredError
 from malloy_evals.core.vocab import GOLDEN_STATUSES, is_contaminated
 from malloy_evals.judge.doctrine import Doctrine, judge_prompt_sha, judge_version_pin, load_doctrine
 from malloy_evals.judge.packet import Submission, build_packet, build_request, source_definitions
-from malloy_evals.judge.verdict import call_judge, post_process
+from malloy_evals.judge.verdict import FinalVerdict, JudgeCall, call_judge, post_process
 from malloy_evals.ledger.artifacts import PredictionView
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.ties import REPLIES_FILE, REQUEST_FILE, file_sha, reply_origin
@@ -34,7 +34,7 @@ from malloy_evals.llm.base import (
     RecordingMissing,
     phase_of,
 )
-from malloy_evals.sets.eval_set import Case, EvalSet, golden_value
+from malloy_evals.sets.eval_set import VALUE_KINDS, Case, EvalSet, golden_value
 
 # Every golden status but `verified` stops an attempt before the judge (a missing status is verified).
 GATED_STATUSES = tuple(s for s in GOLDEN_STATUSES if s != "verified")
@@ -56,6 +56,7 @@ class Decision:
     gold_note: str | None = None
     judge_verdict: str | None = None
     must_not_use_hits: list[str] | None = None
+    must_not_use_notes: list[str] | None = None  # hits reached only through unreported columns
     leaf_hits: list[str] | None = None
     contaminated: bool | str | None = None
     judge_model: str | None = None
@@ -72,6 +73,7 @@ class Decision:
     judge_cost_usd: float | None = None
     judge_input_tokens: int | None = None
     judge_output_tokens: int | None = None
+    judge_samples: list[str | None] | None = None  # every sample's verdict when asked K > 1 times
     provider_calls: int = 0                       # not an event field: how many calls it took
     raw_replies: list[dict] = field(default_factory=list, repr=False)  # kept for unparseable
 
@@ -99,8 +101,8 @@ class JudgeArtifacts:
         folders: list[tuple[int, Path]] = []
         for p in base.glob("judge*"):
             m = re.fullmatch(r"judge(?:\.(\d+))?", p.name)
-            if m and files.is_real_dir(p) and (p / "request.json").is_file() \
-                    and not os.path.lexists(p / "verdict.json"):
+            emitted = (p / "request.json").is_file() or (p / "s1" / "request.json").is_file()
+            if m and files.is_real_dir(p) and emitted and not os.path.lexists(p / "verdict.json"):
                 folders.append((int(m.group(1) or 1), p))
         if not folders:
             return None
@@ -147,15 +149,78 @@ def golden_gate(case: Case) -> str | None:
     return None
 
 
+UNSTABLE_SAMPLES = 3  # judge samples where the doctrine says the judge is known unstable
+UNSTABLE = "judge_unstable"
+
+
+def known_unstable(case: Case, submission: Submission) -> bool:
+    """Where the judge is known unstable (reference/judge.md, "Self-consistency"): an answer that
+    ran no final query (a refusal or a clarifying question, as far as the kit can tell before the
+    judge reads it) against a golden that holds a value."""
+    return (case.golden_kind in VALUE_KINDS and submission.submitted
+            and not (submission.final_query or "").strip())
+
+
+def judge_samples_for(case: Case, submission: Submission, asked: int | None) -> int:
+    """How many times the judge is asked: `asked` (--judge-samples) when given, else
+    UNSTABLE_SAMPLES where it is known unstable, else once."""
+    if asked is not None:
+        return max(1, asked)
+    return UNSTABLE_SAMPLES if known_unstable(case, submission) else 1
+
+
+def sample_keys(key: str, k: int) -> list[str]:
+    """The recording keys of k judge samples: the key itself once, else `<key>.s1` ... `<key>.sK`."""
+    return [key] if k <= 1 else [f"{key}.s{i}" for i in range(1, k + 1)]
+
+
+def split_words(verdicts: list[str | None]) -> str:
+    """`2 match / 1 no_match`: how K samples split, most common first."""
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        word = v or "unparseable"
+        counts[word] = counts.get(word, 0) + 1
+    return " / ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def must_not_use_check(case: Case, final_query: str | None,
-                       definitions: Definitions | str | None = None) -> MustNotUseResult | None:
+                       definitions: Definitions | str | None = None,
+                       outputs: list[str] | None = None) -> MustNotUseResult | None:
     """The must-not-use veto on the final query against the case's golden.mustNotUse (None when
-    it has none), expanded through the model's `definitions` when the caller read them."""
+    it has none), expanded through the model's `definitions` when the caller read them;
+    `outputs`: the prediction's columns, for the veto's lineage to what the answer reported."""
     entries = case.must_not_use
     if not entries:
         return None
     return check_must_not_use(final_query or None, entries, definitions=definitions,
-                              allowed_in=getattr(case, "must_not_use_allowed_in", None))
+                              allowed_in=getattr(case, "must_not_use_allowed_in", None),
+                              outputs=outputs)
+
+
+def output_columns(prediction: PredictionView | None) -> list[str]:
+    """The columns of the re-executed rows, in order (none without rows)."""
+    rows = prediction.rows if prediction is not None else None
+    return [str(k) for k in rows[0]] if rows and isinstance(rows[0], dict) else []
+
+
+def golden_columns(value: Any) -> list[str]:
+    """The columns a golden compares: a scalar's keys, or the keys of its rows."""
+    if isinstance(value, dict):
+        return [str(k) for k in value if k != "round"]
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return [str(k) for k in value[0]]
+    return []
+
+
+def reported_columns(outputs: list[str], gold: list[str],
+                     pairing: dict[str, str | None] | None) -> list[str]:
+    """The output columns the answer reports: the ones the judge paired with a golden column,
+    and the ones named as a golden column. Empty (every output column counts) when the golden
+    compares no column."""
+    if not gold:
+        return []
+    paired = [v for v in (pairing or {}).values() if isinstance(v, str)]
+    return [c for c in outputs if c in paired or c in gold]
 
 
 def _model_sources(eval_set: EvalSet, submission: Submission) -> str:
@@ -173,10 +238,13 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
              artifacts: JudgeArtifacts | None = None, judge_retries: int = 1,
              doctrine: Doctrine | None = None,
              phrases: tuple[list[str], list[str]] | None = None,
-             definitions: Definitions | str | None = None) -> Decision:
-    """The decision for one submission (reference/scoring.md); calls the provider at most
-    1 + judge_retries times, and never before the gates have passed. `definitions`: the model's,
-    for the veto's expansion (or why they could not be read); None reads the query text alone."""
+             definitions: Definitions | str | None = None,
+             judge_samples: int = 1) -> Decision:
+    """The decision for one submission (reference/scoring.md); asks the judge `judge_samples`
+    times (each at most 1 + judge_retries calls), and never before the gates have passed.
+    With K > 1 samples the verdict is the unanimous one, else needs_human `judge_unstable`.
+    `definitions`: the model's, for the veto's expansion (or why they could not be read); None
+    reads the query text alone."""
     doctrine = doctrine or load_doctrine()
     pins = _pins(doctrine, case, provider, key)
 
@@ -207,14 +275,18 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
             return null(f"environment_failure: {exc}")
     prediction_path = submission.prediction.path if submission.prediction else None
 
-    mnu = must_not_use_check(case, submission.final_query, definitions)
+    outputs = output_columns(submission.prediction)
+    mnu = must_not_use_check(case, submission.final_query, definitions, outputs)
     hits = list(mnu.hits) if mnu is not None else []
     leaf = list(mnu.leaf_hits) if mnu is not None else []
     note = mnu.judge_note if mnu is not None else ""
 
-    packet = build_packet(case, golden_value(case, eval_set.dir), submission, judge_note=note,
+    gold_value = golden_value(case, eval_set.dir)
+    gold_cols = golden_columns(gold_value)
+    packet = build_packet(case, gold_value, submission, judge_note=note,
                             model_sources=_model_sources(eval_set, submission))
-    request = build_request(doctrine, packet, key)
+    keys = sample_keys(key, judge_samples)
+    requests = [build_request(doctrine, packet, k) for k in keys]
 
     common = {"prediction_path": prediction_path, "must_not_use_hits": hits, "leaf_hits": leaf}
     # A contaminated attempt is null whatever the judge says, so a reply nobody wrote (no
@@ -231,10 +303,22 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
                 return null("contaminated", **common)
             raise HostReplyPending(f"{key}: no emitted judge request waiting for a reply; "
                                    "run with --emit first")
-        cycle.place(key, folder, root=artifacts.run.dir)
+        for i, k in enumerate(keys, 1):
+            # One request per sample: the judge folder itself, or its s1/ ... sK/ for K samples.
+            cycle.place(k, folder if len(keys) == 1 else folder / f"s{i}",
+                        root=artifacts.run.dir)
 
+    calls: list[JudgeCall] = []
+    pending: HostReplyPending | None = None
     try:
-        call = call_judge(provider, request, retries=judge_retries)
+        for request in requests:
+            try:
+                calls.append(call_judge(provider, request, retries=judge_retries))
+            except HostReplyPending as exc:
+                # Emit writes every sample's request before it stops; ingest waits for all K.
+                pending = pending or exc
+        if pending is not None:
+            raise pending
     except (RecordingMissing, HostReplyPending):
         if tainted and not emitting:
             return null("contaminated", **common)
@@ -245,7 +329,7 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
         if artifacts is not None:
             if artifacts.folder is None:
                 artifacts.new_folder()
-            artifacts.write(REQUEST_FILE, request.to_json())
+            artifacts.write(REQUEST_FILE, requests[0].to_json())
             artifacts.write("error.json", {"error": str(exc)})
         return judge_null(f"judge_error: {exc}", judge_artifact=artifacts.relpath if artifacts else None,
                           **(artifacts.digests(provider, False) if artifacts else {}), **common)
@@ -253,27 +337,81 @@ def evaluate(eval_set: EvalSet, case: Case, submission: Submission, *, provider:
     if artifacts is not None:
         if artifacts.folder is None:
             artifacts.new_folder()
-        artifacts.write(REQUEST_FILE, request.to_json())
-        artifacts.write(REPLIES_FILE, call.to_json())
-    usage = {"judge_model": call.source or pins["judge_model"], "judge_cost_usd": call.cost_usd,
-                 "judge_input_tokens": call.input_tokens, "judge_output_tokens": call.output_tokens,
-                 "provider_calls": len(call.replies),
-                 "judge_artifact": artifacts.relpath if artifacts else None,
-                 **(artifacts.digests(provider, True) if artifacts else {})}
+        artifacts.write(REQUEST_FILE, requests[0].to_json())
+        artifacts.write(REPLIES_FILE, _replies_json(calls))
+    usage = {"judge_model": calls[-1].source or pins["judge_model"],
+             "judge_cost_usd": _total([c.cost_usd for c in calls], 8),
+             "judge_input_tokens": _total([c.input_tokens for c in calls]),
+             "judge_output_tokens": _total([c.output_tokens for c in calls]),
+             "provider_calls": sum(len(c.replies) for c in calls),
+             "judge_artifact": artifacts.relpath if artifacts else None,
+             **(artifacts.digests(provider, True) if artifacts else {})}
     base = {**pins, **usage, **common}
-    if call.parsed is None:
-        decision = Decision(verdict=None, reason="contaminated" if tainted else "judge_unparseable",
-                            contaminated=contaminated,
-                            raw_replies=call.to_json(), **base)
-    else:
-        final = post_process(call.parsed, veto_hits=hits, contaminated=contaminated or False,
-                             phrases=phrases, answer_text=submission.answer_text or "",
-                             planted_agreement=call.planted_agreement)
-        decision = Decision(verdict=final.verdict, reason=final.reason, why=final.why,
-                            confidence=final.confidence, column_pairing=final.column_pairing,
-                            gold_status=final.gold_status, gold_note=final.gold_note,
-                            judge_verdict=final.judge_verdict, contaminated=contaminated,
-                            raw_replies=call.to_json(), **base)
+    def vetoes(parsed: Any) -> list[str]:
+        # The veto follows lineage to what the answer reported (reference/must-not-use.md).
+        if mnu is None:
+            return []
+        return mnu.vetoes(reported_columns(outputs, gold_cols, parsed.column_pairing))
+
+    finals = [None if c.parsed is None else
+              post_process(c.parsed, veto_hits=vetoes(c.parsed),
+                           contaminated=contaminated or False,
+                           phrases=phrases, answer_text=submission.answer_text or "",
+                           planted_agreement=c.planted_agreement) for c in calls]
+    first = next((c.parsed for c in calls if c.parsed is not None), None)
+    if mnu is not None and mnu.through_outputs and first is not None:
+        shown = reported_columns(outputs, gold_cols, first.column_pairing)
+        base = {**base, "must_not_use_hits": mnu.vetoes(shown),
+                "must_not_use_notes": mnu.lineage_notes(shown) or None}
+    raw = _replies_json(calls)
+    decision = _decide(finals, tainted=tainted, contaminated=contaminated, raw=raw, base=base,
+                       sampled=len(calls) > 1)
     if artifacts is not None:
         artifacts.write("verdict.json", decision.event_fields())
     return decision
+
+
+def _total(values: list[Any], digits: int | None = None) -> Any:
+    """The sum of per-sample figures; None when any is unknown (never a partial sum)."""
+    if not values or any(v is None for v in values):
+        return None
+    total = sum(values)
+    return round(total, digits) if digits is not None else total
+
+
+def _replies_json(calls: list[JudgeCall]) -> list[dict]:
+    if len(calls) == 1:
+        return calls[0].to_json()
+    return [{**r, "judge_sample": i} for i, c in enumerate(calls, 1) for r in c.to_json()]
+
+
+def _decide(finals: list[FinalVerdict | None], *, tainted: bool, contaminated: bool | str | None,
+            raw: list[dict], base: dict[str, Any], sampled: bool) -> Decision:
+    """One decision from K post-processed samples: the unanimous verdict, else needs_human
+    `judge_unstable` with the split; every sample's verdict recorded when K > 1."""
+    verdicts = [f.verdict if f is not None else None for f in finals]
+    samples = verdicts if sampled else None
+    usable = [f for f in finals if f is not None]
+    if not usable:
+        return Decision(verdict=None, reason="contaminated" if tainted else "judge_unparseable",
+                        contaminated=contaminated, raw_replies=raw, judge_samples=samples, **base)
+    first = usable[0]
+    if len(usable) == len(finals) and len(set(verdicts)) == 1:
+        return Decision(verdict=first.verdict, reason=first.reason, why=first.why,
+                        confidence=first.confidence, column_pairing=first.column_pairing,
+                        gold_status=first.gold_status, gold_note=first.gold_note,
+                        judge_verdict=first.judge_verdict, contaminated=contaminated,
+                        raw_replies=raw, judge_samples=samples, **base)
+    if tainted:
+        return Decision(verdict=None, reason="contaminated", contaminated=contaminated,
+                        raw_replies=raw, judge_samples=samples, **base)
+    split = split_words(verdicts)
+    why = f"{UNSTABLE}: the judge split {split} over {len(finals)} samples. " + " ".join(
+        f"Sample {i} ({f.verdict if f else 'unparseable'}): {f.why if f else 'no usable reply'}"
+        for i, f in enumerate(finals, 1))
+    return Decision(verdict="needs_human", reason=f"{UNSTABLE}: {split}", why=why,
+                    confidence=min((f.confidence for f in usable if f.confidence is not None),
+                                   default=None),
+                    column_pairing=first.column_pairing, gold_status=first.gold_status,
+                    gold_note=first.gold_note, judge_verdict=None, contaminated=contaminated,
+                    raw_replies=raw, judge_samples=samples, **base)

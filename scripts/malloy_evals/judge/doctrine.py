@@ -82,6 +82,15 @@ def add_judge_retries(p: argparse.ArgumentParser) -> None:
                    help="re-asks after an unusable reply before null judge_unparseable (default 1)")
 
 
+def add_judge_samples(p: argparse.ArgumentParser) -> None:
+    """--judge-samples K, the same flag in every script that scores attempts."""
+    p.add_argument("--judge-samples", type=cli.at_least_one, default=None, metavar="K",
+                   help="ask the judge K times per attempt: the verdict is the unanimous one, "
+                        "else needs_human judge_unstable (default 3 where the judge is known "
+                        "unstable, a refusal or clarifying question against a golden with a "
+                        "value; else 1)")
+
+
 def load_doctrine(skill_md: Path | None = None) -> Doctrine:
     """The doctrine and JUDGE_VERSION of eval-judge/SKILL.md (or a copy, for a drill)."""
     path = Path(skill_md) if skill_md else paths.skill_md(SKILL)

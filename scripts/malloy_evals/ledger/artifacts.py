@@ -87,7 +87,19 @@ def read_prediction(run: Run, qid: str, sample: int | None) -> PredictionView | 
             envelope = {}
     error = envelope.get("error")
     if csv_path is None and not error:
-        return None
+        # A query the server refused is a result too: reexecute.py kept its error on its own.
+        err_path = latest_artifact(folder, "reexecute_error", ".json")
+        if err_path is None:
+            return None
+        try:
+            loaded = jsonl.loads(err_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return None
+        refused = loaded.get("error") if isinstance(loaded, dict) else None
+        if not refused:
+            return None
+        return PredictionView(rows=None, row_count=None, error=str(refused),
+                              path=run.relpath(err_path))
     rows = read_prediction_csv(csv_path) if csv_path else []
     count = envelope.get("row_count")
     return PredictionView(rows=rows, row_count=count if isinstance(count, int) else len(rows),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import defaultdict
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,25 @@ from malloy_evals.llm.base import (
     reply_from_sample,
 )
 
+_SAMPLE_KEY = re.compile(r"^(?P<base>.+)\.s[1-9][0-9]*$")
+
+
+def answering_key(key: str, authored: Container[str]) -> str | None:
+    """The authored key that answers `key`: itself, or for a judge sample `<key>.sN` with no line
+    of its own, the attempt's `<key>` (a person writes one reply per attempt; asked K times, the
+    judge gets it K times). None when neither was written."""
+    if key in authored:
+        return key
+    m = _SAMPLE_KEY.match(key)
+    return m.group("base") if m and m.group("base") in authored else None
+
 
 class HandProvider(OneShot):
     """`hand:<FILE>`: replies a person wrote, as JSONL lines `{key, replies: [reply, ...]}`.
-    The k-th call of a key gets replies[k] (the last one repeats). A reply that is an object is the
-    structured reply; a string is raw text (to exercise the text parser)."""
+    The k-th call of a key gets replies[k] (the last one repeats); a judge sample's key
+    (`<key>.sN`) without a line of its own is answered from `<key>` (`answering_key`). A reply
+    that is an object is the structured reply; a string is raw text (to exercise the text
+    parser)."""
 
     def __init__(self, path: Path):
         self.spec = f"hand:{path}"
@@ -37,11 +53,12 @@ class HandProvider(OneShot):
             self.replies[item["key"]] = item["replies"]
 
     def complete(self, request: LlmRequest) -> LlmReply:
-        if request.key not in self.replies:
+        key = answering_key(request.key, self.replies)
+        if key is None:
             raise RecordingMissing(f"{self.spec}: no authored reply for key {request.key}")
         with self._lock:
             k = self._calls[request.key]
             self._calls[request.key] += 1
-        items = self.replies[request.key]
+        items = self.replies[key]
         return reply_from_sample(items[min(k, len(items) - 1)], source=HAND_AUTHORED,
                                  digest=request.digest(model=HAND_AUTHORED))

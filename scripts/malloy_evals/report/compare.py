@@ -34,17 +34,21 @@ from malloy_evals.report.arms import (
     load_arm,
     pair_arms,
 )
+from malloy_evals.report.figures import samples_text
 from malloy_evals.report.noise import NoiseBand, band_differences, read_band
 from malloy_evals.report.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     mcnemar_exact_p,
     paired_bootstrap,
+    sample_figures,
+    sign_flip_p,
 )
 from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
 BETTER, WORSE, NO_DIFFERENCE = "candidate better", "candidate worse", "no detectable difference"
 NOT_COMPARABLE = "not comparable"
+SIGN_FLIP = "paired sign-flip permutation test"
 COMPARE_MD, COMPARE_JSON = "COMPARE.md", "compare.json"
 
 
@@ -79,6 +83,10 @@ class Comparison:
     regression: bool                   # what --fail-on-regression exits 1 on
     fail_on_regression: bool = False
     dropped: dict[str, str] = field(default_factory=dict)  # qid -> why --only-common-cases left it
+    # with K > 1 samples per case: the paired sign-flip test on per-case pass fractions, and the
+    # k-sample figures of each arm (report/stats.sample_figures)
+    paired_test: dict[str, Any] | None = None
+    samples: dict[str, Any] | None = None
 
     @property
     def flips(self) -> int:
@@ -120,6 +128,7 @@ class Comparison:
             "targets": self.targets, "non_target_broken": self.non_target_broken,
             "regression": self.regression, "fail_on_regression": self.fail_on_regression,
             "dropped": self.dropped,
+            "paired_test": self.paired_test, "samples": self.samples,
             "cases": [r.to_json() for r in self.rows],
             "exit_code": self.exit_code,
         }
@@ -307,9 +316,19 @@ def _compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand |
             continue
         elif base.cases[q].outcome == "pass":
             headline.append(f"target {q}: already passed in {base.label}")
+    paired_test = samples = None
     if max(base.samples_per_case, candidate.samples_per_case) > 1:
         headline.append("several attempts per case: per-case pass fractions and the bootstrap "
                         "carry the comparison; a flip is a case whose majority outcome crossed")
+        diffs = [(r.candidate.pass_fraction or 0.0) - (r.base.pass_fraction or 0.0)
+                 for r in decided]
+        sign_p = sign_flip_p(diffs, seed=seed, resamples=resamples)
+        paired_test = {"test": SIGN_FLIP, "p": round(sign_p, 6), "cases": len(decided)}
+        headline.append(f"paired test on per-case pass fractions: {SIGN_FLIP}, p={p_text(sign_p)} "
+                        f"over {len(decided)} case(s) (McNemar stays on majority flips)")
+        samples = {name: sample_figures(
+            [(side.cases[r.qid].passed, side.cases[r.qid].decided) for r in decided],
+            seed=seed, resamples=resamples) for name, side in (("base", base), ("candidate", candidate))}
     return Comparison(verdict=verdict, headline=headline, comparable=True,
                       allowed=pairing.allowed, rows=rows, cases_compared=len(decided),
                       fixed=fixed, broken=broken, base_pass_rate=base_rate,
@@ -317,7 +336,8 @@ def _compare_arms(base: Arm, candidate: Arm, *, set_name: str, band: NoiseBand |
                       mcnemar_p=p,
                       beyond_band=None if band_max is None else len(fixed) + len(broken) > band_max,
                       measure_band_command=measure, targets=target_state,
-                      non_target_broken=non_target, regression=regression, **common)
+                      non_target_broken=non_target, regression=regression,
+                      paired_test=paired_test, samples=samples, **common)
 
 
 def compare_runs(base_dirs: Sequence[str | Path], candidate_dirs: Sequence[str | Path],
@@ -396,6 +416,14 @@ def _figures(c: Comparison) -> list[str]:
                      f"{c.bootstrap_resamples} resamples, seed {c.bootstrap_seed})")
     lines.append(f"flips: {c.flips} ({len(c.fixed)} fixed, {len(c.broken)} broken); exact "
                  f"McNemar p={p_text(c.mcnemar_p if c.mcnemar_p is not None else 1.0)}")
+    if c.paired_test is not None:
+        lines.append(f"paired test on per-case pass fractions: {c.paired_test['test']}, "
+                     f"p={p_text(c.paired_test['p'])}")
+    for side, figures in (c.samples or {}).items():
+        k_line = samples_text({"k": max(c.base.samples_per_case, c.candidate.samples_per_case),
+                               **figures})
+        if k_line:
+            lines.append(f"{side}: {k_line}")
     if c.band is not None:
         lines.append(f"noise band: {c.flips} flip(s) {'beyond' if c.beyond_band else 'within'} "
                      f"the A/A band of {c.band.max_flips}")

@@ -32,10 +32,8 @@ from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_forme
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.ties import stale_pins
+from malloy_evals.report.stats import sample_figures, wilson_interval
 from malloy_evals.sets.eval_set import EvalSet, case_content_sha
-
-# Two-sided 95%: the normal quantile at 0.975.
-Z95 = 1.959963984540054
 
 # The verdict counts in the order a summary shows them: the two decisions first, then the rest.
 VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
@@ -46,22 +44,6 @@ STALE = "stale"
 
 # ---------------------------------------------------------------------------------------------
 # Pass rate with a Wilson interval
-
-
-def wilson_interval(passed: int, total: int, z: float = Z95) -> tuple[float, float] | None:
-    """The Wilson score interval for passed/total as fractions; None when total is 0.
-
-    Wilson rather than the normal approximation because runs are small and rates sit near 0 or 1,
-    where p +- z*sqrt(p(1-p)/n) leaves [0, 1] or collapses to a point.
-    """
-    if total <= 0:
-        return None
-    p = passed / total
-    z2 = z * z
-    denom = 1 + z2 / total
-    centre = (p + z2 / (2 * total)) / denom
-    half = (z / denom) * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)
@@ -188,6 +170,7 @@ class RunSummary:
     open_issues: list[dict[str, Any]] = field(default_factory=list)  # live, not fixed or rejected
     partial: Partial | None = None  # what is unscored or stale, and the command that finishes it
     stale: list[str] = field(default_factory=list)  # attempts scored under older pins
+    samples: dict[str, Any] | None = None  # k answerer samples per case: `sample_summary`
 
     @property
     def exit_code(self) -> int:
@@ -588,7 +571,47 @@ def summarize_events(
         overruled_by_person=sum(1 for r in rows if r.settled_by and r.judge_verdict != r.verdict),
         golden_drift=drift,
         judges=judges, open_issues=open_issues(events), partial=partial, stale=stale,
+        samples=sample_summary(rows),
     )
+
+
+def sample_summary(rows: Sequence[CaseRow]) -> dict[str, Any] | None:
+    """With k answerer samples per case (--samples K > 1): per case the fraction of decided
+    samples that matched, and for the run pass@1, pass@k and pass^k with their intervals beside
+    the majority figure (reference/run-summary.md). None when every case was answered once."""
+    per_case: dict[str, list[CaseRow]] = {}
+    for r in rows:
+        per_case.setdefault(r.qid, []).append(r)
+    k = max((len(v) for v in per_case.values()), default=0)
+    if k < 2:
+        return None
+    cases: list[dict[str, Any]] = []
+    counts: list[tuple[int, int]] = []
+    for qid, attempts in per_case.items():
+        # decided as the pass rate decides: match or no_match, on a golden it trusts
+        matched = sum(1 for r in attempts if r.counted and r.verdict == "match")
+        decided = sum(1 for r in attempts if r.counted)
+        counts.append((matched, decided))
+        cases.append({"qid": qid, "samples": len(attempts), "decided": decided,
+                      "matched": matched,
+                      "fraction": round(matched / decided, 4) if decided else None})
+    figures = sample_figures(counts)
+    return {"k": k, **figures, "per_case": cases}
+
+
+def samples_text(samples: Mapping[str, Any] | None) -> str | None:
+    """`k=3 samples over 14 cases: pass@1 61.9% (95% CI ..), pass@k .., pass^k .., majority ..`."""
+    if not samples or not samples.get("cases"):
+        return None
+
+    def fig(name: str, label: str) -> str:
+        ci = samples.get(f"{name}_ci")
+        interval = f" (95% CI {100 * ci[0]:.1f}-{100 * ci[1]:.1f}%)" if ci else ""
+        return f"{label} {100 * samples[name]:.1f}%{interval}"
+
+    return (f"k={samples['k']} samples over {samples['cases']} case(s): "
+            + ", ".join((fig("pass_at_1", "pass@1"), fig("pass_at_k", "pass@k"),
+                         fig("pass_hat_k", "pass^k"), fig("majority", "majority"))))
 
 
 PARTIAL_NOTE = ("Not every attempt has a verdict under the current pins: no pass rate is given "

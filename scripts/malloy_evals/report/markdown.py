@@ -15,6 +15,7 @@ from malloy_evals.report.figures import (
     CaseRow,
     RunSummary,
     partial_lines,
+    samples_text,
 )
 
 
@@ -75,6 +76,12 @@ def render_markdown(s: RunSummary) -> str:
     out.append("")
     out.append(f"**{s.headline}**")
     out.append("")
+    k_line = samples_text(s.samples)
+    if k_line and s.samples:
+        out.append(k_line + ".")
+        out.append("Per case, samples matched of those decided: " + ", ".join(
+            f"{c['qid']} {c['matched']}/{c['decided']}" for c in s.samples["per_case"]) + ".")
+        out.append("")
     v = s.verdicts
     out.append(f"{s.attempts} attempts, {s.scored} scored. Verdicts: match {v['match']}, "
                f"no_match {v['no_match']}, near_match {v['near_match']}, "

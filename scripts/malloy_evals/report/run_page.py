@@ -20,6 +20,7 @@ from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report import details as d
+from malloy_evals.report.agreement import figure_line, measure, run_pairs
 from malloy_evals.report.attempt_section import (
     attempt_sections,
     inline,
@@ -35,6 +36,7 @@ from malloy_evals.report.figures import (
     CaseRow,
     RunSummary,
     partial_lines,
+    samples_text,
 )
 from malloy_evals.report.html import (
     Html,
@@ -73,6 +75,7 @@ class PageContext:
     set_label: str | None          # None: no set was given or found beside the run
     run_info: dict[str, Any]
     files: tuple[str, ...] = ()    # files beside the page that it links to (RESULTS.md, ...)
+    agreement: str | None = None   # the judge's agreement with people, when pairs exist
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,11 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
     ]
     if s.partial is not None:
         parts.append(_partial(s))
+    k_line = samples_text(s.samples)
+    if k_line:
+        parts.append(el("p", k_line + ".", id="k-samples", class_="meta"))
+    if ctx.agreement:
+        parts.append(el("p", ctx.agreement + ".", id="judge-agreement", class_="meta"))
     if ctx.set_label is None:
         parts.append(el("p", "No set was given (--set) or found around the run folder: questions, "
                         "goldens and rubrics are not shown, and a golden the set marks "
@@ -411,8 +419,9 @@ def write_run_page(run: Run, eval_set: EvalSet, view: LiveView, summary: RunSumm
                                  [run.key(r.qid, r.sample) for r in summary.cases], issues)
     target = Path(run.dir) / PAGE_FILE
     side_files = tuple(f for f in SIDE_FILES if (target.parent / f).is_file())
+    agreement = figure_line(measure(run_pairs(run.run_id, view)))
     html = render_run_page(summary, attempts, issues,
-                           PageContext(run_label, set_label, info, side_files))
+                           PageContext(run_label, set_label, info, side_files, agreement))
     write_atomic(target, html)
     return RunPage(path=str(target), bytes=len(html.encode("utf-8")), attempts=summary.attempts,
                    headline=summary.headline, status=summary.status, set_dir=set_label,

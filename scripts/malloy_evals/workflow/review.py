@@ -23,6 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer.retrieval import reattribute, row_fields
@@ -162,6 +163,9 @@ class ReviewQueue:
     items: list[ReviewItem]
     settled: int                     # attempts a person already settled (live human_verdicts)
     include_disagreements: bool
+    # near_matches stable across the arms given (--arm): coverage findings, routed to diagnosis
+    to_diagnosis: list[dict[str, Any]] = field(default_factory=list)
+    diagnose_command: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -170,7 +174,8 @@ class ReviewQueue:
     def to_json(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "set_dir": self.set_dir, "run_id": self.run_id,
                 "to_review": len(self.items), "settled": self.settled,
-                "include_disagreements": self.include_disagreements, "items": self.items}
+                "include_disagreements": self.include_disagreements, "items": self.items,
+                "to_diagnosis": self.to_diagnosis, "diagnose_command": self.diagnose_command}
 
 
 def _fixtures(eval_set: EvalSet) -> list[tuple[int, dict[str, Any]]]:
@@ -232,12 +237,39 @@ def _queue_reasons(verdict: str | None, gold_status: str | None) -> list[str]:
     return reasons
 
 
-def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False) -> ReviewQueue:
-    """Every live attempt a person should settle, in qid order, with what they need to decide."""
+def arm_verdicts(run_dirs: Sequence[str | Path]) -> list[dict[str, list[str | None]]]:
+    """Per other arm (a run of the same cases), qid -> the effective verdict of each attempt."""
+    out: list[dict[str, list[str | None]]] = []
+    for d in run_dirs:
+        view = Run.open(d).view()
+        verdicts: dict[str, list[str | None]] = {}
+        for attempt in view.attempts():
+            key = attempt_key(attempt)
+            eff = effective_verdict(view.score(key), view.human_verdict(key), attempt)
+            verdicts.setdefault(key.qid, []).append(eff.verdict)
+        out.append(verdicts)
+    return out
+
+
+def stable_near_match(qid: str, arms: Sequence[Mapping[str, list[str | None]]]) -> bool:
+    """A near_match is stable across arms when every other arm judged the case, and judged every
+    attempt of it near_match: the answer is not the variable, the model's reading is, so it is
+    a coverage finding for diagnosis, not a call for a person (reference/judge.md)."""
+    return bool(arms) and all(arm.get(qid) and all(v == "near_match" for v in arm[qid])
+                              for arm in arms)
+
+
+def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False,
+                 arms: Sequence[str | Path] = ()) -> ReviewQueue:
+    """Every live attempt a person should settle, in qid order, with what they need to decide.
+    `arms`: other runs of the same cases; a near_match every one of them shares is routed to
+    diagnosis (`to_diagnosis`) instead of the queue."""
     run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
     run_dir, set_dir = outputs.run_label, outputs.set_label
     fixtures = _fixtures(eval_set) if include_disagreements else []
+    others = arm_verdicts(arms)
     items: list[ReviewItem] = []
+    routed: list[dict[str, Any]] = []
     settled = 0
     for attempt in sorted(view.attempts(), key=lambda a: (
             str(a.get("qid")), -1 if a.get("sample") is None else int(a["sample"]))):
@@ -261,11 +293,15 @@ def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False) ->
             elsewhere = [{"fixtureId": f.get("fixtureId"), "verdict": f.get("verdict"),
                           "line": line, "settledBy": f.get("settledBy")}
                          for line, f in fixtures
-                         if f.get("qid") == qid and f.get("predictionSha", "")[:16] == sha
+                         if f.get("qid") == qid and str(f.get("predictionSha") or "")[:16] == sha
                          and f.get("verdict") != eff.verdict]
             if elsewhere:
                 reasons.append("overruled elsewhere")
         if not reasons:
+            continue
+        if reasons == ["near_match"] and stable_near_match(qid, others):
+            routed.append({"qid": qid, "sample": sample, "label": attempt_label(qid, sample),
+                           "why": "near_match in every arm: a coverage finding"})
             continue
         rows, count, error = _prediction_rows(run, qid, sample, score)
         items.append(_redacted(ReviewItem(
@@ -279,8 +315,10 @@ def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False) ->
             protects=("refusal_correct or refusal_wrong, by the verdict" if is_refusal_case(case)
                       else default_protects(case, eff.verdict, eff.gold_status, eff.verdict)),
             settled_elsewhere=elsewhere)))
+    qids = list(dict.fromkeys(r["qid"] for r in routed))
+    command = str(commands.diagnose_near_matches(run_dir, set_dir, qids)) if qids else None
     return ReviewQueue(str(run_dir), str(set_dir), run.run_id, items, settled,
-                       include_disagreements)
+                       include_disagreements, routed, command)
 
 
 # What a card shows from outside the kit: the set's text, the answerer's, the rows, the judge's.
@@ -354,6 +392,10 @@ def render_queue(queue: ReviewQueue) -> str:
                                     f"(protects {item.protects})"))
         out.append("")
     out.append(f"{total} to review in {queue.run_id}; {queue.settled} already settled by a person.")
+    if queue.to_diagnosis:
+        labels = ", ".join(r["label"] for r in queue.to_diagnosis)
+        out.append(f"{len(queue.to_diagnosis)} near_match(es) stable across arms routed to "
+                   f"diagnosis as coverage findings ({labels}): {queue.diagnose_command}")
     return "\n".join(out)
 
 

@@ -388,7 +388,8 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
               mcp_url: str | None = None, local: bool = False, parallel: int = 4,
               only: Sequence[str] | None = None, rescore: bool = False,
               allow_drift: bool = False,
-              progress: Callable[[str], None] = cli.progress) -> RunScoreResult | DriftRefusal:
+              progress: Callable[[str], None] = cli.progress,
+              judge_samples: int | None = None) -> RunScoreResult | DriftRefusal:
     """score_run: every attempt, then retrieval, then the summary and the files.
 
     `outputs` is the run loaded by its outputs' owner (the set it was made on, the coverage
@@ -397,7 +398,8 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
     one and Node is present): any drift refuses the whole run, naming every drifted case, unless
     `allow_drift`, which scores anyway and pins them as `goldenDrift`. The set's model folder
     (--model: another package folder) is served by --local, shown to the judge and pinned as
-    the run's modelSha."""
+    the run's modelSha. `judge_samples` (--judge-samples K): the judge asked K times per
+    attempt (None: 3 where it is known unstable, else once; reference/judge.md)."""
 
     cli.require_one_endpoint(mcp_url, local)
     ready = getattr(judge, "ready", None)
@@ -437,7 +439,7 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
         def score_one(run_: Run, es: EvalSet, qid: str, sample: int | None) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
                                            endpoint=endpoint, doctrine=doctrine, append=False,
-                                           view=view)
+                                           view=view, judge_samples=judge_samples)
             return result.event if result.event is not None else (
                 result.message or result.status)
 

@@ -11,7 +11,9 @@ exit 3 saying how to install it (Debian: apt-get install bubblewrap), unless --n
 runs it UNSEALED (printed first and last, and in every headline of the run). Each attempt is
 recorded the moment it ends, through the same code as record_attempt.py (contamination check
 included). Answerers:
-`claude-code[:MODEL]` (the `claude` CLI, only the Publisher tools allowed), `anthropic:MODEL` (the
+`claude-code[:MODEL]` (Claude Code: the version the kit pins, installed by `make setup`, or
+--claude PATH; only the Publisher tools offered; run.json records its claudeCodeVersion),
+`anthropic:MODEL` (the
 kit's own tool-use loop; needs ANTHROPIC_API_KEY), or --answerer-cmd TEMPLATE (any command writing
 Claude Code stream-json on stdout; placeholders {question_file} {prompt_file} {mcp_config}
 {workdir} {max_turns} {qid} {sample}, each replaced by a shell-quoted value; write paths in it
@@ -20,7 +22,7 @@ truncated. A crash, a model or transport error, or no stream-json at all is not 
 to <run>/harness.jsonl and is tried again; --max-failures of those in a row stop the run. Running
 the same command again resumes; --redo QIDS answers chosen cases again. Exit 0 ran (a budget stop
 included), 2 bad flags, 3 stopped by harness failures or could not start (no run.json, no endpoint,
-no `claude`, no API key, no working bwrap).
+no Claude Code, no API key, no working bwrap).
 
 Examples (the first makes the run; the second answers two cases with the kit's scripted answerer,
 scripts/scripted_answerer.py, which needs no model; $PWD is the kit's root, so its paths are
@@ -29,7 +31,7 @@ absolute):
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_total_revenue,bk_profit_margin --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_by_genre --no-sandbox --answerer-cmd "$PWD/.venv/bin/python $PWD/scripts/scripted_answerer.py --mcp-config {mcp_config} --question-file {question_file}"
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --only bk_revenue_2024 --answerer anthropic:claude-sonnet-4-5 --max-cost-usd 1   # needs ANTHROPIC_API_KEY
-  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs `claude` (Claude Code) on PATH
+  .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --local --answerer claude-code --samples 3 --parallel 4   # needs ANTHROPIC_API_KEY (Claude Code calls the Messages API)
   .venv/bin/python skills/eval-answer/scripts/run_answers.py --run runs/live1 --set evals/bookshop --mcp-url https://publisher.example.com/mcp --mcp-header Authorization=PUBLISHER_TOKEN --publisher-version 0.0.1 --answerer claude-code   # needs a hosted Publisher, PUBLISHER_TOKEN='Bearer ...' and `claude`
 
 A hosted Publisher behind a token: --mcp-header NAME=ENV_VAR sends the header NAME with the value
@@ -45,7 +47,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.answer.harness.harness import (
     UNSEALED_LINE,
@@ -60,7 +63,12 @@ from malloy_evals.core.errors import KitError
 
 
 def _answerer(args: argparse.Namespace) -> str | None:
-    return answerer_problem(args.answerer, args.answerer_cmd, args.max_cost_usd)
+    problem = answerer_problem(args.answerer, args.answerer_cmd, args.max_cost_usd)
+    if problem:
+        return problem
+    if args.claude is not None and parse_answerer(args.answerer, args.answerer_cmd).kind != "claude-code":
+        return "--claude names the Claude Code to run; it goes with --answerer claude-code only"
+    return None
 
 
 def build_parser() -> cli.ScriptParser:
@@ -71,6 +79,9 @@ def build_parser() -> cli.ScriptParser:
                    help="claude-code, claude-code:MODEL, or anthropic:MODEL")
     p.add_argument("--answerer-cmd", metavar="TEMPLATE",
                    help="a command that answers like Claude Code (see below); enough on its own")
+    p.add_argument("--claude", type=cli.existing_file, metavar="PATH",
+                   help="the Claude Code executable for --answerer claude-code (default: the "
+                        "version the kit pins, installed by `make setup`)")
     cli.add_endpoint_arguments(p, purpose="answer")
     cli.add_count_argument(p, "--samples", default=1,
                            help="attempts per case (default 1: sample null; K > 1: samples 1..K)")
@@ -126,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
         max_output_mb=args.max_output_mb, sandbox=args.sandbox,
         sandbox_binds=args.sandbox_bind, pass_env=args.pass_env,
-        publisher_version=args.publisher_version)
+        publisher_version=args.publisher_version,
+        claude=str(args.claude) if args.claude is not None else None)
     if not args.sandbox:
         cli.progress(UNSEALED_LINE)
     try:

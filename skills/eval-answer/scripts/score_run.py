@@ -34,9 +34,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
+from malloy_evals.judge.doctrine import add_judge_samples
 from malloy_evals.llm.select import add_provider_arguments, provider_from_args
 from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.run_scorer import (
@@ -53,6 +55,7 @@ def build_parser() -> cli.ScriptParser:
     cli.add_run_argument(p)
     cli.add_set_argument(p)
     add_provider_arguments(p, "--judge")
+    add_judge_samples(p)
     cli.add_endpoint_arguments(p)
     cli.add_model_argument(p)
     cli.add_coverage_argument(p, use="its measured verdicts beat the authored coverage")
@@ -79,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    host_dir=args.run)
         result = score_run(outputs, judge=judge, judge_spec=args.judge, mcp_url=args.mcp_url,
                            local=args.local, parallel=args.parallel, only=args.only,
-                           rescore=args.rescore, allow_drift=args.allow_drift)
+                           rescore=args.rescore, allow_drift=args.allow_drift,
+                           judge_samples=args.judge_samples)
     if isinstance(result, DriftRefusal):
         cli.emit(result, as_json=args.json, render=render_refusal)
         return result.exit_code

@@ -20,11 +20,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.answer.scoring import render_score, score_attempt_at
 from malloy_evals.core import cli
-from malloy_evals.judge.doctrine import add_judge_retries
+from malloy_evals.judge.doctrine import add_judge_retries, add_judge_samples
 from malloy_evals.llm.select import add_provider_arguments, provider_from_args
 
 
@@ -35,6 +36,7 @@ def build_parser() -> cli.ScriptParser:
                                    "shown to the judge instead of the set's model/ "
                                    "(e.g. evals/bookshop/model-candidate)")
     add_judge_retries(p)
+    add_judge_samples(p)
     add_provider_arguments(p, "--judge")
     cli.add_json_flag(p)
     return p
@@ -47,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   host_dir=run_dir)
     result = score_attempt_at(run_dir, args.set_dir, args.qid, args.sample, provider=provider,
                               judge_retries=args.judge_retries, append=False,
-                              model_dir=args.model)
+                              model_dir=args.model, judge_samples=args.judge_samples)
     doc = result.event if result.event is not None else result.to_json() | {
         "status": result.status, "message": result.message}
     cli.emit(doc, as_json=args.json, render=lambda _d: render_score(result))

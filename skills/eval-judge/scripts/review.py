@@ -34,7 +34,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
 from malloy_evals.judge.doctrine import GOLD_STATUSES
@@ -71,6 +72,9 @@ def build_parser() -> cli.ScriptParser:
     p = cli.parser(__doc__)
     cli.add_run_argument(p)
     cli.add_set_argument(p)
+    p.add_argument("--arm", action="append", type=cli.existing_dir, metavar="RUN", dest="arms",
+                   help="another run of the same cases (repeat for more): a near_match every arm "
+                        "shares leaves the queue for diagnosis, as a coverage finding")
     p.add_argument("--include-disagreements", action="store_true",
                    help="also list predictions a person already settled otherwise in judge-regressions.jsonl")
     p.add_argument("--settle", type=_target, metavar="QID[#SAMPLE]",
@@ -105,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                gold_status=args.gold_status)
         cli.emit(result, as_json=args.json, render=review.render_settled)
         return result.exit_code
-    queue = review.review_queue(outputs, include_disagreements=args.include_disagreements)
+    queue = review.review_queue(outputs, include_disagreements=args.include_disagreements,
+                                arms=args.arms or ())
     if args.json or not (sys.stdin.isatty() and sys.stdout.isatty()):
         cli.emit(queue, as_json=args.json, render=review.render_queue)
         return queue.exit_code

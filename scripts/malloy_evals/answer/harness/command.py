@@ -77,23 +77,6 @@ def fill_template(template: str, values: dict[str, str]) -> str:
                             if m.group(1) in values else m.group(0), template)
 
 
-def claude_argv(claude: str, *, question: str, prompt: str, mcp_config: Path, max_turns: int,
-                allowed: list[str], blocked: list[str], model: str | None) -> list[str]:
-    """`claude -p` for one blind attempt: stream-json on stdout, only the harness's MCP config
-    (`--strict-mcp-config` ignores every other), only the endpoint's Publisher tools allowed and
-    every built-in tool refused, the answerer prompt appended to the system prompt.
-
-    The question comes right after `-p`: the tool-list flags take several values, so a
-    positional argument after them would be read as one more tool."""
-    argv = [claude, "-p", question, "--output-format", "stream-json", "--verbose",
-            "--max-turns", str(max_turns), "--mcp-config", str(mcp_config), "--strict-mcp-config",
-            "--allowedTools", ",".join(allowed), "--disallowedTools", ",".join(blocked),
-            "--append-system-prompt", prompt]
-    if model:
-        argv += ["--model", model]
-    return argv
-
-
 # ---------------------------------------------------------------- running it
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import shutil
 import signal
 import threading
 import time
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.harness import api_loop, command, isolation, sandbox
+from malloy_evals.answer.harness import api_loop, claude_cli, command, isolation, sandbox
 from malloy_evals.answer.harness.local import serve_model_http
 from malloy_evals.answer.harness.plan import (
     DEFAULT_PROMPT,
@@ -88,6 +87,7 @@ class HarnessOptions:
     retries: int = 2
     max_failures: int = 4
     max_output_mb: int = 64
+    claude: str | None = None     # --claude PATH; else the kit's pinned Claude Code
     publisher_version: str | None = None   # the version the endpoint must report (--publisher-version)
     sandbox: bool = True                  # False: --no-sandbox, the run is UNSEALED
     sandbox_binds: list[str] = field(default_factory=list)   # --sandbox-bind, read-only
@@ -244,6 +244,7 @@ class _Context:
     progress: Callable[[str], None]
     claude: str | None = None                 # the claude executable (claude-code)
     allowed: list[str] = field(default_factory=list)  # Claude Code names of the allowed tools
+    withheld: list[str] = field(default_factory=list)  # the endpoint's other tools, by those names
     api: api_loop.ApiAnswerer | None = None
     view: LiveView | None = None              # the run's live view, refreshed under shared.lock
     header_vars: dict[str, str] = field(default_factory=dict)  # header -> env var (--mcp-header)
@@ -295,11 +296,12 @@ def _endpoint(eval_set: EvalSet, options: HarnessOptions) -> Iterator[str]:
 
 
 def _answerer_tools(url: str, eval_set: EvalSet, pin: str | None = None
-                    ) -> tuple[list[str], str | None]:
-    """The endpoint's tools an answerer may use and the version it reports, checked before any
-    answerer starts (exit 3 when the endpoint does not answer, offers none of them, cannot load
-    the set's package, or reports another version than `pin`: a broken model would otherwise be
-    "answered" once per attempt, at the answerer's price)."""
+                    ) -> tuple[list[str], list[str], str | None]:
+    """The endpoint's tools an answerer may use, the others it lists (withheld from Claude Code),
+    and the version it reports, checked before any answerer starts (exit 3 when the endpoint does
+    not answer, offers none of them, cannot load the set's package, or reports another version
+    than `pin`: a broken model would otherwise be "answered" once per attempt, at the answerer's
+    price)."""
     try:
         with connect(url=url, timeout=60) as client:
             version = client.server_version()
@@ -328,7 +330,7 @@ def _answerer_tools(url: str, eval_set: EvalSet, pin: str | None = None
         raise
     except KitError as exc:
         raise UnmeasuredError(f"the MCP endpoint {url} did not answer: {exc}") from None
-    return tools, version
+    return tools, isolation.withheld_tools(listed), version
 
 
 def answerer_problem(answerer: str | None, answerer_cmd: str | None,
@@ -403,14 +405,11 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
 
     with _run_lock(run):
         claude = None
+        claude_version = None
         api = None
         protected = isolation.protected_paths(paths.KIT_ROOT, eval_set.dir, run.dir)
         if spec.kind == "claude-code":
-            path = isolation.child_environment(os.environ, protected, Path.cwd()).get("PATH")
-            claude = shutil.which("claude", path=path)
-            if claude is None:
-                raise UnmeasuredError("claude-code: no `claude` on PATH (install Claude Code, or "
-                                      "use --answerer-cmd or --answerer anthropic:<model>)")
+            claude, claude_version = _claude_code(run, options, protected, progress)
         elif spec.kind == "anthropic":
             api = api_loop.ApiAnswerer.create(spec.model or "")
         policy = None
@@ -419,11 +418,14 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
             policy = _policy(options, claude, protected, sealed_from, extra_binds)
             label = policy.label
         with _endpoint(eval_set, options) as url:
-            tools, version = _answerer_tools(url, eval_set, options.publisher_version)
+            tools, others, version = _answerer_tools(url, eval_set, options.publisher_version)
             allowed = [isolation.claude_tool_name(t) for t in tools]
+            withheld = [isolation.claude_tool_name(t) for t in others]
             header_vars = header_variables(url) if options.mcp_url else {}
             if not pinned:
                 run.update_info(answererPromptSha=prompt_sha)
+            if claude_version is not None:
+                run.update_info(claudeCodeVersion=claude_version)
             # What the answers are retrieved against: the version the endpoint reports, and the
             # headers sent by the variables' names (never their values).
             run.update_info(publisherVersion=version,
@@ -436,8 +438,8 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
             ctx = _Context(run=run, eval_set=eval_set, options=options,
                            prompt=render_prompt(template, eval_set), mcp_url=url,
                            protected=protected, log=log, shared=shared, progress=progress,
-                           claude=claude, allowed=allowed, api=api, view=view, policy=policy,
-                           header_vars=header_vars)
+                           claude=claude, allowed=allowed, withheld=withheld, api=api,
+                           view=view, policy=policy, header_vars=header_vars)
             log.write("start", answerer=spec.label, command=redact(spec.template or ""),
                       mcp_url=url, local=options.local, prompt=str(prompt_path),
                       prompt_sha=prompt_sha, samples=options.samples, planned=len(plan.todo),
@@ -511,6 +513,27 @@ def _header_names(options: HarnessOptions) -> list[str]:
     """The environment variables a hosted endpoint's headers read (--mcp-header): the sealed
     answerer needs them to expand its MCP configuration's ${VAR} references."""
     return list(header_variables(options.mcp_url).values()) if options.mcp_url else []
+
+
+def _claude_code(run: Run, options: HarnessOptions, protected: list[str],
+                 progress: Callable[[str], None]) -> tuple[str, str]:
+    """The Claude Code executable and the version it reports (exit 3 when there is none, or it
+    will not say); a run answered by one version refuses another (exit 2), as it refuses
+    another prompt: one run, one answerer."""
+    env = isolation.child_environment(os.environ, protected, Path.cwd(), claude_cli.CLI_ENV)
+    exe = claude_cli.find_claude(options.claude, env)
+    version = claude_cli.claude_version(exe, env)
+    recorded = run.info.get("claudeCodeVersion")
+    if recorded and recorded != version:
+        raise UsageError(f"{run.dir.name}: its attempts were answered by Claude Code {recorded}; "
+                         f"{exe} is {version}. One run, one answerer: make a new run with "
+                         "new_run.py for this version")
+    pinned = claude_cli.pinned_version()
+    note = "the kit's pinned install" if exe == claude_cli.PINNED_EXE else str(exe)
+    if not version.startswith(pinned + " ") and version != pinned:
+        note += f"; the kit pins {pinned}"
+    progress(f"claude-code: Claude Code {version} ({note})")
+    return str(exe), version
 
 
 def _run_all(ctx: _Context, todo: list[PlannedAttempt]) -> list[AttemptOutcome]:
@@ -600,10 +623,10 @@ def _try(ctx: _Context, planned: PlannedAttempt, try_no: int) -> AttemptOutcome:
 def _command_argv(ctx: _Context, planned: PlannedAttempt, space: isolation.AttemptSpace) -> list[str]:
     spec = ctx.options.answerer
     if spec.kind == "claude-code":
-        return command.claude_argv(ctx.claude or "claude", question=planned.question,
-                                   prompt=ctx.prompt, mcp_config=space.mcp_config,
-                                   max_turns=ctx.options.max_turns, allowed=ctx.allowed,
-                                   blocked=list(isolation.CLAUDE_BLOCKED_TOOLS), model=spec.model)
+        return claude_cli.claude_argv(ctx.claude or "claude", question=planned.question,
+                                      prompt=ctx.prompt, mcp_config=space.mcp_config,
+                                      max_turns=ctx.options.max_turns, allowed=ctx.allowed,
+                                      withheld=ctx.withheld, model=spec.model)
     values = {"question_file": str(space.question_file), "prompt_file": str(space.prompt_file),
               "mcp_config": str(space.mcp_config), "workdir": str(space.workdir),
               "max_turns": str(ctx.options.max_turns), "qid": planned.qid,
@@ -624,17 +647,20 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
     cap = options.max_output_mb << 20
     # The variables the MCP configuration's headers refer to (${VAR}) go to the answerer as
     # they are (into the sandbox too: the policy's allow-list names them); nothing writes their
-    # values anywhere.
-    env = isolation.child_environment(os.environ, ctx.protected, space.workdir,
-                                      extra={v: os.environ.get(v, "")
-                                             for v in ctx.header_vars.values()})
+    # values anywhere. Claude Code also gets its own settings (claude_cli.CLI_ENV).
+    extra = {v: os.environ.get(v, "") for v in ctx.header_vars.values()}
+    if options.answerer.kind == "claude-code":
+        extra.update(claude_cli.CLI_ENV)
+    env = isolation.child_environment(os.environ, ctx.protected, space.workdir, extra=extra)
     argv = _command_argv(ctx, planned, space)
     wrapper = None
     if ctx.policy is not None:
         # The values go to bwrap through its environment, never its command line (which every
-        # process of the machine can read); bwrap hands exactly these to the answerer.
-        env = sandbox.sandbox_environment(os.environ, ctx.policy.env_names,
-                                          path_value=env.get("PATH"), workdir=space.workdir)
+        # process of the machine can read); bwrap hands exactly these to the answerer. Claude
+        # Code's own settings (claude_cli.CLI_ENV) name nothing of the kit's and go too.
+        env = {**sandbox.sandbox_environment(os.environ, ctx.policy.env_names,
+                                             path_value=env.get("PATH"), workdir=space.workdir),
+               **(extra or {})}
         wrapper = [ctx.policy.bwrap, *ctx.policy.options(workdir=space.workdir,
                                                           inputs=space.question_file.parent)]
     child = command.run_child(argv, cwd=space.workdir, env=env, wrapper=wrapper,

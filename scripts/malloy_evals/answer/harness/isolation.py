@@ -3,8 +3,8 @@
 Each attempt gets a fresh, empty working folder outside the kit, the set and the run; a separate
 folder for its inputs (the question exactly as stored, the answerer prompt, the MCP configuration
 naming only the endpoint); and an environment from which every variable that names the kit, the
-set or the run is removed. Claude Code is allowed the endpoint's Publisher tools and nothing
-else. Unsealed (--no-sandbox) that is a precaution only: a process can still open any file its
+set or the run is removed. Claude Code is offered the endpoint's Publisher tools and nothing
+else (claude_cli.py). Unsealed (--no-sandbox) that is a precaution only: a process can still open any file its
 user can read. Sealed, sandbox.py wraps the command in bubblewrap and gives it an allow-listed
 environment instead. The contamination check on the transcript still runs either way.
 """
@@ -32,14 +32,6 @@ MCP_SERVER_NAME = "malloy"
 # The tools an answerer may call, by canonical name: the two the kit records, and the Publisher's
 # documentation search when the server offers it (it reads Malloy's docs, never the model's files).
 ANSWERER_TOOLS = ("get_context", "execute_query", "search_docs", "search_malloy_docs")
-
-# Claude Code's own tools, all refused: file, shell, web and subagent tools would let an answerer
-# reach the set, and `-p` sessions run read-only tools (Read, Grep, Glob, LS) without asking.
-CLAUDE_BLOCKED_TOOLS = (
-    "Bash", "BashOutput", "KillShell", "Read", "Write", "Edit", "MultiEdit", "NotebookEdit",
-    "NotebookRead", "Glob", "Grep", "LS", "WebFetch", "WebSearch", "Task", "Agent", "TodoWrite",
-    "Skill", "SlashCommand", "ExitPlanMode", "ListMcpResourcesTool", "ReadMcpResourceTool",
-)
 
 # Variables a child never needs and that name this process's folders whatever their value.
 _DROPPED_NAMES = ("OLDPWD", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CONDA_PREFIX")
@@ -95,6 +87,11 @@ def mcp_config(url: str, header_vars: Mapping[str, str] | None = None) -> dict:
 def answerer_tools(listed: list[str]) -> list[str]:
     """The endpoint's tools an answerer may call, by the server's own names, in its order."""
     return [name for name in listed if canonical_tool_name(name) in ANSWERER_TOOLS]
+
+
+def withheld_tools(listed: list[str]) -> list[str]:
+    """The endpoint's other tools (status, reload): never offered to an answerer."""
+    return [name for name in listed if canonical_tool_name(name) not in ANSWERER_TOOLS]
 
 
 def claude_tool_name(tool: str) -> str:
