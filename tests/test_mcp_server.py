@@ -413,8 +413,9 @@ def _runner_pids(server_pid: int) -> list[int]:
 def test_runner_killed_mid_session_next_query_succeeds(needs_node, http_server, http_client):
     http_client.execute_query(**PKG, query_name="shipped_by_month")
     pids = _runner_pids(http_server[0].pid)
-    assert len(pids) == 1
-    os.kill(pids[0], signal.SIGKILL)
+    assert pids  # one runner, or the pool of two once a getContext has started it
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
     envelope = http_client.execute_query(**PKG, source_name="orders", query_name="by_region")
     assert len(envelope["rows"]) == 3
     assert _runner_pids(http_server[0].pid) != pids

@@ -52,7 +52,8 @@ def test_truth_table_of_null_reason_head(reason, head):
 def null_score(reason: object) -> list[dict]:
     key = {"qid": "q1", "sample": None, "phase": "baseline"}
     return [{"kind": "attempt", **key, "event_id": "a1", "contaminated": False},
-            {"kind": "score", **key, "verdict": None, "reason": reason}]
+            {"kind": "score", **key, "verdict": None, "reason": reason,
+             "attempt_event_id": "a1"}]
 
 
 @pytest.mark.parametrize(("reason", "head"), REASONS)

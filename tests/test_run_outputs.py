@@ -26,6 +26,7 @@ from malloy_evals.report.compare_page import render_compare_page
 from malloy_evals.workflow import review
 from malloy_evals.workflow.outputs import RunOutputs
 from script_support import run_outcome
+from tie_support import tied
 
 KIT = Path(__file__).resolve().parents[1]
 SCRIPTS = KIT / "skills" / "eval-answer" / "scripts"
@@ -65,10 +66,11 @@ def scored(tmp_path):
         {"qid": "q_exact", "answer_text": "12.3% of members; 12345678901234567 orders."}])
     write_prediction(run, "q_rev", None, "revenue\n1234.5\n")
     write_prediction(run, "q_exact", None, f"share,orders\n{SHARE!r},{COUNT}\n")
-    run.append([score("q_rev", "needs_human", judge_verdict="no_match", confidence=4,
-                      golden_revision=2, column_pairing={"revenue": "total"},
-                      prediction_path="artifacts/q_rev/_/prediction.csv"),
-                score("q_unans", "match"), score("q_exact", "match")])
+    run.append([tied(run.dir, e) for e in (
+        score("q_rev", "needs_human", judge_verdict="no_match", confidence=4,
+              golden_revision=2, column_pairing={"revenue": "total"},
+              prediction_path="artifacts/q_rev/_/prediction.csv"),
+        score("q_unans", "match"), score("q_exact", "match"))])
     return run, set_dir
 
 
@@ -187,12 +189,14 @@ def test_malformed_coverage_is_refused_before_any_judge_request(scored, tmp_path
     bad = tmp_path / "coverage.json"
     bad.write_text(json.dumps(report))
     ledger = (run.dir / "events.jsonl").read_bytes()
+    judged = sorted(run.dir.glob("artifacts/*/*/judge*/**/*"))  # the fixture's tied scores
     done = run_outcome(SCORE_RUN, ["--run", str(run.dir), "--set", str(set_dir), "--judge",
                                    "host", "--emit", "--local", "--rescore", "--coverage",
                                    str(bad)])
     assert done.code == EXIT_UNMEASURED
     assert f"{bad}" in done.err and "not a check_coverage report" in done.err
-    assert not list(run.dir.glob("artifacts/*/*/judge*"))   # no request emitted: nothing spent
+    # No request emitted (nothing spent): the judge folders hold only what the fixture wrote.
+    assert sorted(run.dir.glob("artifacts/*/*/judge*/**/*")) == judged
     assert (run.dir / "events.jsonl").read_bytes() == ledger
     assert not (run.dir / "summary.json").exists()
 
@@ -246,7 +250,8 @@ def test_review_card_shows_a_hostile_question_and_answer_escaped(tmp_path):
     cases = [{**CASES[0], "question": f"Revenue? {HOSTILE}"}]
     set_dir = make_set(tmp_path, cases)
     run = make_run(tmp_path, set_dir, [{"qid": "q_rev", "answer_text": f"1234.5 {HOSTILE}"}])
-    run.append([score("q_rev", "needs_human", golden_revision=2, why=f"unsure {HOSTILE}")])
+    run.append([tied(run.dir, score("q_rev", "needs_human", golden_revision=2,
+                                    why=f"unsure {HOSTILE}"))])
     done = run_outcome(REVIEW, ["--run", str(run.dir), "--set", str(set_dir)])
     assert done.code == 0, done.err
     assert "\x1b" not in done.out and "\x07" not in done.out and "\r" not in done.out

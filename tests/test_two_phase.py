@@ -16,7 +16,6 @@ from judge_support import make_run, make_set, verdict, write_prediction
 from malloy_evals.answer.coverage.reader import CoverageCase, measure
 from malloy_evals.answer.scoring import score_attempt
 from malloy_evals.core import paths
-from malloy_evals.diagnose.run import diagnose_run
 from malloy_evals.llm.base import (
     EMITTED,
     HostReplyPending,
@@ -129,17 +128,17 @@ def test_the_coverage_reader_emits_then_ingests_through_the_declaration(tmp_path
 def test_the_diagnoser_emits_ingests_and_asks_for_clusters_through_the_declaration(tmp_path, make):
     set_dir = diag.make_set(tmp_path)
     run = diag.make_run(tmp_path, set_dir)
-    emitted = diagnose_run(run.dir, set_dir, lambda d: make("emit", d, "diagnose"))
+    emitted = diag.run_diagnose(run.dir, set_dir, lambda d: make("emit", d, "diagnose"))
     assert emitted.exit_code == 0 and emitted.issues_appended == [] and not emitted.diagnoses
     ingest = make("ingest", run.dir, "diagnose")
     for q in ("q1", "q2"):
         reply_path(ingest, f"diag.r1.{q}").write_text(json.dumps(diag.WRONG_FIELD))
-    waiting = diagnose_run(run.dir, set_dir, lambda d: make("ingest", d, "diagnose"))
+    waiting = diag.run_diagnose(run.dir, set_dir, lambda d: make("ingest", d, "diagnose"))
     # The cases are read; the clustering request is first asked now, through the cycle's emitter.
     assert len(waiting.diagnoses) == 2 and waiting.clustered_by.startswith("pending")
     assert waiting.issues_appended == []
     reply_path(ingest, "diag.r1.clusters").write_text(json.dumps(diag.CLUSTERS))
-    done = diagnose_run(run.dir, set_dir, lambda d: make("ingest", d, "diagnose"))
+    done = diag.run_diagnose(run.dir, set_dir, lambda d: make("ingest", d, "diagnose"))
     assert done.issues_appended == ["r1:list-price-read-as-revenue"]
 
 

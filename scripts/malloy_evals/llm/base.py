@@ -194,6 +194,8 @@ class Provider(Protocol):
 
     def pinned_model(self, key: str) -> str | None: ...  # the model a score pins before any call
 
+    def ready(self) -> None: ...  # raises now when no call could be made (no key): before spending
+
     def complete(self, request: LlmRequest) -> LlmReply: ...
 
 
@@ -211,6 +213,9 @@ class OneShot:
 
     def pinned_model(self, key: str) -> str | None:
         return self.model
+
+    def ready(self) -> None:
+        return None  # nothing to check before the first call
 
 
 def provider_label(provider: Provider) -> str:

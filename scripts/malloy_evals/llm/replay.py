@@ -154,6 +154,9 @@ class RecordingProvider:
     def pinned_model(self, key: str) -> str | None:
         return self.inner.pinned_model(key)
 
+    def ready(self) -> None:
+        self.inner.ready()
+
     def complete(self, request: LlmRequest) -> LlmReply:
         reply = self.inner.complete(request)
         path = self.dir / f"{request.key}.json"

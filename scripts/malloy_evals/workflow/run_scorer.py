@@ -402,9 +402,7 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
     attempt (None: 3 where it is known unstable, else once; reference/judge.md)."""
 
     cli.require_one_endpoint(mcp_url, local)
-    ready = getattr(judge, "ready", None)
-    if callable(ready):
-        ready()  # a judge that cannot be called (no key) fails before any re-execution
+    judge.ready()  # a judge that cannot be called (no key) fails before any re-execution
     run, eval_set, view = outputs.run, outputs.eval_set, outputs.view
     run_dir, set_dir = outputs.run_label, outputs.set_label
     # The ledger it appends to, checked before any judge call: a bad line is the ledger's.
