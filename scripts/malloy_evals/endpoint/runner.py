@@ -3,13 +3,17 @@
 `MalloyRuntime(package_dir, allow=[...])` owns a small pool of long-lived `node runner.mjs`
 processes for one package (two by default, one per core of a small machine). The first starts
 lazily on the first request; another starts only when every running one is busy. Each process
-answers one request at a time; a request waits for a free one.
+answers one request at a time; a request waits for a free one, and waiting requests are served
+one client at a time in turn (round-robin over clients, first come first served within one).
 
-Budgets (reference/query-budgets.md): every query has a time budget (`query_timeout`). The runner
-interrupts DuckDB at the budget and answers with an error; a runner stuck in the compiler past
-the budget (plus a short grace) is killed and replaced, while the other runners keep answering.
-Either way the caller gets `QueryBudgetError`, a `MalloyQueryError`: the query's failure, never
-the environment's. Query text is capped in length, rows in count (a submitted query's own
+Budgets (reference/query-budgets.md): every query has a time budget (`query_timeout`), counted
+from the moment its request arrived, queue waiting included. A query that could not start within
+it gets "the endpoint is busy"; one that started is interrupted inside DuckDB at the budget, and a
+runner stuck in the compiler past the budget (plus a short grace) is killed and replaced, while
+the other runners keep answering. A request whose client went away (`Call.cancel`) leaves the
+queue at once, or has its running query interrupted the same way. Each of these reaches the
+caller as `QueryBudgetError`, a `MalloyQueryError`: the query's failure, never the
+environment's. Query text is capped in length, rows in count (a submitted query's own
 `limit:` cannot raise the cap) and in bytes, and DuckDB in memory. A runner that dies is replaced
 and the request tried once more; other requests (describe, search, ...) that time out raise
 `RunnerError`.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import functools
 import itertools
 import json
@@ -30,7 +35,8 @@ import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -47,7 +53,10 @@ QUERY_CHAR_CAP = 100_000       # query text plus its givens as JSON; real querie
 RESULT_BYTE_CAP = 16 * 1024 * 1024  # JSON characters of rows one query may materialise
 MEMORY_LIMIT = "1GB"           # DuckDB's working memory in each runner
 POOL_SIZE = 2                  # runners per package at most
+BUSY = "endpoint-busy"         # the code of a query that could not start within its budget
+INTERRUPTED = "query-interrupted"  # the code of a query whose client went away
 _EOF = object()
+_WITHDRAWN = object()          # put on a worker's lines when its request's client went away
 
 
 class RunnerError(UnmeasuredError):
@@ -79,9 +88,91 @@ class QueryBudgetError(MalloyQueryError):
         self.code = code
 
 
+class QueryInterrupted(QueryBudgetError):
+    """A query given up on because its client went away: interrupted inside DuckDB if it was
+    running (`killed`: its runner was stuck in the compiler and was replaced instead)."""
+
+    def __init__(self, message: str, *, running: bool, killed: bool = False):
+        super().__init__(message, INTERRUPTED)
+        self.running = running
+        self.killed = killed
+
+
 def timeout_message(seconds: float) -> str:
     """What a query over its time budget reads as, to the answerer and to the judge."""
     return f"the query did not finish within {seconds:g} s (the kit's time limit for one query)"
+
+
+def busy_message(seconds: float) -> str:
+    """What a query that could not start within its budget reads as (reference/query-budgets.md)."""
+    return (f"the endpoint is busy: the query could not start within {seconds:g} s (the kit's "
+            "time limit for one query, waiting included) because other queries held every "
+            "runner; run it again")
+
+
+class Call:
+    """One request's claim on a package's runners: the client it comes from (waiting requests are
+    served one client at a time, in turn), its time budget (None: the runtime's `query_timeout`)
+    counted from when it arrived, and whether its client went away (`cancel`)."""
+
+    def __init__(self, client: str = "", budget: float | None = None):
+        self.client = client
+        self.budget = budget
+        self.arrived = time.monotonic()
+        self.queued = threading.Event()   # waiting in its client's line (or served at once)
+        self.running = threading.Event()  # its query was handed to a runner
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._hooks: list[Callable[[], None]] = []
+
+    @property
+    def withdrawn(self) -> str | None:
+        """Why the call was given up on, or None while its client still waits for it."""
+        return self._reason
+
+    def cancel(self, reason: str = "its client disconnected") -> None:
+        """Give the call up: it leaves the queue, or its running query is interrupted, at once."""
+        with self._lock:
+            if self._reason is not None:
+                return
+            self._reason = reason
+            hooks = list(self._hooks)
+        for hook in hooks:
+            hook()
+
+    @contextlib.contextmanager
+    def on_cancel(self, hook: Callable[[], None]) -> Iterator[None]:
+        """Run `hook` if the call is given up while this block runs (at once if it already was)."""
+        with self._lock:
+            given_up = self._reason is not None
+            if not given_up:
+                self._hooks.append(hook)
+        if given_up:
+            hook()
+        try:
+            yield
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._hooks.remove(hook)
+
+
+_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("malloy_evals_call", default=None)
+
+
+@contextlib.contextmanager
+def calling(call: Call) -> Iterator[Call]:
+    """Every runtime request made in this block is made for `call` (its client, budget, cancel)."""
+    token = _CALL.set(call)
+    try:
+        yield call
+    finally:
+        _CALL.reset(token)
+
+
+def withdrawn_message(reason: str, *, running: bool) -> str:
+    """What a query given up on reads as (its client is gone; the text goes to the logs)."""
+    return (f"the query was interrupted while it ran: {reason}" if running
+            else f"the query left the queue before it started: {reason}")
 
 
 def server_query_timeout(client_timeout: float) -> float:
@@ -196,50 +287,71 @@ class _Worker:
         tail = " | ".join(list(self._stderr_tail)[-5:])
         return f"Malloy runner {what}" + (f": {tail}" if tail else "")
 
-    def send(self, req: dict, timeout: float) -> Any:
-        """Write one request and wait for the answer with the same id; never waits past timeout."""
+    def _write(self, proc: subprocess.Popen, req: dict) -> None:
+        try:
+            proc.stdin.write(json.dumps(req) + "\n")  # type: ignore[union-attr]  # a pipe
+            proc.stdin.flush()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError, ValueError) as exc:
+            self.kill()
+            raise RunnerDied(self._died_message(f"was not accepting requests ({exc})")) from exc
+
+    def send(self, req: dict, timeout: float, call: Call | None = None) -> Any:
+        """Write one request and wait for the answer with the same id; never waits past timeout.
+        When `call` is given up meanwhile, the runner is told to interrupt it (inside DuckDB) and
+        answers at once; a runner that does not answer within KILL_GRACE_S is killed."""
         proc = self._proc
         if proc is None or proc.stdin is None:
             raise RunnerDied("Malloy runner is not running")
         req = {**req, "id": next(self._ids)}
-        try:
-            proc.stdin.write(json.dumps(req) + "\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError) as exc:
-            self.kill()
-            raise RunnerDied(self._died_message(f"was not accepting requests ({exc})")) from exc
-        while True:
-            try:
-                line = self._lines.get(timeout=timeout)
-            except queue.Empty:
-                # A hung runner is killed; the pool starts a fresh one for the next request.
-                self.kill()
-                raise _TimedOut(f"Malloy runner timed out after {timeout:g} s on op "
-                                f"{req['op']!r}; it was stopped and restarts on the next "
-                                "request") from None
-            if line is _EOF:
-                status = proc.poll()
-                self.kill()
-                raise RunnerDied(self._died_message(f"exited (code {status}) during op {req['op']!r}"))
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                self._stderr_tail.append(line.rstrip())
-                continue
-            if msg.get("id") != req["id"]:
-                continue  # an answer to a request given up on earlier
-            if msg.get("ok"):
-                return msg.get("result")
-            if req["op"] == "load":
-                self.kill()
-                raise RunnerError(f"{self.package_dir}: could not load package: {msg.get('error')}")
-            problems = msg.get("problems") or []
-            codes = [p.get("code") for p in problems if isinstance(p, dict)]
-            message = str(msg.get("error") or "query failed")
-            for code in ("query-timeout", "query-too-large"):
-                if code in codes:
-                    raise QueryBudgetError(message, code)
-            raise MalloyQueryError(message, problems)
+        self._write(proc, req)
+        limit_at = time.monotonic() + timeout
+        withdrawn = False
+        hook = (lambda rid=req["id"]: self._lines.put((_WITHDRAWN, rid)))
+        with call.on_cancel(hook) if call is not None else contextlib.nullcontext():
+            while True:
+                try:
+                    line = self._lines.get(timeout=max(0.0, limit_at - time.monotonic()))
+                except queue.Empty:
+                    # A hung runner is killed; the pool starts a fresh one for the next request.
+                    self.kill()
+                    if withdrawn and call is not None:
+                        raise QueryInterrupted(withdrawn_message(call.withdrawn or "", running=True),
+                                               running=True, killed=True) from None
+                    raise _TimedOut(f"Malloy runner timed out after {timeout:g} s on op "
+                                    f"{req['op']!r}; it was stopped and restarts on the next "
+                                    "request") from None
+                if isinstance(line, tuple):
+                    if line[1] == req["id"] and not withdrawn:
+                        withdrawn = True  # the runner interrupts DuckDB on this line at once
+                        self._write(proc, {"op": "interrupt", "target": req["id"]})
+                        limit_at = min(limit_at, time.monotonic() + KILL_GRACE_S)
+                    continue
+                if line is _EOF:
+                    status = proc.poll()
+                    self.kill()
+                    raise RunnerDied(self._died_message(f"exited (code {status}) during op {req['op']!r}"))
+                try:
+                    msg = json.loads(line)
+                except json.JSONDecodeError:
+                    self._stderr_tail.append(line.rstrip())
+                    continue
+                if msg.get("id") != req["id"]:
+                    continue  # an answer to a request given up on earlier
+                if msg.get("ok"):
+                    return msg.get("result")
+                if req["op"] == "load":
+                    self.kill()
+                    raise RunnerError(f"{self.package_dir}: could not load package: {msg.get('error')}")
+                problems = msg.get("problems") or []
+                codes = [p.get("code") for p in problems if isinstance(p, dict)]
+                message = str(msg.get("error") or "query failed")
+                if INTERRUPTED in codes and call is not None:
+                    raise QueryInterrupted(withdrawn_message(call.withdrawn or "", running=True),
+                                           running=True)
+                for code in ("query-timeout", "query-too-large"):
+                    if code in codes:
+                        raise QueryBudgetError(message, code)
+                raise MalloyQueryError(message, problems)
 
 
 class MalloyRuntime:
@@ -258,9 +370,14 @@ class MalloyRuntime:
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._slots = 0                     # workers running or starting
+        self._lines: dict[str, collections.deque[_Waiter]] = {}  # each client's waiting requests
+        self._turns: collections.deque[str] = collections.deque()  # clients waiting, next first
         self._generation = 0
         self.load_summary: dict | None = None  # {models, errors, entities} of the last load
         self.restarts = 0  # how many times a dead or hung runner was replaced
+        # What became of queries given up on (reference/query-budgets.md): interrupted while they
+        # ran, withdrawn from the queue, refused as busy.
+        self.outcomes: collections.Counter[str] = collections.Counter()
 
     # ---------- public operations ----------
 
@@ -273,14 +390,15 @@ class MalloyRuntime:
         Returns the runner's result: rows, schema, _query_row_limit, _limit_source, _limit_hit,
         warning (only when the default cap was hit), sql and the result annotations. Raises
         MalloyQueryError when Malloy refuses or fails the query (QueryBudgetError when it is over
-        its time or size budget), RunnerError when the runner could not answer at all.
+        its time or size budget, could not start within it, or its client went away),
+        RunnerError when the runner could not answer at all. The query is made for the call of
+        `calling(...)` around it, else for an anonymous client arriving now.
         """
         size = len(query or "") + (len(json.dumps(givens, default=str)) if givens else 0)
         if size > QUERY_CHAR_CAP:
             raise QueryBudgetError(f"the query is {size} characters long; the kit's limit for one "
                                    f"query is {QUERY_CHAR_CAP}", "query-too-long")
         req: dict[str, Any] = {"op": "execute", "model_path": model_path, "trusted": bool(trusted),
-                               "timeout_ms": int(self.query_timeout * 1000),
                                "byte_cap": RESULT_BYTE_CAP}
         if query is not None:
             req["query"] = query
@@ -292,10 +410,19 @@ class MalloyRuntime:
             req["givens"] = givens
         if row_limit is not None:
             req["row_limit"] = int(row_limit)
+        call = _CALL.get() or Call()
+        budget = self.query_timeout if call.budget is None else call.budget
+        deadline = call.arrived + budget
         try:
-            return self._request(req, self.query_timeout + KILL_GRACE_S)
+            return self._request(req, call=call, deadline=deadline)
         except _TimedOut:
-            raise QueryBudgetError(timeout_message(self.query_timeout), "query-timeout") from None
+            raise QueryBudgetError(timeout_message(budget), "query-timeout") from None
+        except _Busy:
+            self.outcomes["busy"] += 1
+            raise QueryBudgetError(busy_message(budget), BUSY) from None
+        except QueryInterrupted as exc:
+            self.outcomes["interrupted" if exc.running else "withdrawn"] += 1
+            raise
 
     def describe(self) -> dict:
         """The compiled surface (reference/library.md): per model, sources and named queries."""
@@ -330,7 +457,7 @@ class MalloyRuntime:
     def models(self) -> list[str]:
         """Package-relative paths of every .malloy file, compiled or not."""
         if self.load_summary is None:
-            self._checkin(self._checkout())
+            self._checkin(self._checkout(_CALL.get() or Call()))
         return list((self.load_summary or {}).get("models", []))
 
     def reload(self) -> dict:
@@ -338,7 +465,7 @@ class MalloyRuntime:
         idle now recompile before their next request."""
         with self._cond:
             self._generation += 1
-        worker = self._checkout()  # a runner of an older generation reloads on checkout
+        worker = self._checkout(_CALL.get() or Call())  # an older generation reloads on checkout
         self._checkin(worker)
         return dict(self.load_summary or {})
 
@@ -347,7 +474,7 @@ class MalloyRuntime:
         held: list[_Worker] = []
         try:
             while len(held) < self.pool_size:
-                held.append(self._checkout())
+                held.append(self._checkout(Call("warm")))
         finally:
             for worker in held:
                 self._checkin(worker)
@@ -373,7 +500,7 @@ class MalloyRuntime:
             self._all.clear()
             self._idle.clear()
             self._slots = 0
-            self._cond.notify_all()
+            self._dispatch()  # requests still waiting get fresh runners
         for w in workers:
             w.stop()
 
@@ -415,15 +542,38 @@ class MalloyRuntime:
         with self._cond:
             self._all.discard(worker)
 
-    def _checkout(self) -> _Worker:
-        """A runner for one request: an idle one, a new one while the pool has room, else the
-        first to come free."""
+    def _checkout(self, call: Call, deadline: float | None = None, *,
+                  cancellable: bool = False) -> _Worker:
+        """A runner for one request, when its client's turn comes: an idle one, a new one while
+        the pool has room. Raises _Busy past `deadline`, QueryInterrupted when a `cancellable`
+        call is given up while it waits."""
+        waiter = _Waiter(call)
         with self._cond:
-            while not self._idle and self._slots >= self.pool_size:
-                self._cond.wait()
-            worker = self._idle.pop() if self._idle else None
-            if worker is None:
-                self._slots += 1
+            self._line_up(waiter)
+            self._dispatch()
+        call.queued.set()
+        with call.on_cancel(waiter.ready.set) if cancellable else contextlib.nullcontext():
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                waiter.ready.wait(None if left is None else max(0.0, left))
+                with self._cond:
+                    if waiter.granted:
+                        break
+                    why = call.withdrawn if cancellable else None
+                    if why is None and (deadline is None or time.monotonic() < deadline):
+                        continue
+                    self._step_out(waiter)
+                if why is not None:
+                    raise QueryInterrupted(withdrawn_message(why, running=False), running=False)
+                raise _Busy()
+        worker = waiter.worker
+        if cancellable and call.withdrawn is not None:
+            # Served at the moment its client went away: the turn goes to the next request.
+            if worker is not None:
+                self._checkin(worker)
+            else:
+                self._release_slot()
+            raise QueryInterrupted(withdrawn_message(call.withdrawn, running=False), running=False)
         try:
             if worker is not None and not worker.alive:
                 self.restarts += 1
@@ -442,11 +592,49 @@ class MalloyRuntime:
             self._release_slot()
             raise
 
+    def _line_up(self, waiter: _Waiter) -> None:
+        """Put a request at the end of its client's line; a client not waiting yet takes the
+        last turn. (Under the lock.)"""
+        line = self._lines.get(waiter.call.client)
+        if line is None:
+            line = self._lines[waiter.call.client] = collections.deque()
+            self._turns.append(waiter.call.client)
+        line.append(waiter)
+
+    def _step_out(self, waiter: _Waiter) -> None:
+        """Take a request that stops waiting out of its client's line. (Under the lock.)"""
+        client = waiter.call.client
+        line = self._lines.get(client)
+        if line is None or waiter not in line:
+            return
+        line.remove(waiter)
+        if not line:
+            del self._lines[client]
+            self._turns.remove(client)
+
+    def _dispatch(self) -> None:
+        """Hand free runners (or room to start one) to waiting requests, one client at a time in
+        turn: the client served goes to the back of the turns. (Under the lock.)"""
+        while self._turns and (self._idle or self._slots < self.pool_size):
+            client = self._turns.popleft()
+            line = self._lines[client]
+            waiter = line.popleft()
+            if line:
+                self._turns.append(client)
+            else:
+                del self._lines[client]
+            if self._idle:
+                waiter.worker = self._idle.pop()
+            else:
+                self._slots += 1  # the request starts a new runner
+            waiter.granted = True
+            waiter.ready.set()
+
     def _checkin(self, worker: _Worker) -> None:
         with self._cond:
             if worker.alive and worker in self._all:
                 self._idle.append(worker)
-                self._cond.notify()
+                self._dispatch()
                 return
         self._forget(worker)
         self._release_slot()
@@ -454,14 +642,30 @@ class MalloyRuntime:
     def _release_slot(self) -> None:
         with self._cond:
             self._slots = max(0, self._slots - 1)
-            self._cond.notify()
+            self._dispatch()
 
-    def _request(self, req: dict, timeout: float | None = None) -> Any:
-        limit = self.timeout if timeout is None else timeout
-        worker = self._checkout()
+    def _request(self, req: dict, timeout: float | None = None, *, call: Call | None = None,
+                 deadline: float | None = None) -> Any:
+        """One request on a runner. A query (`deadline` given) waits for its turn no later than
+        the deadline, gets what is left of its budget, and is interrupted when `call` is given
+        up; other requests wait their client's turn as long as it takes."""
+        query = deadline is not None
+        call = call or _CALL.get() or Call()
+        worker = self._checkout(call, deadline, cancellable=query)
+        call.running.set()
+
+        def send(worker: _Worker) -> Any:
+            limit = self.timeout if timeout is None else timeout
+            sent = req
+            if deadline is not None:  # what is left of the query's budget, after its wait
+                left = max(0.001, deadline - time.monotonic())
+                sent = {**req, "timeout_ms": max(1, int(left * 1000))}
+                limit = left + KILL_GRACE_S
+            return worker.send(sent, limit, call if query else None)
+
         try:
             try:
-                return worker.send(req, limit)
+                return send(worker)
             except RunnerDied:
                 # The runner was found dead (killed between requests, or crashed on this one):
                 # start a fresh one and try once more. A second death is reported, not retried.
@@ -469,14 +673,34 @@ class MalloyRuntime:
                 self._forget(worker)
                 worker = self._start_worker()
                 try:
-                    return worker.send(req, limit)
+                    return send(worker)
                 except RunnerDied as exc:
                     raise RunnerError(str(exc)) from exc
-            except _TimedOut:
+        except _TimedOut:
+            self.restarts += 1
+            raise
+        except QueryInterrupted as exc:
+            if exc.killed:
                 self.restarts += 1
-                raise
+            raise
         finally:
             self._checkin(worker)
+
+
+class _Waiter:
+    """One request waiting for a runner: granted a worker (or room to start one) in turn."""
+
+    __slots__ = ("call", "granted", "ready", "worker")
+
+    def __init__(self, call: Call):
+        self.call = call
+        self.ready = threading.Event()
+        self.granted = False
+        self.worker: _Worker | None = None
+
+
+class _Busy(Exception):
+    """A query could not start within its budget."""
 
 
 def default_allow(package_dir: str | Path) -> list[Path]:

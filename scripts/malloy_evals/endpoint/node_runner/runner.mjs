@@ -8,7 +8,9 @@
 //
 // Ops: load {package_dir, allow, options: {csv_types, memory_limit}}, reload, describe, definitions, search
 // {text, limit, kinds, sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
-// query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, csv_tables, ping.
+// query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, csv_tables, ping; and
+// interrupt {target}, which is not queued behind the request it names and gets no answer: the
+// running execute whose id is `target` stops (inside DuckDB) and answers `query-interrupted`.
 //
 // Budgets (reference/query-budgets.md): a submitted query's rows are capped hard (its own `limit:`
 // cannot raise the cap; trusted queries keep their own limit), the rows it materialises are capped
@@ -33,6 +35,7 @@ const SEARCH_DEFAULT_LIMIT = 10;
 const INDEXED_KINDS = new Set(['source', 'view', 'query', 'dimension', 'measure']);
 
 let state = null; // {pkgDir, allow, conn, runtime, models: Map(path -> {mm, model, info, error})...}
+let running = null; // the execute in progress: {id, withdrawn, stop} (the interrupt op reads it)
 
 // ---------- helpers ----------
 
@@ -504,7 +507,8 @@ function quoteName(name, what) {
   return '`' + s + '`';
 }
 
-async function execute(req) {
+/** `mine`: this execute as the interrupt op sees it ({withdrawn, stop}; see `running`). */
+async function execute(req, mine = { withdrawn: false, stop: null }) {
   const [modelPath, entry] = modelEntry(req.model_path);
   let text;
   if (typeof req.query === 'string' && req.query.trim()) {
@@ -522,8 +526,10 @@ async function execute(req) {
   const byteCap = Number.isInteger(req.byte_cap) && req.byte_cap > 0 ? req.byte_cap : DEFAULT_BYTE_CAP;
   const started = Date.now();
   const timeUp = () => new BudgetError(`the query did not finish within ${timeoutMs / 1000} s (the kit's time limit for one query)`, 'query-timeout');
+  const withdrawn = () => new BudgetError('the query was interrupted: its request was withdrawn', 'query-interrupted');
   const qm = req.trusted ? entry.mm.loadQuery(text) : entry.mm.loadRestrictedQuery(text);
   const prepared = await qm.getPreparedResult(opts);
+  if (mine.withdrawn) throw withdrawn();
   if (timeoutMs && Date.now() - started > timeoutMs) throw timeUp();
   const ownLimit = prepared.resultExplore.limit;
   const serverCap = Number.isInteger(req.row_limit) && req.row_limit > 0 ? req.row_limit : DEFAULT_ROW_LIMIT;
@@ -548,6 +554,8 @@ async function execute(req) {
       // nothing running to interrupt
     }
   };
+  if (mine.withdrawn) throw withdrawn();
+  mine.stop = () => interrupt(withdrawn());
   const timer = timeoutMs ? setTimeout(() => interrupt(timeUp()), Math.max(0, timeoutMs - (Date.now() - started))) : null;
   try {
     for await (const row of state.conn.runSQLStream(sql, { rowLimit: cap, abortSignal: abort.signal })) {
@@ -616,8 +624,14 @@ async function handle(req) {
       return modelInfo(req);
     case 'csv_tables':
       return csvTables();
-    case 'execute':
-      return execute(req);
+    case 'execute': {
+      const mine = (running = { id: req.id, withdrawn: false, stop: null });
+      try {
+        return await execute(req, mine);
+      } finally {
+        if (running === mine) running = null;
+      }
+    }
     default:
       throw new RequestError(`unknown op: ${req.op}`);
   }
@@ -631,8 +645,26 @@ function reply(obj) {
 
 let chain = Promise.resolve();
 const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });
+/** The interrupt op, handled as soon as its line is read (never queued behind its target): a
+ * withdrawn execute stops at its next step, and inside DuckDB if its SQL is running. */
+function interruptLine(line) {
+  if (!line.includes('"interrupt"')) return false;
+  let req;
+  try {
+    req = JSON.parse(line);
+  } catch {
+    return false;
+  }
+  if (!req || req.op !== 'interrupt') return false;
+  if (running && running.id === req.target) {
+    running.withdrawn = true;
+    if (running.stop) running.stop();
+  }
+  return true;
+}
+
 rl.on('line', (line) => {
-  if (!line.trim()) return;
+  if (!line.trim() || interruptLine(line)) return;
   chain = chain.then(async () => {
     let req;
     try {
