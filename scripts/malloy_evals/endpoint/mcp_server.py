@@ -18,6 +18,12 @@ The kit's own additions: a query over its time or size budget is an ordinary que
 query's failure; reference/query-budgets.md), and an error that is the endpoint's fault (the
 package could not load, the runner could not answer) carries `environmentFault: true`, so
 re-execution records it as an environment failure rather than as the answerer's.
+
+Fair shares over HTTP (reference/query-budgets.md): every request is made for a client, named by
+the URL path `/mcp/client/NAME` (run_answers gives each attempt its own) or the
+`X-Malloy-Evals-Client` header, else told apart by its connection. Waiting queries are served one
+client at a time in turn; a query's budget starts when its request arrives; a client that hangs
+up has its query withdrawn from the queue, or interrupted inside DuckDB, at once.
 """
 
 from __future__ import annotations
@@ -28,18 +34,24 @@ import json
 import re
 import threading
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
+from malloy_evals.core import cli
 from malloy_evals.core.errors import UnmeasuredError, UsageError
 from malloy_evals.endpoint.package import package_sha
 from malloy_evals.endpoint.runner import (
+    BUSY,
+    INTERRUPTED,
     QUERY_TIMEOUT_S,
+    Call,
     MalloyQueryError,
     MalloyRuntime,
+    calling,
+    current_call,
     default_allow,
 )
 
@@ -47,7 +59,7 @@ if TYPE_CHECKING:
     # The MCP SDK (and pydantic under it) takes about 0.4 s to import: it is imported where it is
     # used, so `serve_local.py --help` and everything else that imports this module stay fast.
     import mcp_types
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.transport_security import TransportSecuritySettings
     from pydantic import ValidationError
 
@@ -72,6 +84,12 @@ DOC_SUGGESTIONS = [
 # answers only requests addressed to a loopback name: a foreign Host is 421, a foreign Origin 403.
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+MCP_PATH = "/mcp"
+CLIENT_PATH = MCP_PATH + "/client/"       # /mcp/client/NAME: the MCP route, for client NAME
+CLIENT_HEADER = "x-malloy-evals-client"   # or this header names the client
+CLIENT_NAME = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+CALL_KEY = "malloy_evals.call"            # the request's Call, in its ASGI scope
+THREADS = 256  # tool calls waiting at once (the SDK runs each in a thread; anyio's default is 40)
 
 
 def loopback_security() -> TransportSecuritySettings:
@@ -201,6 +219,7 @@ BUDGET_SUGGESTIONS = {
                      "and avoid joins that multiply rows",
     "query-too-large": "Return less: aggregate further, select fewer columns, or add a limit:",
     "query-too-long": "Write a shorter query: use the model's measures and views",
+    BUSY: "Run the query again: other queries held every runner while it waited",
 }
 
 
@@ -315,6 +334,9 @@ class Endpoint:
                                             query_name=None if query else queryName,
                                             givens=givens or None)
         except MalloyQueryError as exc:
+            if {p.get("code") for p in exc.problems} & {BUSY, INTERRUPTED}:
+                call = current_call()
+                cli.progress(f"endpoint: client {call.client if call else '(none)'!r}: {exc.message}")
             message = f"Error during query execution for resource '{resource}': {exc.message}"
             return tool_error("error://executeQuery/queryExecution", message,
                               query_error_suggestions(exc.message, exc.problems), problems=exc.problems)
@@ -465,6 +487,11 @@ class Endpoint:
         }
         if load_errors:
             payload["loadErrors"] = load_errors
+        # The kit's addition: each started package's queue (reference/query-budgets.md).
+        queues = [{"environment": env, "package": pkg, **served.runtime.queue_state()}
+                  for (env, pkg), served in self.packages.items() if served.started]
+        if queues:
+            payload["queries"] = queues
         return tool_success(_uri(None, fragment="getStatus"), payload)
 
     def reload_package(self, environmentName: str, packageName: str) -> mcp_types.CallToolResult:
@@ -531,7 +558,9 @@ class Endpoint:
         ep = self
         # The tools' annotations name SDK types this module imports only here: resolved now, so
         # the SDK reads real types, not names it would look up in this module's globals.
-        tool = _typed_tool(server, {"mcp_types": mcp_types, "Field": Field})
+        from mcp.server.mcpserver import Context
+
+        tool = _typed_tool(server, {"mcp_types": mcp_types, "Field": Field, "Context": Context})
 
         @tool(name="malloy_executeQuery",
               description="Run a Malloy query against a model in a package: ad-hoc `query` "
@@ -541,9 +570,11 @@ class Endpoint:
                                 query: str | None = None, sourceName: str | None = None,
                                 queryName: str | None = None,
                                 filterParams: dict[str, str | list[str]] | None = None,
-                                givens: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
-            return ep.execute_query(environmentName, packageName, modelPath, query, sourceName,
-                                    queryName, filterParams, givens)
+                                givens: dict[str, Any] | None = None,
+                                ctx: Context | None = None) -> mcp_types.CallToolResult:
+            with calling(call_of(ctx)):
+                return ep.execute_query(environmentName, packageName, modelPath, query,
+                                        sourceName, queryName, filterParams, givens)
 
         @tool(name="malloy_getContext",
               description="Find what to query. No arguments: environments. environmentName: "
@@ -554,9 +585,11 @@ class Endpoint:
                               sourceName: str | None = None,
                               limit: Annotated[int | None, Field(ge=1, le=50)] = None,
                               search_targets: list[dict[str, Any]] | None = None,
-                              scopes: list[dict[str, Any]] | None = None) -> mcp_types.CallToolResult:
-            return ep.get_context(environmentName, packageName, query, sourceName, limit,
-                                  search_targets, scopes)
+                              scopes: list[dict[str, Any]] | None = None,
+                              ctx: Context | None = None) -> mcp_types.CallToolResult:
+            with calling(call_of(ctx)):
+                return ep.get_context(environmentName, packageName, query, sourceName, limit,
+                                      search_targets, scopes)
 
         @tool(name="malloy_getStatus", description="Server state and the served packages.")
         def malloy_getStatus() -> mcp_types.CallToolResult:
@@ -564,8 +597,10 @@ class Endpoint:
 
         @tool(name="malloy_reloadPackage",
               description="Recompile a package's models after they changed on disk.")
-        def malloy_reloadPackage(environmentName: str, packageName: str) -> mcp_types.CallToolResult:
-            return ep.reload_package(environmentName, packageName)
+        def malloy_reloadPackage(environmentName: str, packageName: str,
+                                 ctx: Context | None = None) -> mcp_types.CallToolResult:
+            with calling(call_of(ctx)):
+                return ep.reload_package(environmentName, packageName)
 
         self._add_rest_routes(server)
         return server
@@ -604,6 +639,108 @@ class Endpoint:
         async def model_route(request: Request) -> Response:
             p = request.path_params
             return await answer(request, self.rest_model, p["env"], p["pkg"], p["path"])
+
+
+def call_of(ctx: Context | None) -> Call:
+    """The Call a tool request is made for: the one `ClientTurns` put in its HTTP request's scope
+    (its client, its arrival), else (stdio, one client) a new one."""
+    try:
+        request = ctx.request_context.request if ctx is not None else None
+    except ValueError:  # no request: the tool was called directly
+        request = None
+    scope = getattr(request, "scope", None)
+    found = scope.get(CALL_KEY) if isinstance(scope, dict) else None
+    return found if isinstance(found, Call) else Call("stdio")
+
+
+def client_url(mcp_url: str, name: str) -> str:
+    """The kit endpoint's MCP URL for one named client (run_answers: one per attempt)."""
+    if not CLIENT_NAME.fullmatch(name):
+        raise ValueError(f"a client name is 1 to 128 of A-Z a-z 0-9 . _ ~ -: {name!r}")
+    return mcp_url.rstrip("/") + CLIENT_PATH.removeprefix(MCP_PATH) + name
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class ClientTurns:
+    """ASGI middleware before the MCP route: names each request's client (`/mcp/client/NAME`,
+    the client header, else its connection), gives it a Call that arrives now, and gives the call
+    up the moment its client hangs up before the answer is sent."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]):
+        self.app = app
+        self._threads_raised = False
+
+    @staticmethod
+    def client_of(scope: Scope) -> str | None:
+        """The client a request to the MCP route comes from; None: not the MCP route."""
+        path = str(scope.get("path") or "")
+        if path.startswith(CLIENT_PATH):
+            name = path[len(CLIENT_PATH):]
+            return name if CLIENT_NAME.fullmatch(name) else None
+        if path.rstrip("/") != MCP_PATH:
+            return None
+        for key, value in scope.get("headers") or []:
+            if key.decode("latin-1").lower() == CLIENT_HEADER:
+                named = value.decode("latin-1").strip()
+                if CLIENT_NAME.fullmatch(named):
+                    return named
+        host, port = scope.get("client") or ("?", 0)
+        return f"connection {host}:{port}"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = self.client_of(scope) if scope.get("type") == "http" else None
+        if client is None:
+            await self.app(scope, receive, send)
+            return
+        import anyio
+        import anyio.to_thread
+
+        if not self._threads_raised:
+            limiter = anyio.to_thread.current_default_thread_limiter()
+            limiter.total_tokens = max(limiter.total_tokens, THREADS)
+            self._threads_raised = True
+        call = Call(client)
+        scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), CALL_KEY: call}
+        body: list[Message] = []
+        while True:  # the whole body first: after it, only a hang-up can arrive
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body.append(message)
+            if not message.get("more_body"):
+                break
+        gone = anyio.Event()
+        answered = False
+
+        async def replay() -> Message:
+            if body:
+                return body.pop(0)
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def answer(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered = True
+            await send(message)
+
+        async def watch() -> None:
+            await receive()  # the server's next message: the client hung up, or the answer went
+            if not answered:
+                call.cancel("its client disconnected")
+            gone.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            try:
+                await self.app(scope, replay, answer)
+            finally:
+                tasks.cancel_scope.cancel()
 
 
 def argument_error(tool: str, arguments: dict[str, Any], exc: ValidationError) -> mcp_types.CallToolResult:
@@ -685,8 +822,11 @@ def serve(packages: list[ServedPackage], http_port: int | None = None) -> None:
         if http_port is None:
             endpoint.server.run()
         else:
-            endpoint.server.run("streamable-http", host="127.0.0.1", port=http_port,
-                                streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                transport_security=loopback_security())
+            import uvicorn
+
+            app = endpoint.server.streamable_http_app(
+                streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
+                transport_security=loopback_security(), host="127.0.0.1")
+            uvicorn.run(ClientTurns(app), host="127.0.0.1", port=http_port, log_level="warning")
     finally:
         endpoint.close()

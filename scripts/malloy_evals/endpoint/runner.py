@@ -121,6 +121,10 @@ class Call:
         self.arrived = time.monotonic()
         self.queued = threading.Event()   # waiting in its client's line (or served at once)
         self.running = threading.Event()  # its query was handed to a runner
+        # Seconds spent starting or reloading the runner it was given: the endpoint's cost, not
+        # the query's, so its deadline moves by as much.
+        self.setup_s = 0.0
+        self.turn: int | None = None  # its place in the order the runtime served its requests
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._hooks: list[Callable[[], None]] = []
@@ -157,6 +161,11 @@ class Call:
 
 
 _CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("malloy_evals_call", default=None)
+
+
+def current_call() -> Call | None:
+    """The call of the innermost `calling(...)` block, if any."""
+    return _CALL.get()
 
 
 @contextlib.contextmanager
@@ -378,6 +387,7 @@ class MalloyRuntime:
         # What became of queries given up on (reference/query-budgets.md): interrupted while they
         # ran, withdrawn from the queue, refused as busy.
         self.outcomes: collections.Counter[str] = collections.Counter()
+        self._served = itertools.count(1)
 
     # ---------- public operations ----------
 
@@ -423,6 +433,11 @@ class MalloyRuntime:
         except QueryInterrupted as exc:
             self.outcomes["interrupted" if exc.running else "withdrawn"] += 1
             raise
+        except QueryBudgetError as exc:
+            if exc.code != "query-timeout":
+                raise
+            # The runner was given what was left of the budget; the message names the budget.
+            raise QueryBudgetError(timeout_message(budget), "query-timeout") from None
 
     def describe(self) -> dict:
         """The compiled surface (reference/library.md): per model, sources and named queries."""
@@ -479,6 +494,14 @@ class MalloyRuntime:
             for worker in held:
                 self._checkin(worker)
         return self.pids
+
+    def queue_state(self) -> dict[str, int]:
+        """Requests on a runner now and waiting now, and how many queries were interrupted while
+        they ran, withdrawn from the queue, or refused as busy (reference/query-budgets.md)."""
+        with self._cond:
+            return {"running": self._slots - len(self._idle),
+                    "waiting": sum(len(line) for line in self._lines.values()),
+                    **{k: self.outcomes[k] for k in ("interrupted", "withdrawn", "busy")}}
 
     @property
     def pid(self) -> int | None:
@@ -567,6 +590,7 @@ class MalloyRuntime:
                     raise QueryInterrupted(withdrawn_message(why, running=False), running=False)
                 raise _Busy()
         worker = waiter.worker
+        granted_at = time.monotonic()
         if cancellable and call.withdrawn is not None:
             # Served at the moment its client went away: the turn goes to the next request.
             if worker is not None:
@@ -580,11 +604,12 @@ class MalloyRuntime:
                 self._forget(worker)
                 worker = None
             if worker is None:
-                return self._start_worker()
-            if worker.generation != self._generation:
+                worker = self._start_worker()
+            elif worker.generation != self._generation:
                 generation = self._generation
                 self.load_summary = worker.send({"op": "reload"}, LOAD_TIMEOUT_S)
                 worker.generation = generation
+            call.setup_s += time.monotonic() - granted_at
             return worker
         except BaseException:
             if worker is not None:
@@ -628,6 +653,7 @@ class MalloyRuntime:
             else:
                 self._slots += 1  # the request starts a new runner
             waiter.granted = True
+            waiter.call.turn = next(self._served)
             waiter.ready.set()
 
     def _checkin(self, worker: _Worker) -> None:
@@ -658,7 +684,7 @@ class MalloyRuntime:
             limit = self.timeout if timeout is None else timeout
             sent = req
             if deadline is not None:  # what is left of the query's budget, after its wait
-                left = max(0.001, deadline - time.monotonic())
+                left = max(0.001, deadline + call.setup_s - time.monotonic())
                 sent = {**req, "timeout_ms": max(1, int(left * 1000))}
                 limit = left + KILL_GRACE_S
             return worker.send(sent, limit, call if query else None)
@@ -671,7 +697,9 @@ class MalloyRuntime:
                 # start a fresh one and try once more. A second death is reported, not retried.
                 self.restarts += 1
                 self._forget(worker)
+                began = time.monotonic()
                 worker = self._start_worker()
+                call.setup_s += time.monotonic() - began
                 try:
                     return send(worker)
                 except RunnerDied as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import os
 import signal
 import threading
@@ -54,6 +55,7 @@ from malloy_evals.core.headers import header_variables
 from malloy_evals.core.redact import Redactor, redact, redact_url
 from malloy_evals.core.vocab import is_contaminated, is_truncated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
+from malloy_evals.endpoint.mcp_server import client_url
 from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
@@ -249,6 +251,15 @@ class _Context:
     view: LiveView | None = None              # the run's live view, refreshed under shared.lock
     header_vars: dict[str, str] = field(default_factory=dict)  # header -> env var (--mcp-header)
     policy: sandbox.SandboxPolicy | None = None  # None: unsealed (--no-sandbox) or the API loop
+    tries: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # names each try
+
+    def attempt_url(self) -> str:
+        """The endpoint URL one try gets: with --local, the kit's endpoint names it its own
+        client (`/mcp/client/attempt-N`), so the endpoint serves every try in turn
+        (reference/query-budgets.md); a given --mcp-url is used as it is."""
+        if not self.options.local:
+            return self.mcp_url
+        return client_url(self.mcp_url, f"attempt-{next(self.tries)}")
 
 
 @contextmanager
@@ -613,10 +624,11 @@ def _try(ctx: _Context, planned: PlannedAttempt, try_no: int) -> AttemptOutcome:
     """One try: run the answerer in a fresh space, then record it or log why it was not one."""
     options = ctx.options
     started = time.monotonic()
+    url = ctx.attempt_url()
     with isolation.attempt_space(ctx.protected, question=planned.question, prompt=ctx.prompt,
-                                 mcp_url=ctx.mcp_url, header_vars=ctx.header_vars) as space:
+                                 mcp_url=url, header_vars=ctx.header_vars) as space:
         if options.answerer.kind == "anthropic":
-            return _try_api(ctx, planned, try_no, space, started)
+            return _try_api(ctx, planned, try_no, space, started, url)
         return _try_command(ctx, planned, try_no, space, started)
 
 
@@ -703,12 +715,12 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
 
 
 def _try_api(ctx: _Context, planned: PlannedAttempt, try_no: int,
-             space: isolation.AttemptSpace, started: float) -> AttemptOutcome:
+             space: isolation.AttemptSpace, started: float, url: str) -> AttemptOutcome:
     options = ctx.options
     assert ctx.api is not None
     common = {"qid": planned.qid, "sample": planned.sample, "try_no": try_no}
     try:
-        api_loop.run_api_session(ctx.api, mcp_url=ctx.mcp_url, question=planned.question,
+        api_loop.run_api_session(ctx.api, mcp_url=url, question=planned.question,
                                  system_prompt=ctx.prompt, workdir=space.workdir,
                                  max_turns=options.max_turns,
                                  timeout=options.timeout, budget=ctx.shared.budget,

@@ -36,6 +36,7 @@ const INDEXED_KINDS = new Set(['source', 'view', 'query', 'dimension', 'measure'
 
 let state = null; // {pkgDir, allow, conn, runtime, models: Map(path -> {mm, model, info, error})...}
 let running = null; // the execute in progress: {id, withdrawn, stop} (the interrupt op reads it)
+let withdrawnEarly = null; // the id of an execute withdrawn before it started (lines read together)
 
 // ---------- helpers ----------
 
@@ -625,7 +626,8 @@ async function handle(req) {
     case 'csv_tables':
       return csvTables();
     case 'execute': {
-      const mine = (running = { id: req.id, withdrawn: false, stop: null });
+      const mine = (running = { id: req.id, withdrawn: withdrawnEarly === req.id, stop: null });
+      withdrawnEarly = null;
       try {
         return await execute(req, mine);
       } finally {
@@ -659,6 +661,8 @@ function interruptLine(line) {
   if (running && running.id === req.target) {
     running.withdrawn = true;
     if (running.stop) running.stop();
+  } else {
+    withdrawnEarly = req.target; // its line was read with this one: it has not started yet
   }
   return true;
 }
