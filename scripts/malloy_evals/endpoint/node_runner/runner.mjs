@@ -545,15 +545,22 @@ async function execute(req, mine = { withdrawn: false, stop: null }) {
   let bytes = 0;
   let budgetError = null;
   const abort = new AbortController();
-  const interrupt = (err) => {
-    if (budgetError) return;
-    budgetError = err;
-    abort.abort();
+  let again = null;
+  const poke = () => {
     try {
       state.conn.connection?.interrupt();
     } catch {
       // nothing running to interrupt
     }
+  };
+  const interrupt = (err) => {
+    if (budgetError) return;
+    budgetError = err;
+    abort.abort();
+    poke();
+    // An interrupt that lands before DuckDB has begun the query is lost: repeat it until the
+    // stream ends.
+    again = setInterval(poke, 50);
   };
   if (mine.withdrawn) throw withdrawn();
   mine.stop = () => interrupt(withdrawn());
@@ -571,6 +578,7 @@ async function execute(req, mine = { withdrawn: false, stop: null }) {
     if (!budgetError) throw err;
   } finally {
     if (timer) clearTimeout(timer);
+    if (again) clearInterval(again);
   }
   if (budgetError) throw budgetError;
   const result = new Result({ ...prepared._rawQuery, result: rows, totalRows: rows.length }, prepared._modelDef);
