@@ -186,8 +186,9 @@ def withdrawn_message(reason: str, *, running: bool) -> str:
 
 def server_query_timeout(client_timeout: float) -> float:
     """The per-query budget of a local endpoint whose client waits `client_timeout` per call:
-    short enough that the endpoint's own "did not finish" answer reaches the client first, even
-    for a query queued behind two hung ones (the pool holds two runners)."""
+    short enough that the endpoint's own "did not finish" or "busy" answer reaches the client
+    first (a query's budget counts its wait, so the answer comes within the budget plus the kill
+    grace of the request's arrival, however long the queue)."""
     return min(QUERY_TIMEOUT_S, max(client_timeout / 4, (client_timeout - 3 * KILL_GRACE_S) / 3))
 
 
@@ -297,9 +298,11 @@ class _Worker:
         return f"Malloy runner {what}" + (f": {tail}" if tail else "")
 
     def _write(self, proc: subprocess.Popen, req: dict) -> None:
+        stdin = proc.stdin
+        assert stdin is not None  # started with a stdin pipe
         try:
-            proc.stdin.write(json.dumps(req) + "\n")  # type: ignore[union-attr]  # a pipe
-            proc.stdin.flush()  # type: ignore[union-attr]
+            stdin.write(json.dumps(req) + "\n")
+            stdin.flush()
         except (BrokenPipeError, OSError, ValueError) as exc:
             self.kill()
             raise RunnerDied(self._died_message(f"was not accepting requests ({exc})")) from exc
