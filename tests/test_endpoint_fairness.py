@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KIT_ROOT
+from conftest import KIT_ROOT, skip_without_node
 from duck_support import duck_rows
 from harness_support import BOOKSHOP, answer, new_run, scripted_cmd
 from malloy_evals.core.errors import KitError
@@ -37,14 +37,15 @@ DATA = KIT_ROOT / "evals" / "bookshop" / "data"
 SERVE = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "serve_local.py"
 PKG = {"environment": "samples", "package": "bookshop", "model_path": "bookshop.malloy"}
 CEILING = 300.0  # seconds: a hang guard for a loaded machine, never a measure of speed
-# Slow queries of several shapes: cross joins DuckDB would run for hours.
+# Slow queries of several shapes: cross joins DuckDB would run for hours (a bare count() over a
+# cross join is not one: DuckDB answers it from the sizes).
 FLOOD = [
     ("run: order_items extend { join_cross: a is order_items on true join_cross: b is order_items "
      "on true } -> { aggregate: n is count(), s is a.quantity.sum() + b.quantity.sum() }"),
     ("run: orders extend { join_cross: a is order_items on true join_cross: b is order_items on "
-     "true } -> { group_by: status aggregate: n is count() }"),
-    ("run: order_items extend { join_cross: a is orders on true join_cross: b is orders on true "
-     "join_cross: c is customers on true } -> { aggregate: n is count() }"),
+     "true } -> { group_by: status aggregate: s is a.quantity.sum() + b.unit_price.sum() }"),
+    ("run: order_items extend { join_cross: a is orders on true join_cross: b is order_items on "
+     "true } -> { aggregate: n is count(a.status), m is b.unit_price.avg() }"),
 ]
 INNOCENT = "run: orders -> { aggregate: order_count }"
 NEST_BOMB = "run: orders -> " + "{ group_by: status nest: n is " * 40 + "{ aggregate: order_count }" + " }" * 40
@@ -221,12 +222,13 @@ def _runner_pids(server_pid: int) -> set[int]:
     return pids
 
 
-@pytest.fixture
-def served(needs_node, tmp_path):
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
     """serve_local.py --http over the bookshop with a one-hour budget: only a hang-up can free
     a runner held by a flood query. Yields (process, MCP URL, stderr log)."""
+    skip_without_node()
     port = _free_port()
-    log = tmp_path / "stderr.log"
+    log = tmp_path_factory.mktemp("served") / "stderr.log"
     with log.open("w") as err:
         proc = subprocess.Popen([sys.executable, str(SERVE), "--package", f"samples/bookshop={MODEL}",
                                  "--timeout", "3600", "--http", str(port)],
@@ -264,6 +266,30 @@ def _hang_up_later(port: int, path: str, query: str) -> socket.socket:
                  f"Accept: application/json, text/event-stream\r\nContent-Length: {len(body)}\r\n"
                  "MCP-Protocol-Version: 2025-06-18\r\n\r\n".encode() + body)
     return sock
+
+
+def _status_of(port: int, path: str, body: bytes) -> int:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CEILING)
+    try:
+        conn.request("POST", path, body=body, headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+        return conn.getresponse().status
+    except (BrokenPipeError, ConnectionResetError):
+        return 413  # the endpoint answered and closed before the whole body was sent
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("path, body, status", [
+    pytest.param("/mcp/client/big", b"[" + b" " * (5 << 20) + b"]", 413, id="body_over_the_cap"),
+    pytest.param("/mcp/client/..%2Fapi", b"{}", 404, id="name_outside_the_safe_characters"),
+    pytest.param("/mcp/client/", b"{}", 404, id="empty_name"),
+])
+def test_the_client_route_refuses_what_the_mcp_route_refuses(served, path, body, status):
+    port = int(served[1].rsplit(":", 1)[1].split("/")[0])
+    assert _status_of(port, path, body) == status
 
 
 def _queue(status: dict) -> dict:

@@ -643,14 +643,14 @@ class Endpoint:
 
 def call_of(ctx: Context | None) -> Call:
     """The Call a tool request is made for: the one `ClientTurns` put in its HTTP request's scope
-    (its client, its arrival), else (stdio, one client) a new one."""
+    (its client, its arrival), else a new one (stdio: one client)."""
     try:
         request = ctx.request_context.request if ctx is not None else None
     except ValueError:  # no request: the tool was called directly
         request = None
     scope = getattr(request, "scope", None)
     found = scope.get(CALL_KEY) if isinstance(scope, dict) else None
-    return found if isinstance(found, Call) else Call("stdio")
+    return found if isinstance(found, Call) else Call("stdio" if request is None else "http")
 
 
 def client_url(mcp_url: str, name: str) -> str:
@@ -706,12 +706,20 @@ class ClientTurns:
             self._threads_raised = True
         call = Call(client)
         scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), CALL_KEY: call}
+        from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+        from starlette.responses import Response
+
         body: list[Message] = []
+        size = 0
         while True:  # the whole body first: after it, only a hang-up can arrive
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
             body.append(message)
+            size += len(message.get("body", b""))
+            if size > DEFAULT_MAX_REQUEST_BODY_SIZE:  # the SDK's own cap, checked as it arrives
+                await Response("Request body too large", status_code=413)(scope, receive, send)
+                return
             if not message.get("more_body"):
                 break
         gone = anyio.Event()
