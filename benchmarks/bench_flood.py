@@ -34,18 +34,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))  # the flood the fairness tests send, too
 
+from flood_support import FLOOD as FLOODS
+from flood_support import INNOCENT, stop
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
 
-INNOCENT = "run: orders -> { aggregate: order_count }"
-FLOODS = [
-    ("run: order_items extend { join_cross: a is order_items on true join_cross: b is order_items "
-     "on true } -> { aggregate: n is count(), s is a.quantity.sum() + b.quantity.sum() }"),
-    ("run: orders extend { join_cross: a is order_items on true join_cross: b is order_items on "
-     "true } -> { group_by: status aggregate: s is a.quantity.sum() + b.unit_price.sum() }"),
-    ("run: order_items extend { join_cross: a is orders on true join_cross: b is order_items on "
-     "true } -> { aggregate: n is count(a.status), m is b.unit_price.avg() }"),
-]
 PKG = {"environment": "samples", "package": "bookshop", "model_path": "bookshop.malloy"}
 
 
@@ -155,11 +149,7 @@ def bench(kit: Path, floods: int, timeout: float, rounds: int) -> dict[str, Any]
                              "outcomes": sorted({o for _, o in seen})}
         return out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main() -> int:

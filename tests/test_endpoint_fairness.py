@@ -12,12 +12,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import KIT_ROOT, skip_without_node
 from duck_support import duck_rows
+from flood_support import FLOOD, INNOCENT, runner_pids, stop
 from harness_support import BOOKSHOP, answer, new_run, scripted_cmd
 from malloy_evals.core.errors import KitError
 from malloy_evals.endpoint import runner as runtime_mod
@@ -37,17 +37,6 @@ DATA = KIT_ROOT / "evals" / "bookshop" / "data"
 SERVE = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "serve_local.py"
 PKG = {"environment": "samples", "package": "bookshop", "model_path": "bookshop.malloy"}
 CEILING = 300.0  # seconds: a hang guard for a loaded machine, never a measure of speed
-# Slow queries of several shapes: cross joins DuckDB would run for hours (a bare count() over a
-# cross join is not one: DuckDB answers it from the sizes).
-FLOOD = [
-    ("run: order_items extend { join_cross: a is order_items on true join_cross: b is order_items "
-     "on true } -> { aggregate: n is count(), s is a.quantity.sum() + b.quantity.sum() }"),
-    ("run: orders extend { join_cross: a is order_items on true join_cross: b is order_items on "
-     "true } -> { group_by: status aggregate: s is a.quantity.sum() + b.unit_price.sum() }"),
-    ("run: order_items extend { join_cross: a is orders on true join_cross: b is order_items on "
-     "true } -> { aggregate: n is count(a.status), m is b.unit_price.avg() }"),
-]
-INNOCENT = "run: orders -> { aggregate: order_count }"
 NEST_BOMB = "run: orders -> " + "{ group_by: status nest: n is " * 40 + "{ aggregate: order_count }" + " }" * 40
 
 
@@ -207,21 +196,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _runner_pids(server_pid: int) -> set[int]:
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == server_pid and b"runner.mjs" in cmdline:
-            pids.add(int(entry.name))
-    return pids
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """serve_local.py --http over the bookshop with a one-hour budget: only a hang-up can free
@@ -247,12 +221,7 @@ def served(tmp_path_factory):
         _until("endpoint listening", listening)
         yield proc, url, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(60)
+        stop(proc)
 
 
 def _hang_up_later(port: int, path: str, query: str) -> socket.socket:
@@ -304,7 +273,7 @@ def test_a_flood_of_abandoned_slow_queries_leaves_the_innocent_query_its_answer(
     innocent = connect(url=client_url(url, "innocent"), timeout=CEILING)
     try:
         innocent.get_context(environmentName="samples", packageName="bookshop")  # both runners up
-        pids = _runner_pids(proc.pid)
+        pids = runner_pids(proc.pid)
         assert len(pids) == 2
         # Six flood clients: three named by their URL path, three told apart by connection.
         paths = [f"/mcp/client/flood-{i}" for i in range(3)] + ["/mcp"] * 3
@@ -322,7 +291,7 @@ def test_a_flood_of_abandoned_slow_queries_leaves_the_innocent_query_its_answer(
         # queue; nothing was refused as busy.
         assert gone == {"environment": "samples", "package": "bookshop", "running": 0,
                         "waiting": 0, "interrupted": 2, "withdrawn": 4, "busy": 0}
-        assert _runner_pids(proc.pid) == pids
+        assert runner_pids(proc.pid) == pids
         said = log.read_text()
         for i in range(3):
             assert f"endpoint: client 'flood-{i}': the query " in said

@@ -10,12 +10,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
 from duck_support import duck_rows
+from flood_support import runner_pids
 from malloy_evals.core.errors import UsageError
 from malloy_evals.endpoint.mcp_client import McpProtocolError, McpToolError, PublisherRest, connect
 from malloy_evals.endpoint.mcp_server import build_envelope, parse_package_arg
@@ -393,32 +393,15 @@ def test_plain_json_rpc_client_with_2025_protocol_can_query(needs_node, http_ser
     assert len(json.loads(block["resource"]["text"])["rows"]) == 3
 
 
-def _runner_pids(server_pid: int) -> list[int]:
-    """Node runner processes started by the endpoint (children whose command is runner.mjs)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == server_pid and b"runner.mjs" in cmdline:
-            pids.append(int(entry.name))
-    return pids
-
-
 def test_runner_killed_mid_session_next_query_succeeds(needs_node, http_server, http_client):
     http_client.execute_query(**PKG, query_name="shipped_by_month")
-    pids = _runner_pids(http_server[0].pid)
+    pids = runner_pids(http_server[0].pid)
     assert pids  # one runner, or the pool of two once a getContext has started it
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     envelope = http_client.execute_query(**PKG, source_name="orders", query_name="by_region")
     assert len(envelope["rows"]) == 3
-    assert _runner_pids(http_server[0].pid) != pids
+    assert runner_pids(http_server[0].pid) != pids
 
 
 # ---------- pure parts ----------
