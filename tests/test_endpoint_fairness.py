@@ -22,7 +22,7 @@ from harness_support import BOOKSHOP, answer, new_run, scripted_cmd
 from malloy_evals.core.errors import KitError
 from malloy_evals.endpoint import runner as runtime_mod
 from malloy_evals.endpoint.mcp_client import connect
-from malloy_evals.endpoint.mcp_server import Endpoint, client_url, parse_package_arg
+from malloy_evals.endpoint.mcp_server import ClientTurns, Endpoint, client_url, parse_package_arg
 from malloy_evals.endpoint.runner import (
     Call,
     MalloyRuntime,
@@ -316,6 +316,23 @@ def test_run_answers_local_gives_each_try_its_own_client(needs_node, tmp_path, c
     urls = [json.loads(line)["mcpServers"]["malloy"]["url"] for line in seen.read_text().splitlines()]
     base = doc["mcp_url"]
     assert sorted(urls) == [client_url(base, "attempt-1"), client_url(base, "attempt-2")]
+
+
+@pytest.mark.parametrize("path, headers, client", [
+    pytest.param("/mcp/client/attempt-7", [], "attempt-7", id="named_by_path"),
+    pytest.param("/mcp/client/attempt-7", [(b"x-malloy-evals-client", b"other")], "attempt-7",
+                 id="the_path_wins_over_the_header"),
+    pytest.param("/mcp", [(b"X-Malloy-Evals-Client", b"flood")], "flood", id="named_by_header"),
+    pytest.param("/mcp", [(b"x-malloy-evals-client", b"a b/c")], "connection 127.0.0.1:5555",
+                 id="a_bad_header_name_falls_back_to_the_connection"),
+    pytest.param("/mcp", [], "connection 127.0.0.1:5555", id="told_apart_by_connection"),
+    pytest.param("/mcp/client/a/b", [], None, id="a_name_with_a_slash_is_no_mcp_route"),
+    pytest.param("/api/v0/environments/samples/packages/bookshop", [], None, id="rest_route"),
+])
+def test_each_mcp_request_is_made_for_the_client_its_path_header_or_connection_names(
+        path, headers, client):
+    scope = {"type": "http", "path": path, "headers": headers, "client": ("127.0.0.1", 5555)}
+    assert ClientTurns.client_of(scope) == client
 
 
 def test_a_client_name_outside_the_safe_characters_is_refused():
