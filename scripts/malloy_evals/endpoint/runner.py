@@ -431,10 +431,10 @@ class MalloyRuntime:
         except _TimedOut:
             raise QueryBudgetError(timeout_message(budget), "query-timeout") from None
         except _Busy:
-            self.outcomes["busy"] += 1
+            self._count("busy")
             raise QueryBudgetError(busy_message(budget), BUSY) from None
         except QueryInterrupted as exc:
-            self.outcomes["interrupted" if exc.running else "withdrawn"] += 1
+            self._count("interrupted" if exc.running else "withdrawn")
             raise
         except QueryBudgetError as exc:
             if exc.code != "query-timeout":
@@ -497,6 +497,10 @@ class MalloyRuntime:
             for worker in held:
                 self._checkin(worker)
         return self.pids
+
+    def _count(self, outcome: str) -> None:
+        with self._cond:
+            self.outcomes[outcome] += 1
 
     def queue_state(self) -> dict[str, int]:
         """Requests on a runner now and waiting now, and how many queries were interrupted while

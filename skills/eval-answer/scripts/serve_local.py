@@ -2,7 +2,10 @@
 """Serve local Malloy packages through the Malloy Publisher's MCP tools.
 
 Stdio by default (for a host's MCP config); --http PORT serves stateless streamable HTTP at
-http://127.0.0.1:PORT/mcp plus the Publisher's REST routes under /api/v0. DuckDB may read each
+http://127.0.0.1:PORT/mcp plus the Publisher's REST routes under /api/v0. Over HTTP, waiting
+queries are served one client at a time in turn (a client is named by /mcp/client/NAME, else
+told apart by its connection), and a client that hangs up has its query stopped at once
+(reference/query-budgets.md). DuckDB may read each
 package folder and its sibling data/ folder; --allow adds more. `--set S` serves that set's
 package under test (environment and package from set.json, the folder model/, or the folder
 `--model DIR` names, e.g. a candidate model beside it). With --http, --json prints one
@@ -47,8 +50,10 @@ def build_parser() -> cli.ScriptParser:
     p.add_argument("--http", type=cli.port, metavar="PORT",
                    help="serve stateless streamable HTTP at 127.0.0.1:PORT/mcp instead of stdio")
     p.add_argument("--timeout", type=cli.seconds, default=QUERY_TIMEOUT_S, metavar="SECONDS",
-                   help=f"seconds one query may take (default {QUERY_TIMEOUT_S:g}); a query over it "
-                        "is answered as a query error and its runner is replaced if stuck")
+                   help=f"seconds one query may take from its arrival, waiting for a runner "
+                        f"included (default {QUERY_TIMEOUT_S:g}); a query over it is answered as a "
+                        "query error (\"the endpoint is busy\" if it never started) and its runner "
+                        "is replaced if stuck")
     cli.add_json_flag(p)
     cli.add_check(p, lambda a: "--json needs --http: over stdio, stdout carries the MCP protocol"
                   if a.json and a.http is None else None)
