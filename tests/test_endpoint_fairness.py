@@ -6,6 +6,8 @@ outcomes, and every wait has a generous ceiling that only guards against a hang.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -37,7 +39,6 @@ DATA = KIT_ROOT / "evals" / "bookshop" / "data"
 SERVE = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "serve_local.py"
 PKG = {"environment": "samples", "package": "bookshop", "model_path": "bookshop.malloy"}
 CEILING = 300.0  # seconds: a hang guard for a loaded machine, never a measure of speed
-NEST_BOMB = "run: orders -> " + "{ group_by: status nest: n is " * 40 + "{ aggregate: order_count }" + " }" * 40
 
 
 def _floor() -> list[dict]:
@@ -105,19 +106,21 @@ def test_a_withdrawn_running_query_is_interrupted_inside_duckdb_and_its_runner_k
     assert runtime.execute(INNOCENT)["rows"] == _floor()
 
 
-def test_a_withdrawn_query_stuck_in_the_compiler_has_its_runner_replaced(runtime, monkeypatch):
-    monkeypatch.setattr(runtime_mod, "KILL_GRACE_S", 0.5)  # the compiler holds it far longer
-    pids = runtime.pids
-    bomb = Call("bomb")  # the compiler holds the runner's only thread: no interrupt reaches it
-    thread, out = _in_thread(lambda: _call(runtime, bomb, NEST_BOMB))
-    _until("query on the runner", bomb.running.is_set)
-    bomb.cancel()
+def test_a_withdrawn_query_whose_runner_cannot_hear_the_interrupt_has_its_runner_replaced(
+        runtime, monkeypatch):
+    monkeypatch.setattr(runtime_mod, "KILL_GRACE_S", 0.5)  # a ceiling: the runner never answers
+    [pid] = runtime.pids
+    stuck = Call("stuck")
+    thread, out = _in_thread(lambda: _call(runtime, stuck, FLOOD[0]))
+    _until("query on the runner", stuck.running.is_set)
+    os.kill(pid, signal.SIGSTOP)  # as deaf as a runner busy in the compiler: it reads nothing
+    stuck.cancel()
     _join(thread)
     [err] = out
-    assert isinstance(err, QueryInterrupted) and err.killed
+    assert isinstance(err, QueryInterrupted) and err.running and err.killed
     assert runtime.restarts == 1
     assert runtime.execute(INNOCENT)["rows"] == _floor()
-    assert not set(pids) & set(runtime.pids)
+    assert pid not in runtime.pids
 
 
 def _call(rt: MalloyRuntime, call: Call, query: str) -> dict:

@@ -368,9 +368,13 @@ def test_runaway_sql_is_interrupted_as_the_querys_failure_and_the_runner_kept(ne
 
 
 def test_query_stuck_in_the_compiler_kills_its_runner_and_the_next_query_succeeds(needs_node, bookshop):
+    # The bomb compiles in under a second, then holds DuckDB in a phase no interrupt reaches
+    # (for minutes); an interrupt sent in its first second or so still lands, so the budget
+    # here is past that (measured in benchmarks/README.md's flood section).
+    bookshop.query_timeout = 4.0
     bookshop.execute("run: orders -> { aggregate: order_count }")
     pids = bookshop.pids
-    with pytest.raises(QueryBudgetError, match="did not finish within 1.5 s"):
+    with pytest.raises(QueryBudgetError, match="did not finish within 4 s"):
         bookshop.execute(NEST_BOMB)
     assert not set(pids) & set(bookshop.pids) and bookshop.restarts == 1
     assert bookshop.execute("run: orders -> { aggregate: order_count }")["rows"] == [{"order_count": 2500}]
