@@ -442,9 +442,12 @@ def test_past_the_split_the_owner_lists_the_case_pages_and_removes_stale_ones(sp
     elsewhere = tmp_path / "theirs.html"
     elsewhere.write_text("theirs")
     (run.dir / "report-case-bk_planted.html").symlink_to(elsewhere)
+    (run.dir / "report-case-a_folder.html").mkdir()   # not a page: left alone
     again = RunOutputs.load(run.dir, SAMPLE_SET).write()
-    assert run_page.case_pages_in(run.dir) == sorted(again.page.case_pages)
+    assert run_page.case_pages_in(run.dir) == sorted([*again.page.case_pages,
+                                                      "report-case-a_folder.html"])
     assert not stale.exists() and elsewhere.read_text() == "theirs"
+    assert not (run.dir / "report-case-bk_planted.html").is_symlink()
 
 
 def test_a_rescore_below_the_split_leaves_no_case_page(unscored):

@@ -37,8 +37,9 @@ ENTITIES_SHOWN = 12        # entity ids listed per get_context call
 def redacted(value: Any, secrets: Redactor | None = None) -> Any:
     """A JSON value (an event, a golden, rows) with secrets blanked by the kit's one redaction
     (core/redact.py, `[REDACTED]`). Escaping is not done here: the page's builder escapes every
-    string. `secrets`: a Redactor shared by everything one page shows (made once, it learns what
-    each value shows and blanks a secret of one attempt in every other); a new one otherwise."""
+    string. `secrets`: a Redactor shared by everything one page shows (made once, not per value:
+    it learns what each value shows, and blanks a secret an attempt showed in every value after
+    it too); a new one otherwise."""
     if isinstance(value, str):
         return redact(value) if secrets is None else secrets.learn(value).text(value)
     # One pass over the value's JSON text instead of one per string: a page holds tens of
@@ -401,7 +402,7 @@ def attempt_details(run: Run, eval_set: EvalSet | None, view: LiveView, keys: Se
     set_dir = getattr(eval_set, "dir", None)
     out = []
     goldens: dict[str, Golden | None] = {}  # a case's golden is read once, whatever its samples
-    secrets = Redactor()  # one for the page: what one attempt shows is blanked in all of them
+    secrets = Redactor()  # one for the page: what one attempt shows is blanked in the next ones
     for key in keys:
         qid, sample = key.qid, key.sample
         # One redaction pass per attempt: its attempt, calls, score and retrieval row together.

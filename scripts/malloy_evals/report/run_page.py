@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -582,9 +583,12 @@ def remove_case_pages(run_dir: Path, keep: Iterable[str]) -> list[str]:
     removed = []
     with files.folder(run_dir, create=False) as fd:
         for name in sorted(os.listdir(fd)):
-            if CASE_PAGE.fullmatch(name) and name not in kept:
-                os.unlink(name, dir_fd=fd)
-                removed.append(name)
+            if not CASE_PAGE.fullmatch(name) or name in kept:
+                continue
+            if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                continue  # a folder of that name is not a page the kit wrote
+            os.unlink(name, dir_fd=fd)
+            removed.append(name)
     return removed
 
 
