@@ -341,8 +341,13 @@ def split_run(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("split")
     run = generated_run(root, run_page.SPLIT_AT + 41)
     run.update_info(sandbox="none")
+    # A diagnosis of the table's last case, whose attempts are far past the first sections.
+    last = RunOutputs.load(run.dir, SAMPLE_SET).summary().cases[-1].qid
+    run.append([{"kind": "issue", "issue_id": "cluster-1", "qids": [last],
+                 "primary_code": "WRONG-FIELD", "component": "construction",
+                 "owner": "agent-skill", "diagnosis": "picked the wrong revenue"}])
     written = RunOutputs.load(run.dir, SAMPLE_SET).write()
-    return {"run": run, "written": written, "page": Path(written.page.path),
+    return {"run": run, "written": written, "page": Path(written.page.path), "diagnosed": last,
             "summary": json.loads((run.dir / "summary.json").read_text())}
 
 
@@ -427,6 +432,18 @@ def test_a_comparison_link_to_a_case_reaches_it_past_the_split(split_run, browse
             assert found.locator("a").get_attribute("href") == (
                 f"{run_page.case_page(qid)}#{anchor_id(qid, 1)}")
     v.close()
+
+
+def test_past_the_split_issue_links_cross_between_the_page_and_the_case_page(split_run, browser):
+    page, qid = split_run["page"], split_run["diagnosed"]
+    v = visit(browser, page)
+    assert v.page.locator("#issue-cluster-1").count() == 1
+    assert _hrefs(v, "#issues-table a") == [f"{run_page.case_page(qid)}#{case_anchor(qid)}"]
+    v.close()
+    w = visit(browser, page.parent / run_page.case_page(qid))
+    assert w.page.locator(f"#{case_anchor(qid)}").count() == 1
+    assert set(_hrefs(w, "details.attempt p a[href*='issue-']")) == {"report.html#issue-cluster-1"}
+    w.close()
 
 
 def test_past_the_split_the_owner_lists_the_case_pages_and_removes_stale_ones(split_run,
