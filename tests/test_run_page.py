@@ -467,6 +467,35 @@ def test_past_the_split_the_owner_lists_the_case_pages_and_removes_stale_ones(sp
     assert not (run.dir / "report-case-bk_planted.html").is_symlink()
 
 
+def test_a_case_of_many_attempts_spreads_over_pages_each_reached_from_the_table(
+        monkeypatch, browser, tmp_path):
+    # Small numbers stand for large ones: past 30 attempts, two attempts a case page.
+    monkeypatch.setattr(run_page, "SPLIT_AT", 30)
+    monkeypatch.setattr(run_page, "INLINE_SECTIONS", 5)
+    monkeypatch.setattr(run_page, "CASE_PAGE_ATTEMPTS", 2)
+    run = generated_run(tmp_path, 100)        # 31 cases of 3 or 4 attempts
+    page = RunOutputs.load(run.dir, SAMPLE_SET).write().page
+    v = visit(browser, Path(page.path))
+    links = _hrefs(v, "#cases-table tbody tr td:first-child a")
+    v.close()
+    assert len(links) == 100
+    targets: dict[str, set[str]] = {}
+    for href in links:
+        target, _, fragment = href.partition("#")
+        targets.setdefault(target or run_page.PAGE_FILE, set()).add(fragment)
+    for target, fragments in targets.items():
+        text = (run.dir / target).read_text()
+        assert fragments <= set(re.findall(r'<details id="([^"]+)" class="attempt"', text))
+    assert set(targets) - {run_page.PAGE_FILE} <= set(page.case_pages)
+    assert sorted(page.case_pages) == run_page.case_pages_in(run.dir)
+    second = sorted(t for t in page.case_pages if t.endswith("~2.html"))
+    assert len(page.case_pages) == 62 and len(second) == 31
+    w = visit(browser, run.dir / second[0])
+    assert _hrefs(w, "nav a") == [run_page.PAGE_FILE, second[0].replace("~2.html", ".html")]
+    assert w.page.locator("details.attempt").count() <= 2
+    w.close()
+
+
 def test_a_rescore_below_the_split_leaves_no_case_page(unscored):
     (unscored / "report-case-bk_total_revenue.html").write_text("from when the run was larger")
     page = RunOutputs.load(unscored, SAMPLE_SET).write().page

@@ -78,7 +78,9 @@ PAGE_BUDGET = 1_900_000
 SPLIT_AT = 300
 INLINE_SECTIONS = 100
 INLINE_BYTES = 500_000
-CASE_PAGE = re.compile(r"report-case-[A-Za-z0-9_.-]+\.html")  # the case pages' names
+# A case of more attempts than this (many samples) spreads over several pages of this many each.
+CASE_PAGE_ATTEMPTS = 300
+CASE_PAGE = re.compile(r"report-case-[A-Za-z0-9_.-]+(?:~[0-9]+)?\.html")  # the case pages' names
 SIDE_FILES = ("RESULTS.md", "summary.json", "events.jsonl")
 VERDICTS = (*VERDICT_ORDER, "null")  # the summary's verdict counts, in its order
 WHY_CHARS = 240  # of the judge's (or the person's) why in the cases table; the attempt has it all
@@ -394,9 +396,11 @@ def _case_table(s: RunSummary, issues: Sequence[d.Issue], where: Layout) -> Html
               id="cases")
 
 
-def case_page(qid: str) -> str:
-    """The file name of a case's own page beside report.html: `report-case-<qid>.html`."""
-    return f"report-{case_anchor(qid)}.html"
+def case_page(qid: str, part: int = 1) -> str:
+    """The file name of a case's own page beside report.html: `report-case-<qid>.html`, and
+    `report-case-<qid>~2.html` for the second page of a case with more than CASE_PAGE_ATTEMPTS
+    attempts (`~` is in no qid)."""
+    return f"report-{case_anchor(qid)}" + (f"~{part}" if part > 1 else "") + ".html"
 
 
 @dataclass(frozen=True)
@@ -406,6 +410,7 @@ class Layout:
     split: bool = False
     inline: frozenset[tuple[str, Any]] = frozenset()   # attempts drawn on report.html (split)
     firsts: Mapping[str, Any] = field(default_factory=dict)   # each case's first sample
+    pages: Mapping[tuple[str, Any], str] = field(default_factory=dict)  # each attempt's case page
 
     def is_away(self, qid: str, sample: Any) -> bool:
         return self.split and (qid, sample) not in self.inline
@@ -415,12 +420,12 @@ class Layout:
 
     def attempt_href(self, qid: str, sample: Any) -> str:
         if self.is_away(qid, sample):
-            return href_to(case_page(qid), fragment=anchor_id(qid, sample))
+            return href_to(self.pages[(qid, sample)], fragment=anchor_id(qid, sample))
         return "#" + anchor_id(qid, sample)
 
     def case_href(self, qid: str) -> str:
         if qid in self.firsts and self.is_away(qid, self.firsts[qid]):
-            return href_to(case_page(qid), fragment=case_anchor(qid))
+            return href_to(self.pages[(qid, self.firsts[qid])], fragment=case_anchor(qid))
         return "#" + case_anchor(qid)
 
 
@@ -452,12 +457,17 @@ def render_run_page(s: RunSummary, attempts: Sequence[d.AttemptDetail],
     cases: dict[str, str] = {}
     if split:
         drawn: dict[tuple[str, Any], Html] = {}
+        pages: dict[tuple[str, Any], str] = {}
         shortened = 0
         for qid, own in _by_case(attempts).items():
-            text, sections, n = _case_page(s, qid, own, rows, ctx)
-            cases[case_page(qid)] = text
-            drawn.update(((a.qid, a.sample), h) for a, h in zip(own, sections, strict=True))
-            shortened += n
+            parts = [own[i:i + CASE_PAGE_ATTEMPTS] for i in range(0, len(own), CASE_PAGE_ATTEMPTS)]
+            names = [case_page(qid, n) for n in range(1, len(parts) + 1)]
+            for name, part in zip(names, parts, strict=True):
+                text, sections, n = _case_page(s, qid, part, rows, ctx, name, names)
+                cases[name] = text
+                drawn.update(((a.qid, a.sample), h) for a, h in zip(part, sections, strict=True))
+                pages.update(((a.qid, a.sample), name) for a in part)
+                shortened += n
         kept: list[Html] = []
         size = 0
         for a in attempts[:INLINE_SECTIONS]:
@@ -466,7 +476,8 @@ def render_run_page(s: RunSummary, attempts: Sequence[d.AttemptDetail],
             if kept and size > INLINE_BYTES:
                 break
             kept.append(h)
-        where = Layout(True, frozenset((a.qid, a.sample) for a in attempts[:len(kept)]), firsts)
+        where = Layout(True, frozenset((a.qid, a.sample) for a in attempts[:len(kept)]), firsts,
+                       pages)
     else:
         where = Layout(firsts=firsts)
     header = _header(s, ctx)
@@ -496,11 +507,18 @@ def render_run_page(s: RunSummary, attempts: Sequence[d.AttemptDetail],
 
 
 def _case_page(s: RunSummary, qid: str, attempts: Sequence[d.AttemptDetail],
-               rows: dict[Any, CaseRow], ctx: PageContext) -> tuple[str, list[Html], int]:
-    """One case's page: the run's headline, a way back to the run's page, and the case's
-    attempts, drawn within PAGE_BUDGET; returns it, its sections and how many are shorter."""
+               rows: dict[Any, CaseRow], ctx: PageContext, name: str, names: Sequence[str]
+               ) -> tuple[str, list[Html], int]:
+    """One case's page (`name`, one of the case's `names`): the run's headline, a way back to the
+    run's page (and to the case's other pages), and the case's attempts, drawn within
+    PAGE_BUDGET; returns it, its sections and how many are shorter."""
     title = f"{s.run_id or 'run'}: case {qid}: {s.headline}"
     run = f"run {s.run_id or 'unknown'}"
+    others = (el("p", f"This case's attempts are on {len(names)} pages: ",
+                  join(*[join(" · " if i else None,
+                              esc(str(i + 1)) if n == name else link(str(i + 1), href_to(n)))
+                         for i, n in enumerate(names)]), ".")
+              if len(names) > 1 else None)
     header = el("header",
                 el("h1", f"Case {qid} of {run} ({s.phase or 'unknown phase'})"),
                 el("p", f"Run folder {ctx.run_label}" + (f"; set {ctx.set_label}."
@@ -508,7 +526,7 @@ def _case_page(s: RunSummary, qid: str, attempts: Sequence[d.AttemptDetail],
                    class_="meta"),
                 _headline_box(s),
                 el("nav", el("p", "Back to ", link(f"the {run}'s page", href_to(PAGE_FILE)),
-                             " (its figures, the cases table and the diagnosis)."),
+                             " (its figures, the cases table and the diagnosis)."), others,
                    aria_label="contents", class_="meta"))
     shell = len(page(title, join(header, el("main", el("section", id="attempts")))).encode())
     sections, shortened = attempt_sections(attempts, rows, PAGE_BUDGET - shell,
