@@ -31,7 +31,7 @@ from malloy_evals.answer.scoring import attempt_submission
 from malloy_evals.core import commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_OK, InputError
 from malloy_evals.core.redact import Redactor
-from malloy_evals.core.vocab import JUDGE_VERDICTS, null_reason_head
+from malloy_evals.core.vocab import SETTLE_VERDICTS, null_reason_head
 from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger import ties
 from malloy_evals.ledger.artifacts import read_prediction, read_prediction_csv
@@ -42,7 +42,6 @@ from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, rewrite_jsonl
 from malloy_evals.workflow.outputs import RunOutputs
 
-SETTLE_VERDICTS = JUDGE_VERDICTS  # a person settles with a verdict the judge itself could give
 DOUBTED = ("suspect", "verified_wrong")
 REFUSAL_TAG = "answerable-sounds-unanswerable"
 ROWS_SHOWN = 10           # rows of a table in a review card; the count says how many there are

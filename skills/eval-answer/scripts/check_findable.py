@@ -27,7 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
-from malloy_evals.answer.findable import check_findable, render_text
 from malloy_evals.core import cli
 
 
@@ -44,6 +43,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.findable import check_findable, render_text
     report = check_findable(args.set_dir, mcp_url=args.mcp_url, local=args.local, qids=args.only,
                             out=args.out)
     cli.emit(report, as_json=args.json, render=render_text)

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
-from malloy_evals.sets.scaffold import DEFAULT_PARENT, render_text, scaffold
+from malloy_evals.sets.scaffold import DEFAULT_PARENT
 
 
 def build_parser() -> cli.ScriptParser:
@@ -43,6 +43,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.sets.scaffold import render_text, scaffold
     made = scaffold(args.name, args.model, out=args.out, data=args.data)
     cli.emit(made, as_json=args.json, render=render_text)
     return made.exit_code

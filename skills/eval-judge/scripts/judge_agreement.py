@@ -20,7 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
 
 from malloy_evals.core import cli
-from malloy_evals.report.agreement import judge_agreement, render_text
 from malloy_evals.report.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 
@@ -41,6 +40,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.report.agreement import judge_agreement, render_text
     report = judge_agreement(args.runs, args.set_dir, seed=args.seed, resamples=args.resamples)
     cli.emit(report, as_json=args.json, render=render_text)
     return report.exit_code
