@@ -1,9 +1,9 @@
-"""The streaming summary equals the live view's: `figures.summarize` reads the ledger once,
+"""The streaming readers equal the live view's. The summary: `figures.summarize` reads the ledger once,
 streaming, and keeps per attempt only its live attempt, its tied verdicts and its tool calls
 counted; `figures.summarize_view` is the reading it replaced (every live event in memory, the
 tied events folded). The two must give the same document on every sample run, scored or not, and
 on a hand-made ledger that exercises each rule the view applies (voids, supersession, the tie
-rule, a person's settlement, issues)."""
+rule, a person's settlement, issues). The comparison's arms and retrieval's rows likewise."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from malloy_evals.answer.retrieval import score_retrieval, score_view
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.ledger.run import Run
+from malloy_evals.report.arms import arm_from_events, load_arm
 from malloy_evals.report.figures import summarize, summarize_view
 from malloy_evals.sets.eval_set import load_set
 from tie_support import attempt_id, tied
@@ -122,3 +124,56 @@ def test_streaming_summary_applies_every_rule_of_the_live_view(tmp_path):
     assert cases[q_untied]["n_get_context"] == 7  # no calls recorded: the attempt's counters
     assert cases[q_retr]["cascade_rung"] is not None
     assert [i["issue_id"] for i in streamed["open_issues"]] == ["i0"]
+
+
+# ------------------------------------------------- the comparison's and retrieval's readers
+
+
+def arms_both_ways(run_dir: Path, set_dir: Path) -> tuple[dict, dict]:
+    run = Run.open(run_dir)
+    eval_set = load_set(set_dir)
+    streamed = load_arm("A", [run_dir], eval_set).to_json()
+    viewed = arm_from_events("A", [(run.info, str(run_dir), run.view())], eval_set).to_json()
+    return streamed, viewed
+
+
+def retrieval_both_ways(run_dir: Path, set_dir: Path) -> tuple[list, list]:
+    run = Run.open(run_dir)
+    eval_set = load_set(set_dir)
+    streamed = score_retrieval(run_dir, set_dir).rows
+    viewed = score_view(run, eval_set, run.view()).rows
+    return [to_jsonable(r) for r in streamed], [to_jsonable(r) for r in viewed]
+
+
+@pytest.mark.parametrize("run_dir", SAMPLE_RUNS, ids=lambda p: f"{p.parents[1].name}/{p.name}")
+def test_streaming_arm_and_retrieval_equal_the_live_views_on_each_sample_run(run_dir, tmp_path):
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    streamed, viewed = arms_both_ways(copy, run_dir.parents[1])
+    assert streamed["attempts"] > 0 and streamed == viewed
+    streamed_rows, viewed_rows = retrieval_both_ways(copy, run_dir.parents[1])
+    assert streamed_rows and streamed_rows == viewed_rows
+
+
+def test_streaming_arm_and_retrieval_apply_the_tie_rule(tmp_path):
+    # A score that judged another attempt than the live one: the view leaves the attempt
+    # unscored; the streaming readers must too (retrieval's streaming reader once counted it).
+    set_dir = KIT / "evals" / "bookshop"
+    eval_set = load_set(set_dir)
+    q_tied, q_untied = sorted(eval_set.cases)[:2]
+    run = Run.create(tmp_path / "run", eval_set, "answerer-x", phase="baseline", run_id="r1")
+    run.append([_event("attempt", q, submitted=True, answer_text="a", final_query=None,
+                       contaminated=False) for q in (q_tied, q_untied)])
+    run.append([_event("tool_call", q_tied, call_index=0, tool="get_context",
+                       retrieval_mode="lexical",
+                       ranked_summary={"entity_ids": ["source:orders"], "hits": []})])
+    run.append([tied(run.dir, _event("score", q_tied, verdict="match")),
+                tied(run.dir, _event("score", q_untied, verdict="match"),
+                     attempt_event_id=uuid.uuid4().hex)])
+    streamed, viewed = arms_both_ways(run.dir, set_dir)
+    assert streamed == viewed
+    assert streamed["scored"] == 1 and streamed["retrieval_modes"] == ["lexical"]
+    streamed_rows, viewed_rows = retrieval_both_ways(run.dir, set_dir)
+    assert streamed_rows == viewed_rows
+    verdicts = {r["qid"]: r["verdict"] for r in streamed_rows}
+    assert verdicts == {q_tied: "match", q_untied: None}
