@@ -42,7 +42,7 @@ from arms_support import PINS, make_set
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.stats import bootstrap, cell_bootstrap
 from malloy_evals.sets.eval_set import load_set, question_sha
-from measure import kit_python, kits, load, measure, parser, table
+from measure import duckdb_argv, kit_python, kits, load, measure, parser, table
 from tie_support import tied
 
 COMPARE = Path("skills") / "eval-answer" / "scripts" / "compare_runs.py"
@@ -92,10 +92,8 @@ def generate(root: Path, cases: int, review: int) -> dict[str, Path]:
 
 def in_process(folders: dict[str, Path], rows: list[dict[str, Any]]) -> None:
     """The duckdb floor in a child; both bootstraps timed in this process (CPU seconds)."""
-    code = ("import duckdb, sys; con = duckdb.connect(); con.execute('SET threads = 1'); "
-            "print(con.execute(sys.argv[1], sys.argv[2:4]).fetchall(), file=sys.stderr)")
-    argv = [sys.executable, "-c", code, DUCK_FLIPS,
-            str(folders["base"] / "events.jsonl"), str(folders["candidate"] / "events.jsonl")]
+    argv = duckdb_argv(DUCK_FLIPS, str(folders["base"] / "events.jsonl"),
+                       str(folders["candidate"] / "events.jsonl"))
     rows.append({"what": "duckdb-flips", "kit": "-", "load": load(), **measure(argv, KIT_ROOT)})
     base = {e["qid"]: e["verdict"] for e in Run.open(folders["base"]).live() if e["kind"] == "score"}
     cand = {e["qid"]: e["verdict"] for e in Run.open(folders["candidate"]).live()

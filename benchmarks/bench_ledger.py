@@ -47,7 +47,7 @@ KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
 
 from malloy_evals.ledger.run import Run
-from measure import load, write_run
+from measure import duckdb_argv, load, write_run
 from measure import measure as measure_command
 
 BYTES_PER_EVENT_GUESS = 1000
@@ -124,14 +124,6 @@ def reader(mode: str, run_dir: Path, set_dir: Path) -> None:
             for line in fh:
                 json.loads(line)
         return
-    if mode == "duckdb":
-        import duckdb
-
-        con = duckdb.connect()
-        con.execute("SET threads = 1")  # one core, as the Python readers use
-        rows = con.execute(DUCK_QUERY.format(columns=DUCK_COLUMNS), [str(path)]).fetchall()
-        print(rows, file=sys.stderr)
-        return
     from malloy_evals.report.figures import summarize, summarize_view
     from malloy_evals.sets.eval_set import load_set
 
@@ -156,6 +148,9 @@ def readers(args: argparse.Namespace, scratch: Path) -> list[dict[str, object]]:
         print(f"{mode} (load {load()}) ...", file=sys.stderr)
         if mode == "validate":
             argv = [sys.executable, str(VALIDATE), str(run_dir), "--json"]
+        elif mode == "duckdb":
+            argv = duckdb_argv(DUCK_QUERY.format(columns=DUCK_COLUMNS),
+                               str(run_dir / "events.jsonl"))
         else:
             argv = [sys.executable, __file__, "--reader", mode, "--run", str(run_dir),
                     "--set", str(set_dir)]

@@ -15,6 +15,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -56,6 +57,14 @@ def measure(argv: list[str], cwd: Path, *, ok: tuple[int, ...] = (0,),
             "cpu_seconds": round(field("User time (seconds)") + field("System time (seconds)"), 2),
             "peak_rss_mib": round(field("Maximum resident set size (kbytes)") / 1024, 1),
             "exit_code": proc.returncode}
+
+
+def duckdb_argv(sql: str, *params: str) -> list[str]:
+    """A child that runs `sql` (with `?` parameters) in DuckDB on one thread, as the Python
+    readers use one core, and prints the result on stderr: the floor a reader is measured beside."""
+    code = ("import duckdb, sys; con = duckdb.connect(); con.execute('SET threads = 1'); "
+            "print(con.execute(sys.argv[1], sys.argv[2:]).fetchall(), file=sys.stderr)")
+    return [sys.executable, "-c", code, sql, *params]
 
 
 def load() -> str:
