@@ -251,8 +251,8 @@ class _RunReading:
     """What an arm takes from one run: per attempt key its live attempt, the events that decide
     its outcome (the attempt and its tied verdicts) and its tied score; the retrieval modes."""
 
-    attempts: dict[AttemptKey, Mapping[str, Any]]
-    deciding: Callable[[AttemptKey], list[Mapping[str, Any]]]
+    attempts: Mapping[AttemptKey, Mapping[str, Any]]
+    deciding: Callable[[AttemptKey], Sequence[Mapping[str, Any]]]
     score: Callable[[AttemptKey], Mapping[str, Any] | None]
     modes: set[str]
 
