@@ -149,6 +149,7 @@ class TiedFold:
                                   decode=None if public else decode, problems=self.problems)
         self._attempts: dict[AttemptKey, dict[str, Any]] = {}
         self._verdicts: dict[tuple[str, AttemptKey], dict[str, Any]] = {}
+        self._decided: dict[tuple[str, AttemptKey], bool] = {}  # tied, once the pass has ended
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         attempts, verdicts = self._attempts, self._verdicts
@@ -162,6 +163,7 @@ class TiedFold:
                         attempts[key] = event
                     else:
                         verdicts[(kind, key)] = event
+                    self._decided.clear()  # a later attempt or verdict: decide again
             yield event
 
     def read(self) -> TiedFold:
@@ -192,9 +194,12 @@ class TiedFold:
         event = self._verdicts.get((kind, key))
         if event is None:
             return None
-        tie = untied(event, self._attempts.get(key), self.run_dir,
-                     public=self._stream.public_ledger)
-        return event if tie is None else None
+        decided = self._decided.get((kind, key))
+        if decided is None:  # the artifacts are checked once a verdict, however often asked
+            decided = self._decided[(kind, key)] = untied(
+                event, self._attempts.get(key), self.run_dir,
+                public=self._stream.public_ledger) is None
+        return event if decided else None
 
 
 # The JSON decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
