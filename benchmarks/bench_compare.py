@@ -42,7 +42,7 @@ from arms_support import PINS, make_set
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.stats import bootstrap, cell_bootstrap
 from malloy_evals.sets.eval_set import load_set, question_sha
-from measure import duckdb_argv, kit_python, kits, load, measure, parser, table
+from measure import MEASURED, duckdb_argv, kit_python, kits, load, measure, parser, table
 from tie_support import tied
 
 COMPARE = Path("skills") / "eval-answer" / "scripts" / "compare_runs.py"
@@ -138,10 +138,7 @@ def main() -> int:
     finally:
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    table(rows, {"what": lambda r: r["what"], "kit": lambda r: r["kit"],
-                 "wall": lambda r: f"{r['wall_seconds']} s", "CPU": lambda r: f"{r['cpu_seconds']} s",
-                 "peak RSS": lambda r: f"{r['peak_rss_mib']} MiB", "load": lambda r: r["load"]},
-          args.json)
+    table(rows, {"what": lambda r: r["what"], "kit": lambda r: r["kit"], **MEASURED}, args.json)
     return 0
 
 

@@ -47,7 +47,7 @@ KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
 
 from malloy_evals.ledger.run import Run
-from measure import duckdb_argv, load, write_run
+from measure import MEASURED, duckdb_argv, load, table, write_run
 from measure import measure as measure_command
 
 BYTES_PER_EVENT_GUESS = 1000
@@ -199,26 +199,17 @@ def main() -> int:
     if args.reader:
         reader(args.reader, args.run, args.set)
         return 0
+    scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-ledger-"))
+    scratch.mkdir(parents=True, exist_ok=True)
     if args.readers:
-        scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-readers-"))
-        scratch.mkdir(parents=True, exist_ok=True)
         try:
             rows = readers(args, scratch)
         finally:
             if args.dir is None:
                 shutil.rmtree(scratch, ignore_errors=True)
-        if args.json:
-            print(json.dumps(rows, indent=2))
-        else:
-            print("| reader | ledger | wall | CPU | peak RSS | load |")
-            print("|---|---:|---:|---:|---:|---|")
-            for r in rows:
-                print(f"| {r['reader']} | {r['ledger_mib']} MiB | {r['wall_seconds']} s | "
-                      f"{r['cpu_seconds']} s | {r['peak_rss_mib']} MiB | {r['load']} |")
+        table(rows, {"reader": lambda r: r["reader"],
+                     "ledger": lambda r: f"{r['ledger_mib']} MiB", **MEASURED}, args.json)
         return 0
-
-    scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-ledger-"))
-    scratch.mkdir(parents=True, exist_ok=True)
     need = args.events * BYTES_PER_EVENT_GUESS
     if shutil.disk_usage(scratch).free < need:
         print(f"skipped: less than {need / 2**20:.0f} MiB free in {scratch}", file=sys.stderr)

@@ -21,7 +21,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from measure import duckdb_argv, kit_python, kits, load, measure, parser, table, write_run
+from measure import (
+    MEASURED,
+    duckdb_argv,
+    kit_python,
+    kits,
+    load,
+    measure,
+    parser,
+    table,
+    write_run,
+)
 
 SCRIPT = Path("skills") / "eval-answer" / "scripts" / "validate.py"
 KIT_ROOT = Path(__file__).resolve().parents[1]
@@ -74,10 +84,7 @@ def main() -> int:
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
     table(results, {"kit": lambda r: r["kit"], "tool_call events": lambda r: f"{r['tool_call_events']:,}",
-                    "ledger": lambda r: f"{r['ledger_mib']} MiB",
-                    "wall": lambda r: f"{r['wall_seconds']} s", "CPU": lambda r: f"{r['cpu_seconds']} s",
-                    "peak RSS": lambda r: f"{r['peak_rss_mib']} MiB", "load": lambda r: r["load"]},
-          args.json)
+                    "ledger": lambda r: f"{r['ledger_mib']} MiB", **MEASURED}, args.json)
     return 0
 
 

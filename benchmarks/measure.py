@@ -168,6 +168,12 @@ def kits(args: argparse.Namespace) -> list[Path]:
     return [KIT_ROOT, *[k.resolve() for k in args.kit]]
 
 
+# The columns of a row `measure` filled, as `table` prints them after a benchmark's own columns.
+MEASURED: dict[str, Callable[[dict[str, Any]], object]] = {
+    "wall": lambda r: f"{r['wall_seconds']} s", "CPU": lambda r: f"{r['cpu_seconds']} s",
+    "peak RSS": lambda r: f"{r['peak_rss_mib']} MiB", "load": lambda r: r["load"]}
+
+
 def table(rows: list[dict[str, Any]], columns: dict[str, Callable[[dict[str, Any]], object]],
           as_json: bool) -> None:
     """Print the rows as one JSON document, or as a Markdown table of `columns` (title -> cell)."""
