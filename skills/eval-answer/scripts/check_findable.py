@@ -25,7 +25,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
 
