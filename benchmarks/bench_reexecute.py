@@ -7,24 +7,36 @@ Cold: for each of M queries, a fresh endpoint process is started over stdio, con
 once and stopped (what `reexecute.py --local` pays per attempt); and, for reference, a fresh
 `node runner.mjs` that loads the package, runs one query and exits.
 
+Beside them, in the same run: the floor, each call's SQL run straight in DuckDB (Python's duckdb,
+one thread, from the package folder, rows fetched); the runner with every query text new (so
+each is compiled, as before the runner kept compiled queries); and a runner's start-up: the
+first of a package (compiles it and keeps it in a fresh model cache), a second (reads it), one
+with the cache off, and the floor of a start (node importing Malloy, DuckDB and lunr).
+
 Examples:
   .venv/bin/python benchmarks/bench_reexecute.py
   .venv/bin/python benchmarks/bench_reexecute.py --warm 200 --cold 10 --json
   .venv/bin/python benchmarks/bench_reexecute.py --package mini --warm 200 --cold 10
+  .venv/bin/python benchmarks/bench_reexecute.py --warm 200 --cold 3 --starts 3 --json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import resource
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import duckdb
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -109,6 +121,79 @@ def bench_warm_direct(pkg_dir: Path, model: str, calls: list[dict], n: int) -> l
     return times
 
 
+def bench_floor_duckdb(pkg_dir: Path, model: str, calls: list[dict], n: int) -> list[float]:
+    """ms per query for the same SQL the runner ran, straight in DuckDB (one thread, from the
+    package folder, every row fetched): the floor a warm re-execution is measured against."""
+    with MalloyRuntime(pkg_dir, allow=default_allow(pkg_dir), pool_size=1) as rt:
+        sqls = [rt.execute(c.get("query"), model_path=model, source_name=c.get("sourceName"),
+                           query_name=c.get("queryName"))["sql"] for c in calls]
+    here = Path.cwd()
+    os.chdir(pkg_dir)  # the SQL names its tables relative to the package, as the runner reads them
+    try:
+        con = duckdb.connect(config={"threads": 1})
+        con.execute(sqls[0]).fetchall()
+        times = []
+        for i in range(n):
+            t = time.perf_counter()
+            con.execute(sqls[i % len(sqls)]).fetchall()
+            times.append((time.perf_counter() - t) * 1000)
+        con.close()
+    finally:
+        os.chdir(here)
+    return times
+
+
+def bench_warm_uncached(pkg_dir: Path, model: str, calls: list[dict], n: int) -> list[float]:
+    """ms per query through MalloyRuntime when every query text is new (a comment numbers it), so
+    each is compiled: the warm cost before the runner kept compiled queries."""
+    adhoc = [c["query"] for c in calls if c.get("query")]
+    with MalloyRuntime(pkg_dir, allow=default_allow(pkg_dir), pool_size=1) as rt:
+        rt.execute(adhoc[0], model_path=model)
+        times = []
+        for i in range(n):
+            t = time.perf_counter()
+            rt.execute(f"{adhoc[i % len(adhoc)]} // {i}", model_path=model)
+            times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
+def bench_starts(pkg_dir: Path, model: str, n: int) -> dict[str, list[float]]:
+    """ms for a runner to start and answer its first describe: the first of a package (compiles
+    and writes a fresh model cache), a second (reads it), one with the cache off; and the floor,
+    node importing the runner's packages and exiting. Each also as the CPU ms the Node process
+    used (`*_cpu`: steadier than wall time on a loaded machine)."""
+    out: dict[str, list[float]] = {}
+    for name in ("first_runner_compiles", "second_runner_reads", "runner_cache_off",
+                 "floor_node_imports"):
+        out[name], out[name + "_cpu"] = [], []
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (usage.ru_utime + usage.ru_stime) * 1000
+    imports = ("await import('@malloydata/malloy'); await import('@malloydata/db-duckdb'); "
+               "await import('lunr');")
+    for _ in range(n):
+        with tempfile.TemporaryDirectory() as cache:
+            for name, folder in (("first_runner_compiles", cache), ("second_runner_reads", cache),
+                                 ("runner_cache_off", None)):
+                cpu, t = children_cpu(), time.perf_counter()
+                with MalloyRuntime(pkg_dir, allow=default_allow(pkg_dir), pool_size=1,
+                                   model_cache=folder) as rt:
+                    rt.describe()
+                    out[name].append((time.perf_counter() - t) * 1000)
+                    expected = {"first_runner_compiles": "compiled",
+                                "second_runner_reads": "read", "runner_cache_off": "off"}[name]
+                    if (rt.load_summary or {}).get("model_cache") != expected:
+                        raise SystemExit(f"{name}: the runner says {rt.load_summary}")
+                out[name + "_cpu"].append(children_cpu() - cpu)  # the runner was reaped at close
+        cpu, t = children_cpu(), time.perf_counter()
+        subprocess.run(["node", "--input-type=module", "-e", imports], cwd=RUNNER_SCRIPT.parent,
+                       check=True, timeout=120)
+        out["floor_node_imports"].append((time.perf_counter() - t) * 1000)
+        out["floor_node_imports_cpu"].append(children_cpu() - cpu)
+    return out
+
+
 def bench_cold_endpoint(pkg_dir: Path, pkg: str, model: str, calls: list[dict], n: int) -> list[float]:
     """ms per query when each query starts its own stdio endpoint (spawn, connect, query, stop)."""
     times = []
@@ -147,12 +232,13 @@ def _summary(times: list[float]) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[8:]),
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[14:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--warm", type=int, default=200, help="warm queries (default 200)")
     p.add_argument("--cold", type=int, default=10, help="cold queries per cold mode (default 10)")
     p.add_argument("--package", choices=["bookshop", "mini"], default="bookshop",
                    help="evals/bookshop/model (default) or the tests' tiny mini package")
+    p.add_argument("--starts", type=int, default=3, help="runner start-ups per kind (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     args = p.parse_args()
     if args.package == "bookshop" and (BOOKSHOP / "bookshop.malloy").is_file():
@@ -163,6 +249,10 @@ def main() -> int:
         "package": f"samples/{pkg}", "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
         "warm_endpoint_http": _summary(bench_warm(pkg_dir, pkg, model, calls, args.warm)),
         "warm_runtime_direct": _summary(bench_warm_direct(pkg_dir, model, calls, args.warm)),
+        "warm_runtime_every_query_new": _summary(bench_warm_uncached(pkg_dir, model, calls,
+                                                                     args.warm)),
+        "floor_same_sql_in_duckdb": _summary(bench_floor_duckdb(pkg_dir, model, calls, args.warm)),
+        **{k: _summary(v) for k, v in bench_starts(pkg_dir, model, args.starts).items()},
         "cold_endpoint_stdio": _summary(bench_cold_endpoint(pkg_dir, pkg, model, calls, args.cold)),
         "cold_node_runner": _summary(bench_cold_runner(pkg_dir, model, calls, args.cold)),
     }
