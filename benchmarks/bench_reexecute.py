@@ -7,9 +7,10 @@ Cold: for each of M queries, a fresh endpoint process is started over stdio, con
 once and stopped (what `reexecute.py --local` pays per attempt); and, for reference, a fresh
 `node runner.mjs` that loads the package, runs one query and exits.
 
-Beside them, in the same run: the floor, each call's SQL run straight in DuckDB (Python's duckdb,
-one thread, from the package folder, rows fetched); the runner with every query text new (so
-each is compiled, as before the runner kept compiled queries); and a runner's start-up: the
+Beside them, in the same run, interleaved call by call: the runner with its compiled queries kept,
+the runner with every query text new (so each is compiled, as before), and the floor, each call's
+SQL straight in DuckDB (Python's duckdb, one thread, from the package folder, rows fetched), as
+Malloy wrote it and with each CSV read declared as the runner declares it; and a runner's start-up: the
 first of a package (compiles it and keeps it in a fresh model cache), a second (reads it), one
 with the cache off, and the floor of a start (node importing Malloy, DuckDB and lunr).
 
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import signal
 import socket
@@ -121,40 +123,58 @@ def bench_warm_direct(pkg_dir: Path, model: str, calls: list[dict], n: int) -> l
     return times
 
 
-def bench_floor_duckdb(pkg_dir: Path, model: str, calls: list[dict], n: int) -> list[float]:
-    """ms per query for the same SQL the runner ran, straight in DuckDB (one thread, from the
-    package folder, every row fetched): the floor a warm re-execution is measured against."""
-    with MalloyRuntime(pkg_dir, allow=default_allow(pkg_dir), pool_size=1) as rt:
-        sqls = [rt.execute(c.get("query"), model_path=model, source_name=c.get("sourceName"),
-                           query_name=c.get("queryName"))["sql"] for c in calls]
-    here = Path.cwd()
-    os.chdir(pkg_dir)  # the SQL names its tables relative to the package, as the runner reads them
-    try:
-        con = duckdb.connect(config={"threads": 1})
-        con.execute(sqls[0]).fetchall()
-        times = []
-        for i in range(n):
-            t = time.perf_counter()
-            con.execute(sqls[i % len(sqls)]).fetchall()
-            times.append((time.perf_counter() - t) * 1000)
-        con.close()
-    finally:
-        os.chdir(here)
-    return times
+def _declared(sql: str, con: duckdb.DuckDBPyConnection) -> str:
+    """`sql` with each bare CSV table read as the runner reads it once it has detected the file:
+    `read_csv(<the options DuckDB's sniffer found>, auto_detect=true)`."""
+    for path in sorted(set(re.findall(r"(?:FROM|JOIN)\s+'([^']+\.csv)'", sql, re.IGNORECASE))):
+        prompt = con.execute(f"SELECT Prompt FROM sniff_csv('{path}')").fetchone()[0]
+        read = prompt.strip().rstrip(";").removeprefix("FROM ").replace("auto_detect=false",
+                                                                      "auto_detect=true")
+        sql = re.sub(rf"((?:FROM|JOIN)\s+)'{re.escape(path)}'(?=\s+AS\s)",
+                     lambda m, read=read: m.group(1) + read, sql, flags=re.IGNORECASE)
+    return sql
 
 
-def bench_warm_uncached(pkg_dir: Path, model: str, calls: list[dict], n: int) -> list[float]:
-    """ms per query through MalloyRuntime when every query text is new (a comment numbers it), so
-    each is compiled: the warm cost before the runner kept compiled queries."""
-    adhoc = [c["query"] for c in calls if c.get("query")]
+def bench_warm_side_by_side(pkg_dir: Path, model: str, calls: list[dict], n: int
+                            ) -> dict[str, list[float]]:
+    """ms per query, the modes interleaved call by call so each sees the same machine: the runner
+    (its compiled queries kept), the runner with every query text new (a comment numbers it, so
+    each is compiled, as before), and the floor: the same SQL straight in DuckDB (Python's duckdb,
+    one thread, from the package folder, every row fetched), as Malloy wrote it and with each CSV
+    read declared as the runner declares it."""
+    out: dict[str, list[float]] = {"warm_runtime_kept": [], "warm_runtime_every_query_new": [],
+                                   "floor_duckdb_malloy_sql": [], "floor_duckdb_declared_reads": []}
     with MalloyRuntime(pkg_dir, allow=default_allow(pkg_dir), pool_size=1) as rt:
-        rt.execute(adhoc[0], model_path=model)
-        times = []
-        for i in range(n):
-            t = time.perf_counter()
-            rt.execute(f"{adhoc[i % len(adhoc)]} // {i}", model_path=model)
-            times.append((time.perf_counter() - t) * 1000)
-    return times
+        def ask(call: dict, suffix: str = "") -> dict:
+            query = call.get("query")
+            return rt.execute(query + suffix if query else None, model_path=model,
+                              source_name=call.get("sourceName"), query_name=call.get("queryName"))
+
+        sqls = [ask(c)["sql"] for c in calls]
+        adhoc = [c for c in calls if c.get("query")]
+        here = Path.cwd()
+        os.chdir(pkg_dir)  # the SQL names its tables relative to the package, as the runner does
+        try:
+            con = duckdb.connect(config={"threads": 1})
+            declared = [_declared(q, con) for q in sqls]
+            for q in sqls + declared:
+                con.execute(q).fetchall()
+            modes = {
+                "warm_runtime_kept": lambda i: ask(calls[i % len(calls)]),
+                "warm_runtime_every_query_new": lambda i: ask(adhoc[i % len(adhoc)], f" // {i}"),
+                "floor_duckdb_malloy_sql": lambda i: con.execute(sqls[i % len(sqls)]).fetchall(),
+                "floor_duckdb_declared_reads":
+                    lambda i: con.execute(declared[i % len(declared)]).fetchall(),
+            }
+            for i in range(n):
+                for name, go in modes.items():
+                    t = time.perf_counter()
+                    go(i)
+                    out[name].append((time.perf_counter() - t) * 1000)
+            con.close()
+        finally:
+            os.chdir(here)
+    return out
 
 
 def bench_starts(pkg_dir: Path, model: str, n: int) -> dict[str, list[float]]:
@@ -249,9 +269,8 @@ def main() -> int:
         "package": f"samples/{pkg}", "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
         "warm_endpoint_http": _summary(bench_warm(pkg_dir, pkg, model, calls, args.warm)),
         "warm_runtime_direct": _summary(bench_warm_direct(pkg_dir, model, calls, args.warm)),
-        "warm_runtime_every_query_new": _summary(bench_warm_uncached(pkg_dir, model, calls,
-                                                                     args.warm)),
-        "floor_same_sql_in_duckdb": _summary(bench_floor_duckdb(pkg_dir, model, calls, args.warm)),
+        **{k: _summary(v) for k, v in bench_warm_side_by_side(pkg_dir, model, calls,
+                                                              args.warm).items()},
         **{k: _summary(v) for k, v in bench_starts(pkg_dir, model, args.starts).items()},
         "cold_endpoint_stdio": _summary(bench_cold_endpoint(pkg_dir, pkg, model, calls, args.cold)),
         "cold_node_runner": _summary(bench_cold_runner(pkg_dir, model, calls, args.cold)),

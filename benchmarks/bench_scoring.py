@@ -77,7 +77,7 @@ def floor(run: Path) -> dict[str, object]:
 
     sys.path.insert(0, str(KIT_ROOT / "scripts"))
     from malloy_evals.answer.reexecute import final_call
-    from malloy_evals.endpoint.runner import MalloyRuntime, default_allow
+    from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, default_allow
 
     model = SET_DIR / "model"
     started, cpu = time.perf_counter(), time.process_time()
@@ -93,7 +93,7 @@ def floor(run: Path) -> dict[str, object]:
                 try:
                     sql[key] = rt.execute(c["query"], source_name=c["source_name"],
                                           query_name=c["query_name"], givens=c["givens"])["sql"]
-                except Exception:  # a query Malloy refuses has no SQL: nothing for DuckDB to run
+                except MalloyQueryError:  # a query Malloy refuses has no SQL for DuckDB to run
                     sql[key] = None
     runs = [q for q in (sql[json.dumps(c, sort_keys=True)] for c in calls) if q]
     here = Path.cwd()

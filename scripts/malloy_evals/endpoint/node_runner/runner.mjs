@@ -191,7 +191,8 @@ function runnerCodeDigest() {
   return codeDigest;
 }
 
-/** Every file under dir (dot-files and node_modules left out), as [relative path, absolute path]. */
+/** Every file under dir (.git and node_modules left out), as [relative path, absolute path]; a
+ * link to a file counts as that file (DuckDB reads through it), a link to a folder is not walked. */
 function filesUnder(dir, rel = '', out = []) {
   let entries;
   try {
@@ -200,10 +201,10 @@ function filesUnder(dir, rel = '', out = []) {
     return out;
   }
   for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
-    if (e.name.startsWith('.') || e.name === 'node_modules') continue;
+    if (e.name === '.git' || e.name === 'node_modules') continue;
     const child = rel ? `${rel}/${e.name}` : e.name;
     if (e.isDirectory()) filesUnder(dir, child, out);
-    else if (e.isFile()) out.push([child, path.join(dir, child)]);
+    else if (e.isFile() || e.isSymbolicLink()) out.push([child, path.join(dir, child)]);
   }
   return out;
 }
@@ -216,11 +217,13 @@ function packageKey(pkgDir, allowed) {
     h.update(`dir\0${dir}\0`);
     for (const [rel, abs] of filesUnder(dir)) {
       h.update(`${rel}\0`);
-      if (dir === pkgDir && rel.endsWith('.malloy')) {
+      const st = statSync(abs, { bigint: true, throwIfNoEntry: false }); // through a link
+      if (!st || !st.isFile()) {
+        h.update('not a file\0');
+      } else if (dir === pkgDir && rel.endsWith('.malloy')) {
         h.update(readFileSync(abs)).update('\0');
       } else {
-        const st = statSync(abs, { bigint: true });
-        h.update(`${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}\0`);
+        h.update(`${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.dev}\0`);
       }
     }
   }
