@@ -5,7 +5,7 @@ As the answerer (run_answers.py --answerer claude-code): what the model is offer
 line, the calls on the kit's endpoint, a tool the CLI refuses, the recorded and scored attempt,
 another version recorded in run.json. Reaching for the answer key with the CLI's own Bash, Read,
 Grep and Glob, flagged from the real transcript. As the host: the kit installed as a plugin, its
-three skills listed in the init line; the judge's host protocol run as eval-judge's SKILL.md
+every skill under skills/ listed in the init line; the judge's host protocol run as eval-judge's SKILL.md
 writes it, through the CLI's Bash tool."""
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def _tracked_copy(dest: Path) -> Path:
     return dest
 
 
-def test_the_kit_loads_as_a_plugin_and_lists_its_three_skills(needs_claude, tmp_path, monkeypatch):
+def test_the_kit_loads_as_a_plugin_and_lists_its_four_skills(needs_claude, tmp_path, monkeypatch):
     script = write_script(tmp_path / "scripts", "hi", "Which skills do you have?", ["Three."])
     work = tmp_path / "work"
     work.mkdir()
@@ -252,7 +252,9 @@ def test_the_kit_loads_as_a_plugin_and_lists_its_three_skills(needs_claude, tmp_
         listed = run_claude(["plugin", "list"], cwd=work, env=env)[0]
         _done, lines = run_claude(["-p", "Which skills do you have?", "--output-format",
                                    "stream-json", "--verbose"], cwd=work, env=env)
-    for skill in ("eval-answer", "eval-judge", "eval-diagnose"):
+    kit_skills = sorted(p.parent.name for p in (KIT / "skills").glob("*/SKILL.md"))
+    assert kit_skills == ["eval-answer", "eval-diagnose", "eval-improve", "eval-judge"]
+    for skill in kit_skills:
         assert f"malloy-evals:{skill}" in skills
         assert f"malloy-evals:{skill}" in init_line(lines)["skills"]
     assert installed.returncode == 0, installed.stderr

@@ -31,7 +31,7 @@ from malloy_evals.workflow import run_scorer as rs
 from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.review import settle
 from script_support import run_outcome
-from tie_support import tied
+from tie_support import tied, two_case_run
 
 KIT = Path(__file__).resolve().parents[1]
 BOOKSHOP = KIT / "evals" / "bookshop"
@@ -45,23 +45,7 @@ PINS = {"judge_version": 3, "rubric_sha": "a" * 64, "judge_prompt_sha": "b" * 64
 @pytest.fixture
 def tiny(tmp_path):
     """A two-case set and a run holding one attempt per case."""
-    set_dir = tmp_path / "tiny"
-    set_dir.mkdir()
-    (set_dir / "set.json").write_text(json.dumps({
-        "name": "tiny", "datasetVersion": 1, "targetPackage": "tiny",
-        "targetModelPath": "tiny.malloy"}))
-    cases = [
-        {"qid": "q1", "question": "How many orders?", "goldenRevision": 1,
-         "golden": {"kind": "scalar", "value": {"n": 3}}},
-        {"qid": "q2", "question": "Which genre sells most?", "goldenRevision": 2,
-         "golden": {"kind": "rows", "value": [{"genre": "a"}]}},
-    ]
-    (set_dir / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    run = Run.create(tmp_path / "run", set_dir, "test-answerer", run_id="tiny-baseline-1")
-    run.append([{"kind": "attempt", "qid": q, "sample": None, "submitted": True,
-                 "final_query": "run: orders -> {aggregate: n is count()}",
-                 "answer_text": "3"} for q in ("q1", "q2")])
-    return run, load_set(set_dir)
+    return two_case_run(tmp_path)
 
 
 class Judge:

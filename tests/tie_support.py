@@ -58,3 +58,31 @@ def tied(run_dir: str | Path, event: dict[str, Any], attempt_event_id: str | Non
                                     "verdict": event.get("verdict")}) + "\n")
         event.update(fixture_path=path.relative_to(run_dir).as_posix(), fixture_sha=_sha(path))
     return event
+
+
+def two_case_run(root: Path, *, coverage: str | None = None) -> tuple[Any, Any]:
+    """A two-case set under `root` ("How many orders?", "Which genre sells most?"; golden
+    revisions 1 and 2, each case's `coverage` when given) and a run holding one submitted attempt
+    per case. Returns (run, loaded set)."""
+    from malloy_evals.ledger.run import Run
+    from malloy_evals.sets.eval_set import load_set
+    set_dir = root / "tiny"
+    set_dir.mkdir()
+    (set_dir / "set.json").write_text(json.dumps({
+        "name": "tiny", "datasetVersion": 1, "targetPackage": "tiny",
+        "targetModelPath": "tiny.malloy"}))
+    cases = [
+        {"qid": "q1", "question": "How many orders?", "goldenRevision": 1,
+         "golden": {"kind": "scalar", "value": {"n": 3}}},
+        {"qid": "q2", "question": "Which genre sells most?", "goldenRevision": 2,
+         "golden": {"kind": "rows", "value": [{"genre": "a"}]}},
+    ]
+    for case in cases:
+        if coverage is not None:
+            case["coverage"] = coverage
+    (set_dir / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    run = Run.create(root / "run", set_dir, "test-answerer", run_id="tiny-baseline-1")
+    run.append([{"kind": "attempt", "qid": q, "sample": None, "submitted": True,
+                 "final_query": "run: orders -> {aggregate: n is count()}",
+                 "answer_text": "3"} for q in ("q1", "q2")])
+    return run, load_set(set_dir)
