@@ -105,11 +105,10 @@ class RunOutputs:
 
     def summary(self, *, judge_spec: str | None = None,
                 endpoint_flag: str | None = None) -> RunSummary:
-        """The run's summary from the live view as it stands (refreshed with what was appended)."""
-        self.view.refresh()
+        """The run's summary from the ledger as it stands, read streaming (`figures.summarize`)."""
         return summarize(self.run, self.eval_set, self.coverage_figures(), judge_spec=judge_spec,
                          endpoint_flag=endpoint_flag, run_label=self.run_label,
-                         set_label=self.set_label, view=self.view)
+                         set_label=self.set_label)
 
     def write(self, *, pins: Mapping[str, Any] | None = None, judge_spec: str | None = None,
               endpoint_flag: str | None = None) -> Written:
