@@ -11,11 +11,24 @@ wait4) are its own:
   score-each   one score per attempt for A attempts, one batch each, in one process (as
                score_run.py does): the first batch indexes the ledger, later ones read only the tail
 
+With `--readers`, instead: a generated run (benchmarks/measure.py `write_run`: N tool calls across
+A attempts, an attempt and a score each, a re-score every 1,000 attempts) read by each reader of a
+whole ledger, each in its own child, beside its floors on the same file in the same run:
+
+  view+summary   the live view (every live event in memory) folded into the summary: the reading
+                 the run summary made before it streamed (`figures.summarize_view`)
+  summary        the run summary as it reads now: one streaming pass (`figures.summarize`)
+  validate       validate.py RUN --json, by path
+  duckdb         DuckDB reading the same file with declared columns (kind, ids, qid, sample, tool,
+                 verdict, the entity ids) and counting what the summary counts per attempt
+  json-loop      a plain Python loop: every line through json.loads, nothing kept
+
 Not a test: the figures go to benchmarks/README.md.
 
 Examples:
   .venv/bin/python benchmarks/bench_ledger.py
   .venv/bin/python benchmarks/bench_ledger.py --events 200000 --batch 1000 --json
+  .venv/bin/python benchmarks/bench_ledger.py --readers --events 1000000 --attempts 10000 --json
 """
 
 from __future__ import annotations
@@ -34,6 +47,8 @@ KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT / "scripts"))
 
 from malloy_evals.ledger.run import Run
+from measure import MEASURED, duckdb_argv, load, table, write_run
+from measure import measure as measure_command
 
 BYTES_PER_EVENT_GUESS = 1000
 CALLS_PER_ATTEMPT = 20
@@ -78,6 +93,73 @@ def child(mode: str, run_dir: Path, events: int, batch: int, attempts: int) -> N
         raise SystemExit(f"unknown mode {mode}")
 
 
+READERS = ("view+summary", "summary", "validate", "duckdb", "json-loop")
+VALIDATE = KIT_ROOT / "skills" / "eval-answer" / "scripts" / "validate.py"
+# The columns DuckDB is told to read (the rest of each line is skipped unparsed).
+DUCK_COLUMNS = ("{kind: 'VARCHAR', event_id: 'VARCHAR', target_event_id: 'VARCHAR', "
+                "qid: 'VARCHAR', sample: 'BIGINT', tool: 'VARCHAR', verdict: 'VARCHAR', "
+                "ranked_summary: 'STRUCT(entity_ids VARCHAR[])'}")
+DUCK_QUERY = """
+WITH e AS (SELECT * FROM read_json(?, format='newline_delimited', columns={columns})),
+voided AS (SELECT target_event_id AS id FROM e WHERE kind = 'void'),
+live AS (SELECT * FROM e WHERE kind <> 'void' AND event_id NOT IN (SELECT id FROM voided)),
+calls AS (SELECT qid, sample, count(*) FILTER (WHERE tool = 'get_context') AS ctx,
+                 count(*) FILTER (WHERE tool = 'execute_query') AS exe,
+                 count(DISTINCT u.id) AS entities
+          FROM live LEFT JOIN LATERAL unnest(ranked_summary.entity_ids) AS u(id) ON true
+          WHERE kind = 'tool_call' GROUP BY qid, sample),
+scores AS (SELECT qid, sample, last(verdict ORDER BY rowid) AS verdict FROM
+           (SELECT *, row_number() OVER () AS rowid FROM live) WHERE kind = 'score'
+           GROUP BY qid, sample)
+SELECT s.verdict, count(*), sum(c.ctx), sum(c.exe), sum(c.entities)
+FROM scores s LEFT JOIN calls c USING (qid, sample) GROUP BY s.verdict ORDER BY 1
+"""
+
+
+def reader(mode: str, run_dir: Path, set_dir: Path) -> None:
+    """One reader of a whole ledger (runs in the child process)."""
+    path = run_dir / "events.jsonl"
+    if mode == "json-loop":
+        with path.open("rb") as fh:
+            for line in fh:
+                json.loads(line)
+        return
+    from malloy_evals.report.figures import summarize, summarize_view
+    from malloy_evals.sets.eval_set import load_set
+
+    run, eval_set = Run.open(run_dir), load_set(set_dir)
+    if mode == "summary":
+        s = summarize(run, eval_set)
+    elif mode == "view+summary":
+        s = summarize_view(run, eval_set, run.view())
+    else:
+        raise SystemExit(f"unknown reader {mode}")
+    print(s.verdicts, s.cost["get_context_calls"], file=sys.stderr)
+
+
+def readers(args: argparse.Namespace, scratch: Path) -> list[dict[str, object]]:
+    """Generate the run once, then time every reader on it, each in its own child."""
+    print(f"generating {args.attempts:,} attempts / {args.events:,} tool calls ...",
+          file=sys.stderr)
+    set_dir, run_dir = write_run(scratch / "readers", args.attempts, args.events)
+    size = round((run_dir / "events.jsonl").stat().st_size / 2**20, 1)
+    rows: list[dict[str, object]] = []
+    for mode in args.only or READERS:
+        print(f"{mode} (load {load()}) ...", file=sys.stderr)
+        if mode == "validate":
+            argv = [sys.executable, str(VALIDATE), str(run_dir), "--json"]
+        elif mode == "duckdb":
+            argv = duckdb_argv(DUCK_QUERY.format(columns=DUCK_COLUMNS),
+                               str(run_dir / "events.jsonl"))
+        else:
+            argv = [sys.executable, __file__, "--reader", mode, "--run", str(run_dir),
+                    "--set", str(set_dir)]
+        rows.append({"reader": mode, "tool_call_events": args.events, "attempts": args.attempts,
+                     "ledger_mib": size, "load": load(),
+                     **measure_command(argv, KIT_ROOT, ok=(0, 1))})
+    return rows
+
+
 def measure(mode: str, run_dir: Path, args: argparse.Namespace) -> dict[str, float]:
     """Run one step in a child: wall seconds, and its own CPU seconds and peak RSS (MiB)."""
     start = time.perf_counter()
@@ -102,15 +184,32 @@ def main() -> int:
     p.add_argument("--attempts", type=int, default=1_000, help="scores appended one by one")
     p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temporary one)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--readers", action="store_true",
+                   help="time the whole-ledger readers beside DuckDB and a plain JSON loop instead")
+    p.add_argument("--only", action="append", choices=READERS,
+                   help="with --readers: only this reader (repeatable)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--reader", help=argparse.SUPPRESS)
     p.add_argument("--run", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--set", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         child(args.child, args.run, args.events, args.batch, args.attempts)
         return 0
-
+    if args.reader:
+        reader(args.reader, args.run, args.set)
+        return 0
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-ledger-"))
     scratch.mkdir(parents=True, exist_ok=True)
+    if args.readers:
+        try:
+            rows = readers(args, scratch)
+        finally:
+            if args.dir is None:
+                shutil.rmtree(scratch, ignore_errors=True)
+        table(rows, {"reader": lambda r: r["reader"],
+                     "ledger": lambda r: f"{r['ledger_mib']} MiB", **MEASURED}, args.json)
+        return 0
     need = args.events * BYTES_PER_EVENT_GUESS
     if shutil.disk_usage(scratch).free < need:
         print(f"skipped: less than {need / 2**20:.0f} MiB free in {scratch}", file=sys.stderr)

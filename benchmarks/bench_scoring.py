@@ -12,17 +12,24 @@ peak RSS (from `/usr/bin/time -v`) per size, and the ratio of each size's time t
 the code before a change and after it are measured side by side in one session.
 Not a test: the figures go to benchmarks/README.md.
 
+Beside each size, in the same session, the floor (`--floor`, a row of its own): a plain JSON-lines
+loop over the run's ledger, then DuckDB (one thread, from the model folder) running the SQL of
+every attempt's final query once per attempt, what re-executing every attempt costs at the least.
+
 Examples:
   .venv/bin/python benchmarks/bench_scoring.py
   .venv/bin/python benchmarks/bench_scoring.py --sizes 50 200 800 --kit /tmp/base --json
+  .venv/bin/python benchmarks/bench_scoring.py --sizes 3200 --floor
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -63,6 +70,49 @@ def make_run(root: Path, attempts: int) -> tuple[Path, Path]:
     return run, hand
 
 
+def floor(run: Path) -> dict[str, object]:
+    """The floor of scoring `run`: its ledger read by a plain JSON-lines loop, then each attempt's
+    final query, as the SQL Malloy compiles it to, run straight in DuckDB once per attempt."""
+    import duckdb
+
+    sys.path.insert(0, str(KIT_ROOT / "scripts"))
+    from malloy_evals.answer.reexecute import final_call
+    from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, default_allow
+
+    model = SET_DIR / "model"
+    started, cpu = time.perf_counter(), time.process_time()
+    with (run / "events.jsonl").open(encoding="utf-8") as fh:
+        attempts = [e for e in map(json.loads, fh) if e.get("kind") == "attempt"]
+    ledger = (time.perf_counter() - started, time.process_time() - cpu)
+    calls = [c for c in (final_call(a, "bookshop.malloy") for a in attempts) if c is not None]
+    sql: dict[str, str | None] = {}
+    with MalloyRuntime(model, allow=default_allow(model), pool_size=1) as rt:
+        for c in calls:
+            key = json.dumps(c, sort_keys=True)
+            if key not in sql:
+                try:
+                    sql[key] = rt.execute(c["query"], source_name=c["source_name"],
+                                          query_name=c["query_name"], givens=c["givens"])["sql"]
+                except MalloyQueryError:  # a query Malloy refuses has no SQL for DuckDB to run
+                    sql[key] = None
+    runs = [q for q in (sql[json.dumps(c, sort_keys=True)] for c in calls) if q]
+    here = Path.cwd()
+    os.chdir(model)
+    try:
+        con = duckdb.connect(config={"threads": 1})
+        started, cpu = time.perf_counter(), time.process_time()
+        for q in runs:
+            con.execute(q).fetchall()
+        duck = (time.perf_counter() - started, time.process_time() - cpu)
+        con.close()
+    finally:
+        os.chdir(here)
+    return {"wall_seconds": round(ledger[0] + duck[0], 2), "cpu_seconds": round(ledger[1] + duck[1], 2),
+            "peak_rss_mib": "-", "counts": {"attempts": len(attempts), "queries run": len(runs),
+                                            "distinct": len({q for q in runs})},
+            "ledger_loop_seconds": round(ledger[0], 3), "duckdb_seconds": round(duck[0], 2)}
+
+
 def score(kit: Path, run: Path, hand: Path, parallel: int, scratch: Path) -> dict[str, object]:
     """One score_run.py under /usr/bin/time -v, and what it reported."""
     script = kit / "skills" / "eval-answer" / "scripts" / "score_run.py"
@@ -79,6 +129,8 @@ def main() -> int:
     p = parser(__doc__ or "")
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 800])
     p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--floor", action="store_true",
+                   help="also measure each size's floor (JSON-lines loop + DuckDB on every SQL)")
     args = p.parse_args()
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-scoring-"))
     scratch.mkdir(parents=True, exist_ok=True)
@@ -90,6 +142,9 @@ def main() -> int:
                 print(f"score_run {size} attempts, {kit} (load {load()}) ...", file=sys.stderr)
                 r = score(kit, run, hand, args.parallel, scratch)
                 results.append({"kit": str(kit), "attempts": size, "load": load(), **r})
+                if args.floor and kit == KIT_ROOT:
+                    f = floor(run)
+                    results.append({"kit": "floor", "attempts": size, "load": load(), **f})
                 shutil.rmtree(run)
     finally:
         if args.dir is None:

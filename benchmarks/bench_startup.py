@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark start-up: every script's `--help`, the whole process timed from outside.
 
-A person or a host agent runs `--help` first, so it must answer at once: the MCP and Anthropic
-SDKs are imported only by the code that talks to a server or the API. Each script runs N times
+A person or a host agent runs `--help` first, so it must answer at once: a script imports what
+its parser needs and nothing else (tests/test_cli.py checks which modules each --help imports).
+The first row is the floor measured in the same run: `python -c pass` with the same interpreter. Each script runs N times
 (after one unmeasured warm-up); the median wall time is reported, and with `--kit DIR` the same
 script of another checkout runs in turn with it (A B A B ...), so the ratio is taken on the same
 machine state. Not a test: the figures go to benchmarks/README.md.
@@ -30,11 +31,16 @@ def scripts(kit: Path) -> list[Path]:
     return [p.relative_to(kit) for p in found]
 
 
+FLOOR = Path("python -c pass")  # the interpreter starting and stopping: no --help is faster
+
+
 def once(kit: Path, script: Path) -> float:
-    """Seconds for one `python script --help`, start to exit."""
+    """Seconds for one `python script --help` (or the floor, `python -c pass`), start to exit."""
+    argv = ([kit_python(kit), "-c", "pass"] if script == FLOOR
+            else [kit_python(kit), str(kit / script), "--help"])
     start = time.perf_counter()
-    subprocess.run([kit_python(kit), str(kit / script), "--help"], cwd=kit, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, cwd=kit, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -44,8 +50,8 @@ def main() -> int:
     args = p.parse_args()
     checkouts = kits(args)
     rows = []
-    for script in scripts(checkouts[0]):
-        present = [k for k in checkouts if (k / script).is_file()]
+    for script in [FLOOR, *scripts(checkouts[0])]:
+        present = [k for k in checkouts if script == FLOOR or (k / script).is_file()]
         for kit in present:
             once(kit, script)  # warm-up: the page cache and .pyc files
         times: dict[Path, list[float]] = {k: [] for k in present}

@@ -15,6 +15,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -56,6 +57,14 @@ def measure(argv: list[str], cwd: Path, *, ok: tuple[int, ...] = (0,),
             "cpu_seconds": round(field("User time (seconds)") + field("System time (seconds)"), 2),
             "peak_rss_mib": round(field("Maximum resident set size (kbytes)") / 1024, 1),
             "exit_code": proc.returncode}
+
+
+def duckdb_argv(sql: str, *params: str) -> list[str]:
+    """A child that runs `sql` (with `?` parameters) in DuckDB on one thread, as the Python
+    readers use one core, and prints the result on stderr: the floor a reader is measured beside."""
+    code = ("import duckdb, sys; con = duckdb.connect(); con.execute('SET threads = 1'); "
+            "print(con.execute(sys.argv[1], sys.argv[2:]).fetchall(), file=sys.stderr)")
+    return [sys.executable, "-c", code, sql, *params]
 
 
 def load() -> str:
@@ -157,6 +166,12 @@ def parser(doc: str) -> argparse.ArgumentParser:
 def kits(args: argparse.Namespace) -> list[Path]:
     """This checkout, then every --kit."""
     return [KIT_ROOT, *[k.resolve() for k in args.kit]]
+
+
+# The columns of a row `measure` filled, as `table` prints them after a benchmark's own columns.
+MEASURED: dict[str, Callable[[dict[str, Any]], object]] = {
+    "wall": lambda r: f"{r['wall_seconds']} s", "CPU": lambda r: f"{r['cpu_seconds']} s",
+    "peak RSS": lambda r: f"{r['peak_rss_mib']} MiB", "load": lambda r: r["load"]}
 
 
 def table(rows: list[dict[str, Any]], columns: dict[str, Callable[[dict[str, Any]], object]],

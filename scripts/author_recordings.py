@@ -33,9 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the library, runnable by path
 
-from malloy_evals.answer.authoring import author_judge_recordings, render_author
 from malloy_evals.core import cli
-from malloy_evals.sets.eval_set import load_set
 
 
 def build_parser() -> cli.ScriptParser:
@@ -59,6 +57,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.authoring import author_judge_recordings, render_author
+    from malloy_evals.sets.eval_set import load_set
     report = author_judge_recordings(
         load_set(args.set_dir), args.replies, out_dir=args.out,
         samples=args.samples, repeat=args.repeat, run_dir=args.run,

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from claude_support import (
     CLAUDE,
     cli_env,
@@ -261,14 +262,19 @@ def test_the_kit_loads_as_a_plugin_and_lists_its_four_skills(needs_claude, tmp_p
     assert "malloy-evals@malloy-evals" in listed.stdout
 
 
-def test_skill_scripts_find_the_library_from_a_plugin_copy(tmp_path):
+SKILL_SCRIPTS = sorted((KIT / "skills").glob("*/scripts/*.py"))
+
+
+@pytest.mark.parametrize("script", SKILL_SCRIPTS, ids=lambda p: f"{p.parts[-3]}/{p.name}")
+def test_skill_scripts_find_the_library_from_a_plugin_copy(tmp_path, script):
     # A plugin install is a copy of the kit elsewhere: its scripts load the copy's library, not
     # whichever one the Python running them has installed.
     copy = tmp_path / "plugin"
-    (copy / "skills" / "eval-answer" / "scripts").mkdir(parents=True)
+    relative = script.relative_to(KIT)
+    (copy / relative.parent).mkdir(parents=True)
     (copy / "scripts").symlink_to(KIT / "scripts")
-    target = copy / "skills" / "eval-answer" / "scripts" / "validate.py"
-    target.write_text((KIT / "skills" / "eval-answer" / "scripts" / "validate.py").read_text())
+    target = copy / relative
+    target.write_text(script.read_text())
     probe = ("import runpy, sys\n"
              f"sys.argv = [{str(target)!r}, '--help']\n"
              "try:\n"
@@ -279,7 +285,7 @@ def test_skill_scripts_find_the_library_from_a_plugin_copy(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: validate.py")
+    assert done.stdout.startswith(f"usage: {script.name}")
     assert done.stdout.splitlines()[-1] == str(copy / "scripts" / "malloy_evals" / "__init__.py")
 
 

@@ -203,3 +203,58 @@ def test_no_script_imports_an_sdk_to_answer_help():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
     assert len(scripts) > 20
+
+
+# What a script's --help may import: the core, and the few modules that define shared flags or
+# the values a parser offers (choices, defaults, types). Everything that does the work (the
+# ledger's readers, scoring, the judge, reports, workflows) and jsonschema is imported after the
+# command line is parsed, so --help answers without them (issue 30, start-up).
+PARSING_MODULES = {
+    "malloy_evals.llm.base", "malloy_evals.llm.select",          # --judge / --diagnoser flags
+    "malloy_evals.judge.doctrine",                              # --judge-retries, --judge-samples
+    "malloy_evals.report.stats",                                # --seed / --resamples defaults
+    "malloy_evals.diagnose.selection",                          # --split choices, --verdicts
+    "malloy_evals.answer.harness.plan",                         # --answerer, --split, the prompt
+    "malloy_evals.ledger.events", "malloy_evals.ledger.public_loop", "malloy_evals.ledger.ties",
+    "malloy_evals.sets.eval_set", "malloy_evals.sets.scaffold",  # new_set's default folder
+    "malloy_evals.checks.contamination.refs",                   # --needle's type
+    "malloy_evals.endpoint.mcp_server", "malloy_evals.endpoint.package",
+    "malloy_evals.endpoint.runner",                             # serve_local's --package, budget
+}
+HEAVY = ("jsonschema", "referencing", "yaml", *SDKS)
+
+
+def _parsing_module(name: str) -> bool:
+    parts = name.split(".")
+    return (name in PARSING_MODULES or parts[:2] == ["malloy_evals", "core"]
+            or len(parts) <= 2 or name + ".__init__" in PARSING_MODULES
+            or any(m.startswith(name + ".") for m in PARSING_MODULES))
+
+
+def test_every_help_imports_only_what_parsing_needs():
+    scripts = sorted(KIT.glob("skills/*/scripts/*.py"))
+    # One child: before each script the kit's modules and the heavy packages are forgotten, so
+    # each --help is seen importing everything it needs by itself.
+    probe = (
+        "import contextlib, io, json, runpy, sys\n"
+        f"heavy = {HEAVY!r}\n"
+        "out = {}\n"
+        f"for path in {[str(p) for p in scripts]!r}:\n"
+        "    for name in [m for m in sys.modules if m.split('.')[0] in ('malloy_evals', *heavy)]:\n"
+        "        del sys.modules[name]\n"
+        "    before = set(sys.modules)\n"
+        "    sys.argv = [path, '--help']\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        runpy.run_path(path, run_name='__main__')\n"
+        "    out[path] = sorted(set(sys.modules) - before)\n"
+        "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=KIT, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(imported) == len(scripts) > 20
+    for path, modules in imported.items():
+        assert "malloy_evals.core.cli" in modules, path  # the probe saw the script's own imports
+        heavy = [m for m in modules if m.split(".")[0] in HEAVY]
+        kit = [m for m in modules if m.startswith("malloy_evals") and not _parsing_module(m)]
+        assert (heavy, kit) == ([], []), f"{Path(path).name} --help imports {heavy + kit}"

@@ -147,6 +147,18 @@ def test_an_arm_of_several_runs_links_each_run():
     assert 'href="../r2/report.html#case-bk_total_revenue">r2</a>' in html
 
 
+def test_a_case_with_its_own_page_beside_a_large_run_is_linked_there():
+    # A run past the split (report/run_page.py SPLIT_AT) has a page per case beside report.html:
+    # its cases link there; a case without one, and the other arm, link into report.html.
+    html = cp.render_compare_page(
+        DOC, base_pages=[("base", "../base/report.html")],
+        candidate_pages=[("cand", "../cand/report.html")],
+        case_pages={"../base/report.html": {"report-case-bk_total_revenue.html"}})
+    assert 'href="../base/report-case-bk_total_revenue.html#case-bk_total_revenue"' in html
+    assert 'href="../cand/report.html#case-bk_total_revenue"' in html
+    assert 'href="../base/report.html#case-bk_gross_bookings"' in html
+
+
 def test_report_compare_refuses_arms_that_compare_nothing_and_writes_no_page(arms):
     # The recorded baseline copies are unscored: an arm without scores is refused (exit 3),
     # and the refusal is written as data, never as a page of figures.

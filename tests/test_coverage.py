@@ -700,3 +700,30 @@ def test_generated_large_model_is_narrowed_by_the_runtimes_search_and_decided_by
         unit = row["entities"][0].split(":")[1]
         assert unit in row["narrowing"]["sources"]  # the case's own source reached its reader
     assert schemas.validate("coverage_report", done) == []
+
+
+def test_a_large_models_searches_share_the_one_runner_that_compiled_it(needs_node, monkeypatch):
+    # Issue 30: the cases' searches came from the reader's threads at once and started a second
+    # runner, which compiled the model again; the model is now compiled once, by one runner.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from malloy_evals.endpoint.runner import MalloyRuntime
+
+    started: list[MalloyRuntime] = []
+
+    class Recorded(MalloyRuntime):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(coverage_surface, "MalloyRuntime", Recorded)
+    view = coverage_surface.read_local_model(BOOKSHOP / "model", search_over=10)
+    assert view.search is not None and view.close is not None
+    try:
+        texts = ["revenue", "genre", "region", "orders", "members", "ship date"] * 2
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            hits = list(pool.map(lambda text: view.search(text, 5), texts))  # type: ignore[misc]
+        assert sum(1 for h in hits if h) >= 10
+        assert len(started) == 1 and len(started[0].pids) == 1 and started[0].restarts == 0
+    finally:
+        view.close()

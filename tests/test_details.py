@@ -64,6 +64,19 @@ def test_a_secret_in_the_reexecuted_rows_is_redacted(run, eval_set):
     assert _one(run, eval_set).prediction.rows == [{"note": "[REDACTED]"}]
 
 
+def test_a_secret_one_attempt_shows_is_blanked_in_the_attempts_after_it(run, eval_set):
+    # One redactor serves the whole page: a token learned from where it stands in one attempt
+    # (after `Bearer`) is blanked in a later one that quotes it bare.
+    token = "zq8Xw2Lm4Np6Rt0Vy3"
+    run.append([_attempt("bk_total_revenue", answer_text=f"sent Bearer {token}"),
+                _attempt("bk_revenue_2024", answer_text=f"the value was {token}")])
+    view = run.view()
+    first, second = d.attempt_details(run, eval_set, view, [run.key("bk_total_revenue", None),
+                                                             run.key("bk_revenue_2024", None)])
+    assert first.answer.text == "sent Bearer [REDACTED]"
+    assert second.answer.text == "the value was [REDACTED]"
+
+
 def test_redacted_returns_a_clean_value_untouched_and_blanks_a_dirty_one():
     clean = {"a": ["x", 1, None]}
     assert d.redacted(clean) is clean

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import string
 
 import pytest
 from hypothesis import given, settings
@@ -154,3 +156,27 @@ def test_skipping_patterns_that_cannot_match_never_changes_what_is_redacted(part
     finally:
         r._live = live
     assert fast == full
+
+
+def test_the_one_scan_for_hint_words_finds_what_a_substring_test_of_each_word_finds():
+    # The filter that skips patterns whose hint words a text lacks scans a text once for every
+    # word (review cards blank tens of thousands of fields); it must pick exactly the patterns
+    # the plain `word in text` test picks, overlapping and nested words included.
+    from malloy_evals.core import redact as r
+
+    def plain(patterns, hints, text):
+        if not text.isascii():
+            return patterns
+        low = text.lower()
+        return [p for p, words in zip(patterns, hints, strict=True)
+                if any(w in low for w in words)]
+
+    rng = random.Random(3)
+    words = sorted({w for group in r._SHAPE_HINTS + r._NAMED_HINTS for w in group})
+    alphabet = string.ascii_letters + string.digits + "_-.=:/ é"
+    for _ in range(20_000):
+        text = "".join(rng.choice(words) if rng.random() < 0.3 else "".join(
+            rng.choice(alphabet) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 6)))
+        text = text.upper() if rng.random() < 0.3 else text
+        for patterns, hints in ((r._SHAPES, r._SHAPE_HINTS), (r._NAMED, r._NAMED_HINTS)):
+            assert r._live(patterns, hints, text) == plain(patterns, hints, text), text

@@ -13,6 +13,7 @@ import duckdb
 import pytest
 from conftest import KIT_ROOT, node_runtime_missing_reason
 from malloy_evals.answer.reexecute import (
+    Reexecutions,
     csv_cell,
     final_call,
     open_endpoint,
@@ -349,3 +350,79 @@ def test_script_model_flag_mistakes_exit_2(extra):
                           cwd=KIT_ROOT)
     assert proc.returncode == 2, proc.stderr
     assert "--model" in proc.stderr
+
+
+# ---------- one re-execution per distinct call in a scoring pass (issue 30) ----------
+
+
+class _CountingEndpoint:
+    """The real endpoint, counting the calls that reach it; `model_sha` None stands for a server
+    that cannot say which model it serves."""
+
+    def __init__(self, real, model_sha="known"):
+        self.real, self.calls = real, []
+        self.model_path, self.label = real.model_path, real.label
+        self.model_sha, self.served_revision = (real.model_sha, real.served_revision) \
+            if model_sha == "known" else (None, None)
+
+    def execute(self, **call):
+        self.calls.append(call)
+        return self.real.execute(**call)
+
+
+def test_a_pass_runs_each_distinct_call_once_and_each_attempt_keeps_its_own_artifacts(
+        needs_node, run, endpoint):
+    big = "run: big_orders"
+    run.append([_attempt("rev_by_region", "run: orders -> { group_by: status; aggregate: "
+                         "order_count }", sample=s) for s in (1, 2)]
+               + [_attempt("big", big, sample=1), _attempt("big", big, sample=2, givens={"MIN_QTY": 3}),
+                  _attempt("big", big, sample=3, givens={"MIN_QTY": 3}),
+                  _attempt("bad", "run: orders -> { group_by: nope }", sample=1),
+                  _attempt("bad", "run: orders -> { group_by: nope }", sample=2)])
+    counting, pass_ = _CountingEndpoint(endpoint), Reexecutions()
+    got = {(q, s): reexecute_attempt(run, MINI, q, s, counting, reexecutions=pass_)
+           for q, s in [("rev_by_region", 1), ("rev_by_region", 2), ("big", 1), ("big", 2),
+                        ("big", 3), ("bad", 1), ("bad", 2)]}
+    # Four distinct calls (the givens tell two apart); a refused query is a result, shared too.
+    assert len(counting.calls) == 4 and (pass_.executed, pass_.reused) == (4, 3)
+    assert [_read_csv(run.resolve(got["big", s].prediction_path))[1] for s in (1, 2, 3)] == [
+        ["4"], ["2"], ["2"]]
+    for (qid, sample), first in (("rev_by_region", 2), ("rev_by_region", 1)), (("big", 3), ("big", 2)), \
+            (("bad", 2), ("bad", 1)):
+        twin, origin = got[qid, sample], got[first]
+        assert twin.reused and twin.reused_from["sample"] == first[1] and not origin.reused
+        provenance = json.loads((run.artifact_dir(qid, sample) / "reexecution.json").read_text())
+        assert provenance["result"]["reused_from"]["qid"] == qid
+        for name in ("prediction.csv", "envelope.json", "reexecute_error.json"):
+            mine, theirs = run.artifact_dir(qid, sample) / name, run.artifact_dir(*first) / name
+            assert mine.is_file() == theirs.is_file()
+            if mine.is_file():
+                assert mine.read_text() == theirs.read_text()
+    assert got["bad", 2].status == "query_error" and got["bad", 2].error == got["bad", 1].error
+
+
+def test_a_server_that_cannot_say_its_model_shares_nothing(needs_node, run, endpoint):
+    run.append([_attempt("q", "run: orders -> { aggregate: order_count }", sample=s) for s in (1, 2)])
+    anonymous, pass_ = _CountingEndpoint(endpoint, model_sha=None), Reexecutions()
+    for sample in (1, 2):
+        assert not reexecute_attempt(run, MINI, "q", sample, anonymous, reexecutions=pass_).reused
+    assert len(anonymous.calls) == 2 and pass_.reused == 0
+
+
+def test_a_call_the_endpoint_could_not_run_is_not_kept_for_the_next_attempt(run, endpoint):
+    class FlakyEndpoint:
+        model_path, label, model_sha, served_revision = "shop.malloy", "local", "m" * 64, "r"
+        calls = 0
+
+        def execute(self, **call):
+            FlakyEndpoint.calls += 1
+            if FlakyEndpoint.calls == 1:
+                raise McpToolError("the runner is gone", payload={"environmentFault": True})
+            return {"rows": [{"n": 1}]}
+
+    run.append([_attempt("q", "run: orders -> { aggregate: n is count() }", sample=s) for s in (1, 2)])
+    pass_ = Reexecutions()
+    with pytest.raises(UnmeasuredError):
+        reexecute_attempt(run, MINI, "q", 1, FlakyEndpoint(), reexecutions=pass_)
+    second = reexecute_attempt(run, MINI, "q", 2, FlakyEndpoint(), reexecutions=pass_)
+    assert second.status == "ok" and not second.reused and FlakyEndpoint.calls == 2

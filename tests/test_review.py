@@ -233,6 +233,26 @@ def test_review_cards_blank_secrets_in_every_field(tmp_path):
     assert "1234.5" in review.render_item(queue.items[0])  # ordinary figures stay
 
 
+
+def test_review_cards_share_one_redactor_so_a_secret_seen_on_one_card_is_blanked_on_all(tmp_path):
+    # q_rev's rows show a password in its place (a URL); q_genre's answer repeats the bare
+    # value, which no shape would catch on its own card: one redactor for the queue blanks both.
+    set_dir = make_set(tmp_path)
+    run = make_run(tmp_path, set_dir, [
+        {"qid": "q_rev", "answer_text": "Revenue is $1,234.50.",
+         "final_query": "run: order_items -> { aggregate: revenue }"},
+        {"qid": "q_genre", "answer_text": "Fiction 700; the note said Zq8rTokenWord55 too."}])
+    write_prediction(run, "q_rev", None,
+                     "revenue,dsn\n1234.5,postgres://app:Zq8rTokenWord55@db.example/shop\n")
+    run.append([tied(run.dir, e) for e in [
+        score("q_rev", "needs_human", prediction_path="artifacts/q_rev/_/prediction.csv"),
+        score("q_genre", "near_match")]])
+    queue = review.review_queue(outs(run.dir, set_dir))
+    cards = {item.qid: review.render_item(item) for item in queue.items}
+    assert set(cards) == {"q_rev", "q_genre"}
+    assert all("Zq8rTokenWord55" not in card for card in cards.values())
+    assert "[REDACTED]" in cards["q_genre"] and "Fiction 700" in cards["q_genre"]
+
 # ---------------------------------------------------------------- hostile input (fuzzed)
 # review.py reads files it did not write: the set's judge-regressions.jsonl, the run's
 # summary.json, the prediction CSV. Mutated, each is read or refused in one line naming it.

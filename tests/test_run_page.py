@@ -1,6 +1,8 @@
 """report.html, read in a real browser: the demo runs' pages against their summary.json, a case's
 evidence, a hostile answer that must stay text, no network request, JavaScript off, a narrow
-screen, print; and the page written for an unscored run and for a 500-attempt run."""
+screen, print; the page written for an unscored run; and past the split (SPLIT_AT attempts),
+the page that keeps its table and first sections with a page per case beside it, every case
+reached from it in Chromium."""
 
 from __future__ import annotations
 
@@ -13,8 +15,16 @@ from pathlib import Path
 import pytest
 from browser_support import screenshot, visit
 from malloy_evals.core.errors import EXIT_USAGE, InputError, KitError
-from malloy_evals.report import run_page
-from malloy_evals.report.html import pct
+from malloy_evals.report import attempt_section as attempt_section_module
+from malloy_evals.report import details, run_page
+from malloy_evals.report.attempt_section import (
+    LEVELS,
+    attempt_section,
+    attempt_sections,
+    choose_levels,
+    first_of_cases,
+)
+from malloy_evals.report.html import anchor_id, case_anchor, pct
 from malloy_evals.workflow.outputs import RunOutputs
 from report_support import HOSTILE, SAMPLE_SET, SECRET, generated_run, hostile_run
 
@@ -319,14 +329,225 @@ def test_a_run_without_a_set_is_refused_and_no_page_is_written(unscored):
     assert not (unscored / "report.html").exists()
 
 
-def test_page_of_a_500_attempt_run_stays_under_2_mb(tmp_path):
-    run = generated_run(tmp_path, 500)
+# ---------------------------------------------------------------------------------------------
+# Pages that stay linear (issue 30): past SPLIT_AT attempts report.html keeps the table and the
+# first sections, and each case has its own page beside it
+
+
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory) -> dict:
+    """A run just past the split, answered unsealed (its headline leads with UNSEALED), with its
+    outputs written by their owner."""
+    root = tmp_path_factory.mktemp("split")
+    run = generated_run(root, run_page.SPLIT_AT + 41)
+    run.update_info(sandbox="none")
+    # A diagnosis of the table's last case, whose attempts are far past the first sections.
+    last = RunOutputs.load(run.dir, SAMPLE_SET).summary().cases[-1].qid
+    run.append([{"kind": "issue", "issue_id": "cluster-1", "qids": [last],
+                 "primary_code": "WRONG-FIELD", "component": "construction",
+                 "owner": "agent-skill", "diagnosis": "picked the wrong revenue"}])
+    written = RunOutputs.load(run.dir, SAMPLE_SET).write()
+    return {"run": run, "written": written, "page": Path(written.page.path), "diagnosed": last,
+            "summary": json.loads((run.dir / "summary.json").read_text())}
+
+
+def _hrefs(v, selector: str) -> list[str]:
+    return v.page.eval_on_selector_all(selector, "els => els.map(e => e.getAttribute('href'))")
+
+
+def test_past_the_split_every_attempt_is_reachable_from_the_page_in_chromium(split_run, browser):
+    page, summary = split_run["page"], split_run["summary"]
+    folder = page.parent
+    expected = {anchor_id(c["qid"], c["sample"]) for c in summary["cases"]}
+    v = visit(browser, page)
+    links = _hrefs(v, "#cases-table tbody tr td:first-child a")
+    assert len(links) == summary["attempts"] == len(expected)
+    here = set(v.page.eval_on_selector_all("details.attempt", "els => els.map(e => e.id)"))
+    assert 0 < len(here) <= run_page.INLINE_SECTIONS < summary["attempts"]
+    reached, pages = set(), {}
+    for href in links:
+        target, _, fragment = href.partition("#")
+        if not target:          # a section kept on the page itself
+            assert fragment in here
+            reached.add(fragment)
+        else:
+            pages.setdefault(target, set()).add(fragment)
+    assert v.requests == [page.resolve().as_uri()]
+    v.close()
+    for target, fragments in pages.items():
+        assert run_page.CASE_PAGE.fullmatch(target) and (folder / target).is_file()
+        w = visit(browser, folder / target)
+        ids = set(w.page.eval_on_selector_all("details.attempt", "els => els.map(e => e.id)"))
+        assert fragments <= ids
+        reached |= fragments
+        # Each case page carries the run's headline word for word, and a way back.
+        assert _text(w, "#headline") == summary["headline"]
+        assert _hrefs(w, "nav a") == [run_page.PAGE_FILE]
+        assert w.requests == [(folder / target).resolve().as_uri()]
+        assert (w.console_errors, w.page_errors) == ([], [])
+        w.close()
+    assert reached == expected
+
+
+def test_past_the_split_the_headline_and_its_unsealed_note_stay_as_the_summary_says(split_run,
+                                                                                 browser):
+    v = visit(browser, split_run["page"])
+    assert _text(v, "#headline") == split_run["summary"]["headline"]
+    assert _text(v, "#headline").startswith("UNSEALED: run ")
+    v.close()
+
+
+def test_following_a_row_to_its_case_page_opens_that_attempt(split_run, browser):
+    page, summary = split_run["page"], split_run["summary"]
+    last = summary["cases"][-1]
+    anchor = anchor_id(last["qid"], last["sample"])
+    v = visit(browser, page)
+    row_link = v.page.locator(f'#cases-table a[href$="#{anchor}"]')
+    assert row_link.get_attribute("href") == f"{run_page.case_page(last['qid'])}#{anchor}"
+    row_link.click()
+    v.page.wait_for_function(f"document.getElementById('{anchor}') && "
+                             f"document.getElementById('{anchor}').open", timeout=20_000)
+    text = v.page.locator(f"#{anchor}").inner_text()
+    assert last["why"] in text                     # the judge's why, word for word
+    assert "final query" in text and "get_context" in text
+    v.close()
+
+
+def test_a_comparison_link_to_a_case_reaches_it_past_the_split(split_run, browser):
+    # compare.html links to `report.html#case-<qid>`: a case whose first attempt is only on its
+    # case page keeps that anchor on its row, which links to the case page.
+    page, summary = split_run["page"], split_run["summary"]
+    v = visit(browser, page)
+    here = set(v.page.eval_on_selector_all("details.attempt", "els => els.map(e => e.id)"))
+    qids = list(dict.fromkeys(c["qid"] for c in summary["cases"]))
+    for qid in qids:
+        found = v.page.locator(f"#{case_anchor(qid)}")
+        assert found.count() == 1
+        section = found.evaluate("e => e.closest('details.attempt') && "
+                                 "e.closest('details.attempt').id")
+        if section:             # its first attempt's section is on the page
+            assert section == anchor_id(qid, 1) in here
+        else:
+            assert anchor_id(qid, 1) not in here
+            assert found.locator("a").get_attribute("href") == (
+                f"{run_page.case_page(qid)}#{anchor_id(qid, 1)}")
+    v.close()
+
+
+def test_past_the_split_issue_links_cross_between_the_page_and_the_case_page(split_run, browser):
+    page, qid = split_run["page"], split_run["diagnosed"]
+    v = visit(browser, page)
+    assert v.page.locator("#issue-cluster-1").count() == 1
+    assert _hrefs(v, "#issues-table a") == [f"{run_page.case_page(qid)}#{case_anchor(qid)}"]
+    v.close()
+    w = visit(browser, page.parent / run_page.case_page(qid))
+    assert w.page.locator(f"#{case_anchor(qid)}").count() == 1
+    assert set(_hrefs(w, "details.attempt p a[href*='issue-']")) == {"report.html#issue-cluster-1"}
+    w.close()
+
+
+def test_past_the_split_the_owner_lists_the_case_pages_and_removes_stale_ones(split_run,
+                                                                             tmp_path):
+    run, written = split_run["run"], split_run["written"]
+    qids = list(dict.fromkeys(c["qid"] for c in split_run["summary"]["cases"]))
+    assert sorted(written.page.case_pages) == sorted(run_page.case_page(q) for q in qids)
+    assert run_page.case_pages_in(run.dir) == sorted(written.page.case_pages)
+    # A case page this writing does not make (a case gone since, a page planted as a link) does
+    # not outlive the next writing; the link is removed, never followed.
+    stale = run.dir / "report-case-bk_no_longer_here.html"
+    stale.write_text("an old page")
+    elsewhere = tmp_path / "theirs.html"
+    elsewhere.write_text("theirs")
+    (run.dir / "report-case-bk_planted.html").symlink_to(elsewhere)
+    (run.dir / "report-case-a_folder.html").mkdir()   # not a page: left alone
+    again = RunOutputs.load(run.dir, SAMPLE_SET).write()
+    assert run_page.case_pages_in(run.dir) == sorted([*again.page.case_pages,
+                                                      "report-case-a_folder.html"])
+    assert not stale.exists() and elsewhere.read_text() == "theirs"
+    assert not (run.dir / "report-case-bk_planted.html").is_symlink()
+
+
+def test_a_case_of_many_attempts_spreads_over_pages_each_reached_from_the_table(
+        monkeypatch, browser, tmp_path):
+    # Small numbers stand for large ones: past 30 attempts, two attempts a case page.
+    monkeypatch.setattr(run_page, "SPLIT_AT", 30)
+    monkeypatch.setattr(run_page, "INLINE_SECTIONS", 5)
+    monkeypatch.setattr(run_page, "CASE_PAGE_ATTEMPTS", 2)
+    run = generated_run(tmp_path, 100)        # 31 cases of 3 or 4 attempts
     page = RunOutputs.load(run.dir, SAMPLE_SET).write().page
-    assert page.attempts == 500
-    assert page.bytes == len(Path(page.path).read_bytes()) < 2_000_000
+    v = visit(browser, Path(page.path))
+    links = _hrefs(v, "#cases-table tbody tr td:first-child a")
+    v.close()
+    assert len(links) == 100
+    targets: dict[str, set[str]] = {}
+    for href in links:
+        target, _, fragment = href.partition("#")
+        targets.setdefault(target or run_page.PAGE_FILE, set()).add(fragment)
+    for target, fragments in targets.items():
+        text = (run.dir / target).read_text()
+        assert fragments <= set(re.findall(r'<details id="([^"]+)" class="attempt"', text))
+    assert set(targets) - {run_page.PAGE_FILE} <= set(page.case_pages)
+    assert sorted(page.case_pages) == run_page.case_pages_in(run.dir)
+    second = sorted(t for t in page.case_pages if t.endswith("~2.html"))
+    assert len(page.case_pages) == 62 and len(second) == 31
+    w = visit(browser, run.dir / second[0])
+    assert _hrefs(w, "nav a") == [run_page.PAGE_FILE, second[0].replace("~2.html", ".html")]
+    assert w.page.locator("details.attempt").count() <= 2
+    w.close()
+
+
+def test_a_rescore_below_the_split_leaves_no_case_page(unscored):
+    (unscored / "report-case-bk_total_revenue.html").write_text("from when the run was larger")
+    page = RunOutputs.load(unscored, SAMPLE_SET).write().page
+    assert page.case_pages == () and run_page.case_pages_in(unscored) == []
+
+
+def test_below_the_split_the_page_is_every_section_at_its_first_level(unscored):
+    # Runs below the split are drawn as before: every attempt's section on the page, in the
+    # summary's order, each drawn at the first level, and nothing beside the page.
+    outputs = RunOutputs.load(unscored, SAMPLE_SET)
+    page = outputs.write().page
     html = Path(page.path).read_text()
-    assert html.count('class="attempt"') == 500   # every attempt keeps its section
-    assert re.search(r"\d+ of 500 are drawn shorter", html)
+    s = outputs.summary()
+    attempts = details.attempt_details(outputs.run, outputs.eval_set, outputs.view,
+                                       [outputs.run.key(r.qid, r.sample) for r in s.cases])
+    rows = {(r.qid, r.sample): r for r in s.cases}
+    drawn = "".join(attempt_section(a, rows[(a.qid, a.sample)], first_of_case=f, caps=LEVELS[0])
+                    for a, f in zip(attempts, first_of_cases(attempts), strict=True))
+    assert html.count('class="attempt"') == page.attempts == 18
+    assert drawn in html
+    assert "Each attempt&#x27;s evidence: open one (or follow a link from the table).</p>" in html
+    assert "report-case-" not in html and page.case_pages == ()
+
+
+def test_a_section_is_drawn_once_whatever_the_budget(monkeypatch, tmp_path):
+    run = generated_run(tmp_path, 40)
+    outputs = RunOutputs.load(run.dir, SAMPLE_SET)
+    s = outputs.summary()
+    attempts = details.attempt_details(run, outputs.eval_set, outputs.view,
+                                       [run.key(r.qid, r.sample) for r in s.cases])
+    rows = {(r.qid, r.sample): r for r in s.cases}
+    full = sum(len(h.encode()) for h in attempt_sections(attempts, rows, 10**9)[0])
+    calls = []
+    real = attempt_section_module.attempt_section
+    monkeypatch.setattr(attempt_section_module, "attempt_section",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    budget = full * 9 // 10   # within reach: the shortest levels keep about three quarters
+    sections, shortened = attempt_sections(attempts, rows, budget)
+    assert len(calls) == len(sections) == len(attempts)
+    assert 0 < shortened < len(attempts)
+    assert sum(len(h.encode()) for h in sections) <= budget
+
+
+def test_levels_go_to_the_largest_section_first_without_rescans():
+    sizes = [[100, 80, 60], [500, 300, 100], [50, 40, 30], [400, 390, 380]]
+    # 1050 in all: 500 drops to 300 (total 850), then 400 to 390 (840), then 390 to 380 (830).
+    assert choose_levels(sizes, 1050) == [0, 0, 0, 0]
+    assert choose_levels(sizes, 1049) == [0, 1, 0, 0]
+    assert choose_levels(sizes, 840) == [0, 1, 0, 1]
+    assert choose_levels(sizes, 830) == [0, 1, 0, 2]
+    assert choose_levels(sizes, 10**6) == [0, 0, 0, 0]
+    assert choose_levels(sizes, 0) == [2, 2, 2, 2]   # as short as each gets
 
 
 def test_report_script_writes_the_page_and_prints_one_json_document(unscored, capsys):

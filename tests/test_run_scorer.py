@@ -492,3 +492,98 @@ def test_a_public_loop_ledger_is_refused_before_anything_is_scored(tmp_path):
     public = KIT / "tests" / "fixtures" / "public_loop" / "run"
     with pytest.raises(InputError, match="events.jsonl:1: no event_id: .* score_run.py works on"):
         RunOutputs.load(public, KIT / "evals" / "bookshop", refuse_public="score_run.py")
+
+
+# --- one re-execution per distinct final query in a pass (issue 30) ---------------------------
+
+
+def _repeated_baseline(folder: Path, copies: int) -> tuple[Path, Path]:
+    """The sample set's baseline run repeated under samples 0..copies-1 (each attempt with its
+    tool calls, event ids fixed), and one hand-authored judge reply per attempt: the baseline's
+    authored reply for its case."""
+    set_dir = KIT / "evals" / "bookshop"
+    baseline = set_dir / "runs" / "baseline"
+    events = [json.loads(line) for line in (baseline / "events.jsonl").read_text().splitlines()]
+    authored = set_dir / "recordings" / "judge" / "_authored.baseline.jsonl"
+    replies = {json.loads(line)["key"].split(".")[1]: json.loads(line)["replies"]
+               for line in authored.read_text().splitlines() if line.strip()}
+    run_dir = folder / "run"
+    run_dir.mkdir(parents=True)
+    info = json.loads((baseline / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**info, "runId": "reuse"}, indent=2) + "\n")
+    kept = [e for e in events if e.get("kind") in ("attempt", "tool_call")]
+    with (run_dir / "events.jsonl").open("w") as ledger:
+        for sample in range(copies):
+            for n, e in enumerate(kept):
+                ledger.write(json.dumps({**e, "event_id": f"ev{sample:02d}{n:04d}",
+                                         "sample": sample}) + "\n")
+    hand = folder / "judge.jsonl"
+    hand.write_text("".join(json.dumps({"key": f"reuse.{e['qid']}.{s}", "replies": replies[e["qid"]]})
+                            + "\n" for s in range(copies) for e in kept
+                            if e.get("kind") == "attempt" and e["qid"] in replies))
+    return run_dir, hand
+
+
+def _attempt_files(run_dir: Path) -> dict[str, object]:
+    """Every artifact of every attempt: JSON files parsed (a re-execution's provenance without
+    its reuse note), other files as text. Malloy names each compile's field references and
+    query text by fresh random UUIDs (`reference_id`, `internal://query/...`: two fresh runs
+    differ there too): they are blanked."""
+    out: dict[str, object] = {}
+    for path in sorted((run_dir / "artifacts").rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(run_dir).as_posix()
+        text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>",
+                      path.read_text(encoding="utf-8"))
+        if path.name.startswith("reexecution"):
+            doc = json.loads(text)
+            note = {k: doc["result"].pop(k) for k in ("reused", "reused_from")}
+            out[rel + " (reuse note)"] = note
+            out[rel] = doc
+        else:
+            out[rel] = text
+    return out
+
+
+def test_reused_reexecutions_give_the_same_verdicts_and_artifacts_as_fresh_ones(needs_node,
+                                                                                tmp_path):
+    from malloy_evals.llm.select import make_provider
+
+    set_dir = KIT / "evals" / "bookshop"
+    template, hand = _repeated_baseline(tmp_path / "template", copies=2)
+    scored: dict[bool, tuple[Path, rs.RunScoreResult, list[str]]] = {}
+    for reuse in (True, False):
+        run_dir = tmp_path / f"reuse-{reuse}"
+        shutil.copytree(template, run_dir)
+        said: list[str] = []
+        judge = make_provider(f"hand:{hand}", role="judge", set_dir=set_dir)
+        result = rs.score_run(RunOutputs.load(run_dir, set_dir), judge=judge,
+                              judge_spec=f"hand:{hand}", local=True, parallel=4, reuse=reuse,
+                              progress=said.append)
+        assert isinstance(result, rs.RunScoreResult) and result.counts["failed"] == 0
+        scored[reuse] = (run_dir, result, said)
+    (with_dir, with_reuse, said), (fresh_dir, fresh, _) = scored[True], scored[False]
+
+    def verdicts(r: rs.RunScoreResult) -> dict[tuple[str, int | None], tuple]:
+        return {(o.qid, o.sample): (o.action, o.verdict, o.reason) for o in r.outcomes}
+
+    assert len(with_reuse.outcomes) == 36 and verdicts(with_reuse) == verdicts(fresh)
+    assert with_reuse.summary.headline == fresh.summary.headline
+    reused_files, fresh_files = _attempt_files(with_dir), _attempt_files(fresh_dir)
+    notes = {k: v for k, v in reused_files.items() if k.endswith("(reuse note)")}
+    # Every attempt whose final query was re-run has its own prediction and provenance in both.
+    assert len(notes) >= 20 and len(notes) % 2 == 0
+    assert all(v == {"reused": False, "reused_from": None}
+               for k, v in fresh_files.items() if k.endswith("(reuse note)"))
+    reused = {k: v for k, v in notes.items() if v["reused"]}  # type: ignore[index]
+    # Every sample-1 attempt asks what its sample-0 twin asked: run once, reused (a pair of
+    # attempts whose final queries agree may be reused either way round).
+    assert len(reused) >= len(notes) // 2
+    for key, note in reused.items():
+        source = note["reused_from"]  # type: ignore[index]
+        assert set(source) == {"qid", "sample", "attempt_event_id"} and source["attempt_event_id"]
+        assert source["qid"] != key.split("/")[1] or source["sample"] != int(key.split("/")[2])
+    assert {k: v for k, v in reused_files.items() if k not in notes} == {
+        k: v for k, v in fresh_files.items() if k not in notes}
+    assert any("attempt(s) reused one of them" in line for line in said)

@@ -413,3 +413,124 @@ def test_result_over_the_byte_cap_is_the_querys_failure(needs_node, rt, monkeypa
     assert err.value.code == "query-too-large"
     monkeypatch.undo()
     assert len(rt.execute("run: orders -> { select: * }")["rows"]) == 8
+
+
+# ---------- compiled once: the model cache and the compiled queries (issue 30) ----------
+
+
+def _results(runtime: MalloyRuntime, queries: list[dict], trusted: bool) -> list[str]:
+    """Each query's rows, result fields and limits as JSON text, or its error."""
+    out = []
+    for q in queries:
+        try:
+            r = runtime.execute(q.get("query"), source_name=q.get("source_name"),
+                                query_name=q.get("query_name"), givens=q.get("givens"),
+                                trusted=trusted)
+            fields = [(f["name"], f.get("type")) for f in r["schema"]["fields"]]
+            out.append(json.dumps({"rows": r["rows"], "fields": fields, "sql": r["sql"],
+                                   "limit": [r["_limit_hit"], r["_query_row_limit"]]}))
+        except MalloyQueryError as exc:
+            out.append("error: " + exc.message)
+    return out
+
+
+def test_a_second_runner_reads_the_compiled_model_and_answers_exactly_as_a_compile(needs_node,
+                                                                                   tmp_path):
+    model_queries, truth_queries = _sample_queries()
+    cache = tmp_path / "cache"
+    for package, queries, trusted in ((BOOKSHOP / "model", model_queries, False),
+                                      (BOOKSHOP / "truth", truth_queries, True)):
+        with MalloyRuntime(package, allow=default_allow(package), model_cache=None,
+                           pool_size=1) as fresh:
+            assert fresh.describe()["errors"] == [] and fresh.load_summary["model_cache"] == "off"
+            expected = (fresh.describe(), fresh.definitions(), fresh.entities(),
+                        _results(fresh, queries, trusted))
+        with MalloyRuntime(package, allow=default_allow(package), model_cache=cache) as pool:
+            pool.describe()
+            assert pool.load_summary["model_cache"] == "compiled"
+            pool.warm()  # the second runner of the pool
+            assert pool.load_summary["model_cache"] == "read" and len(pool.pids) == 2
+        with MalloyRuntime(package, allow=default_allow(package), model_cache=cache,
+                           pool_size=1) as reader:
+            surface = reader.describe()
+            assert reader.load_summary["model_cache"] == "read"
+            # Asked twice: the second time every query comes from the runner's compiled queries.
+            got = [(surface, reader.definitions(), reader.entities(),
+                    _results(reader, queries, trusted)) for _ in range(2)]
+        assert sum(1 for r in expected[3] if not r.startswith("error")) > 20
+        assert got[0] == expected and got[1] == expected
+
+
+def test_a_changed_model_or_table_is_compiled_again_never_read_stale(needs_node, tmp_path):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(MINI, pkg)
+    model, cache = pkg / "model", tmp_path / "cache"
+
+    def load() -> tuple[str, MalloyRuntime]:
+        runtime = MalloyRuntime(model, allow=default_allow(model), model_cache=cache, pool_size=1)
+        runtime.describe()
+        return runtime.load_summary["model_cache"], runtime
+
+    state, runtime = load()
+    runtime.close()
+    assert state == "compiled" and load()[0] == "read"
+    shop = model / "shop.malloy"
+    shop.write_text(shop.read_text().replace("source: orders is", "source: orders2 is "
+                                             "duckdb.table('../data/orders.csv')\nsource: orders is", 1))
+    state, runtime = load()
+    with runtime:
+        assert state == "compiled"
+        assert runtime.execute("run: orders2 -> { aggregate: n is count() }")["rows"][0]["n"] > 0
+    # A column added to a table changes the schema the compile read: compiled again.
+    orders = pkg / "data" / "orders.csv"
+    head, *rows = orders.read_text().splitlines()
+    orders.write_text("\n".join([head + ",note", *(r + ",x" for r in rows)]) + "\n")
+    state, runtime = load()
+    with runtime:
+        assert state == "compiled"
+        assert runtime.execute("run: orders -> { group_by: note }")["rows"] == [{"note": "x"}]
+
+
+def test_a_cache_folder_others_may_write_or_a_planted_file_is_never_read(needs_node, tmp_path):
+    cache = tmp_path / "cache"
+    with MalloyRuntime(MINI_MODEL, allow=default_allow(MINI_MODEL), model_cache=cache,
+                       pool_size=1) as first:
+        first.describe()
+    kept = [p for p in cache.iterdir() if p.suffix == ".json"]
+    assert len(kept) == 1 and kept[0].stat().st_mode & 0o077 == 0
+    # A file that is not what the runner wrote (here: unreadable JSON) is a miss, compiled again.
+    kept[0].write_text("{not json")
+    with MalloyRuntime(MINI_MODEL, allow=default_allow(MINI_MODEL), model_cache=cache,
+                       pool_size=1) as second:
+        assert len(second.execute("run: orders -> { group_by: status }")["rows"]) == 3
+        assert second.load_summary["model_cache"] == "compiled"
+    # A folder others may write is not used at all.
+    cache.chmod(0o777)
+    with MalloyRuntime(MINI_MODEL, allow=default_allow(MINI_MODEL), model_cache=cache,
+                       pool_size=1) as third:
+        third.describe()
+        assert third.load_summary["model_cache"] == "off"
+    # Nor is a file others may write, even one the runner wrote itself.
+    cache.chmod(0o700)
+    with MalloyRuntime(MINI_MODEL, allow=default_allow(MINI_MODEL), model_cache=cache,
+                       pool_size=1) as fourth:
+        fourth.describe()
+    kept[0].chmod(0o666)
+    with MalloyRuntime(MINI_MODEL, allow=default_allow(MINI_MODEL), model_cache=cache,
+                       pool_size=1) as fifth:
+        fifth.describe()
+        assert fifth.load_summary["model_cache"] == "compiled"
+
+
+def test_a_compiled_query_is_kept_apart_by_its_givens_and_its_mode(needs_node, rt):
+    # The runner's compiled queries are keyed by text, givens and mode: the same text with other
+    # givens, or a trusted compile of it, never answers for a restricted one.
+    for _ in range(2):
+        assert rt.execute(query_name="big_orders")["rows"] == [{"order_count": 4}]
+        assert rt.execute(query_name="big_orders", givens={"MIN_QTY": 3})["rows"] == [
+            {"order_count": 2}]
+    table = "run: duckdb.table('../data/orders.csv') -> { aggregate: n is count() }"
+    assert rt.execute(table, trusted=True)["rows"][0]["n"] > 0
+    for _ in range(2):
+        with pytest.raises(MalloyQueryError):
+            rt.execute(table)

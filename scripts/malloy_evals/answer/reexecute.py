@@ -9,7 +9,10 @@ the server refuses is a result, recorded as `reexecute_error.json`, never an exc
 unreachable server raises (could not measure).
 
 `open_endpoint(eval_set, mcp_url=..., local=...)` gives one connection for many attempts, so
-score_attempt and score_run reuse it.
+score_attempt and score_run reuse it. Within one scoring pass (`Reexecutions`), a final query
+another attempt already re-ran, the same call with the same givens against the same model, is
+not run again: its result is written as this attempt's own artifacts, the provenance saying it
+was reused and from which attempt.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import io
 import json
 import re
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +173,9 @@ class ReexecuteResult:
     limit_hit: bool = False
     endpoint: str = ""
     reused: bool = False              # an earlier re-execution of the same call, model and endpoint
+    # The attempt whose re-execution this one reused in the same scoring pass: {qid, sample,
+    # attempt_event_id}; None when the query was run for this attempt (or by reexecute.py).
+    reused_from: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -258,12 +265,80 @@ def prediction_csv(envelope: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """What the endpoint gave for one call: the envelope (with its CSV), or the query error's
+    detail (`reexecute_error.json`); `origin` is the attempt it was run for."""
+
+    origin: dict[str, Any]
+    envelope: dict[str, Any] | None = None
+    csv: str = ""
+    error: dict[str, Any] | None = None
+
+
+class Reexecutions:
+    """One scoring pass's re-executions: the first attempt to ask for a (model, call) runs it,
+    every later attempt asking for the same (the same final query or named view, the same
+    givens, the same model path, against an endpoint serving the same model digest) gets that
+    result. Attempts asking at the same moment wait for the first instead of running it too.
+    A call that raised (the endpoint could not run anything) is not kept: the next attempt
+    runs it. An endpoint that cannot say which model it serves shares nothing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: dict[str, tuple[threading.Lock, list[_Outcome]]] = {}
+        self.executed = 0  # calls sent to the endpoint through this pass
+        self.reused = 0    # attempts that took another attempt's result
+
+    @staticmethod
+    def key(endpoint: QueryEndpoint, sent: dict[str, Any]) -> str | None:
+        """The identity of one re-execution, or None when it must not be shared."""
+        identity = _identity(endpoint)
+        if (identity["model_sha"], identity["served_revision"]) == (None, None):
+            return None
+        return json.dumps([identity, sent], sort_keys=True, default=str)
+
+    def once(self, key: str, run_it: Callable[[], _Outcome]) -> tuple[_Outcome, bool]:
+        """(the outcome for `key`, whether it was reused): `run_it` runs only for the first."""
+        with self._lock:
+            gate, kept = self._slots.setdefault(key, (threading.Lock(), []))
+        with gate:
+            if kept:
+                with self._lock:
+                    self.reused += 1
+                return kept[0], True
+            outcome = run_it()
+            kept.append(outcome)
+            with self._lock:
+                self.executed += 1
+            return outcome, False
+
+
+def _run_call(endpoint: QueryEndpoint, call: dict[str, Any], sent: dict[str, Any],
+              origin: dict[str, Any]) -> _Outcome:
+    """Send one call: the envelope and its CSV, or a refused query's detail; an endpoint that
+    could not run anything raises (could not measure)."""
+    try:
+        envelope = endpoint.execute(**call)
+    except McpToolError as exc:
+        if exc.payload.get("environmentFault") is True:
+            # The endpoint could not run anything (package not loaded, runner gone): not the
+            # answerer's failure, and not a result: scoring records an environment failure.
+            raise UnmeasuredError(f"{endpoint.label}: {exc.message}") from None
+        return _Outcome(origin, error=_error_detail(sent, exc))
+    except McpProtocolError as exc:
+        return _Outcome(origin, error=_error_detail(sent, exc))
+    return _Outcome(origin, envelope=envelope, csv=prediction_csv(envelope))
+
+
 def reexecute_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None,
-                      endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None
-                      ) -> ReexecuteResult:
+                      endpoint: QueryEndpoint, attempt: dict[str, Any] | None = None,
+                      reexecutions: Reexecutions | None = None) -> ReexecuteResult:
     """Re-run the attempt's final query and write its artifacts (write-once: a second run of the
     same attempt writes prediction.2.csv). Query errors come back as data. `attempt` is its live
-    attempt event when the caller holds it already (scoring reads the ledger once per pass)."""
+    attempt event when the caller holds it already (scoring reads the ledger once per pass).
+    `reexecutions`: the scoring pass's record, so a call another attempt already ran is reused
+    (the artifacts are this attempt's own, the same as a fresh run would write)."""
     attempt = attempt if attempt is not None else run.attempt(qid, sample)
     if attempt is None:
         raise InputError(run.events_path, None,
@@ -273,25 +348,30 @@ def reexecute_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None,
         return ReexecuteResult(qid, sample, "no_query", {}, error="the attempt has no final query",
                                endpoint=endpoint.label)
     sent = {k: v for k, v in call.items() if v is not None}
-    try:
-        envelope = endpoint.execute(**call)
-    except McpToolError as exc:
-        if exc.payload.get("environmentFault") is True:
-            # The endpoint could not run anything (package not loaded, runner gone): not the
-            # answerer's failure, and not a result: scoring records an environment failure.
-            raise UnmeasuredError(f"{endpoint.label}: {exc.message}") from None
-        result = _query_error(run, qid, sample, sent, exc, endpoint.label)
-    except McpProtocolError as exc:
-        result = _query_error(run, qid, sample, sent, exc, endpoint.label)
+    origin = {"qid": qid, "sample": sample, "attempt_event_id": attempt.get("event_id")}
+    key = reexecutions.key(endpoint, sent) if reexecutions is not None else None
+    if reexecutions is None or key is None:
+        outcome, reused = _run_call(endpoint, call, sent, origin), False
     else:
+        outcome, reused = reexecutions.once(key, lambda: _run_call(endpoint, call, sent, origin))
+    note: dict[str, Any] = {"reused": True, "reused_from": outcome.origin} if reused else {}
+    if outcome.envelope is None:
+        detail = outcome.error or {}
+        path = run.write_artifact(qid, sample, ERROR_FILE, detail)
+        result = ReexecuteResult(qid, sample, "query_error", sent, error=detail.get("error"),
+                                 suggestions=list(detail.get("suggestions") or []),
+                                 error_path=run.relpath(path), endpoint=endpoint.label, **note)
+    else:
+        envelope = outcome.envelope
         env_path = run.write_artifact(qid, sample, ENVELOPE_FILE, envelope)
-        pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, prediction_csv(envelope))
+        pred_path = run.write_artifact(qid, sample, PREDICTION_FILE, outcome.csv)
         rows = envelope.get("rows") or []
         result = ReexecuteResult(qid, sample, "ok", sent, row_count=len(rows),
                                  columns=result_columns(envelope),
                                  prediction_path=run.relpath(pred_path),
                                  envelope_path=run.relpath(env_path),
-                                 limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label)
+                                 limit_hit=bool(envelope.get("_limit_hit")), endpoint=endpoint.label,
+                                 **note)
     run.write_artifact(qid, sample, PROVENANCE_STEM + PROVENANCE_SUFFIX,
                        {"attempt_event_id": attempt.get("event_id"), **_identity(endpoint),
                         "result": to_jsonable(result)})
@@ -336,15 +416,12 @@ def fresh_reexecution(run: Run, qid: str, sample: int | None, endpoint: QueryEnd
     return ReexecuteResult(**{**fields, "reused": True})
 
 
-def _query_error(run: Run, qid: str, sample: int | None, sent: dict[str, Any],
-                 exc: McpToolError | McpProtocolError, label: str) -> ReexecuteResult:
-    """A query the server refused or failed (over its budget included), recorded as a result."""
+def _error_detail(sent: dict[str, Any], exc: McpToolError | McpProtocolError) -> dict[str, Any]:
+    """A query the server refused or failed (over its budget included), as `reexecute_error.json`
+    records it."""
     suggestions = list(getattr(exc, "suggestions", []) or [])
-    detail = {"error": exc.message, "suggestions": suggestions, "call": sent,
-              "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
-    path = run.write_artifact(qid, sample, ERROR_FILE, detail)
-    return ReexecuteResult(qid, sample, "query_error", sent, error=exc.message,
-                           suggestions=suggestions, error_path=run.relpath(path), endpoint=label)
+    return {"error": exc.message, "suggestions": suggestions, "call": sent,
+            "code": getattr(exc, "code", None), "payload": getattr(exc, "payload", None)}
 
 
 def reexecute(run_dir: str | Path, set_dir: str | Path, qid: str, sample: int | None,

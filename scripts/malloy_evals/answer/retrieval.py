@@ -4,8 +4,9 @@ skills/eval-answer/reference/retrieval-rows.md.
 
 Mechanical, no LLM. The deciders are pure and take values (`score_row`, `attribute`, `summarize`,
 `cascade`). `score_retrieval` (the script) streams the ledger through the ledger's one live rule
-(`ledger.live.stream_live`), decoding only the lines and fields it needs, so memory grows with
-attempts, never with events; `score_view` scores the live view a pass already holds.
+(`ledger.live.TiedFold`, the tie rule applied as the live view applies it), decoding only the
+lines and fields it needs, so memory grows with attempts, never with events; `score_view` scores
+the live view a pass already holds.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import functools
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,11 +29,10 @@ from malloy_evals.ledger.events import (
     EVENTS_FILE,
     RUN_FILE,
     AttemptKey,
-    decode_line,
     effective_verdict,
     well_formed_key,
 )
-from malloy_evals.ledger.live import LiveView, stream_live
+from malloy_evals.ledger.live import LiveView, TiedFold, decode_lean
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import EvalSet, load_set
 
@@ -446,40 +446,29 @@ def collect_states(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, Atte
     return states
 
 
+def tied_states(fold_path: Path, problems: list[LineProblem]) -> dict[AttemptKey, AttemptState]:
+    """`collect_states` over a ledger read in one streaming pass (`ledger.live.TiedFold`), with
+    the tie rule applied as `score_view` applies it through the live view: an attempt's score,
+    human_verdict and retrieval_score count only when tied to its live attempt."""
+    fold = TiedFold(fold_path, needles=_NEEDLES, decode=decode_lean)
+    states = collect_states(e for e in fold if e.get("kind") == "tool_call")
+    problems.extend(fold.problems)
+    tied: list[Mapping[str, Any]] = []
+    for key in fold.attempt_keys():
+        tied.append(fold.attempt(key) or {})
+        tied += [e for kind in ("score", "human_verdict", "retrieval_score")
+                 if (e := fold.tied(kind, key)) is not None]
+    for key, state in collect_states(tied).items():
+        states.setdefault(key, state)
+        states[key].has_attempt, states[key].attempt_id = state.has_attempt, state.attempt_id
+        states[key].score, states[key].human = state.score, state.human
+        states[key].live_retrieval_ids = state.live_retrieval_ids
+    return states
+
+
 # The lines retrieval decodes: get_context calls first (most lines of a ledger), then the rest of
 # its kinds. execute_query calls, issues and voids are never decoded.
 _NEEDLES = (b'"get_context"', b'"attempt"', b'"score"', b'"retrieval_score"', b'"human_verdict"')
-# The decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
-_scan_once: Callable[[str, int], tuple[Any, int]] = (
-    # scan_once is set on every JSONDecoder at run time; the stubs do not declare it.
-    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
-
-
-def _cut_hits(line: bytes) -> bytes:
-    """The line without the contents of its `hits` array, which retrieval never reads (the array
-    repeats entity_ids with relevance and position; dropping it halves what json must decode).
-    Hit objects are flat, so the first `]` closes the array; should an id itself hold one, the cut
-    line no longer parses and the caller decodes the whole line instead."""
-    start = line.find(b'"hits":[')
-    if start < 0:
-        return line
-    close = line.find(b"]", start + 8)
-    return line if close < 0 else line[:start + 8] + line[close:]
-
-
-def _decode(line: bytes, number: int, torn: bool) -> tuple[dict[str, Any] | None, LineProblem | None]:
-    """A ledger line decoded for retrieval: without a get_context call's hits, by the JSON scanner
-    alone, when that gives a whole object; else the line as every reader decodes it."""
-    if not torn:
-        try:
-            text = _cut_hits(line).decode("utf-8")
-            value, end = _scan_once(text, 0)
-        except (ValueError, StopIteration, RecursionError):  # UnicodeDecodeError included
-            pass
-        else:
-            if end == len(text) and isinstance(value, dict):
-                return value, None
-    return decode_line(line, number, torn)
 
 
 def _read_report(path: Path, what: str) -> Any:
@@ -588,8 +577,7 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *,
         # guess (score_view reads one through a live view, which normalises it).
         raise InputError(events_path, 1, public_loop.refusal("score_retrieval.py"))
     problems: list[LineProblem] = []
-    states = collect_states(stream_live(events_path, needles=_NEEDLES, decode=_decode,
-                                        problems=problems))
+    states = tied_states(events_path, problems)
     run = Run.open(run_dir) if append else None
     unfindable = read_unfindable(findable) if findable is not None else None
     return _score(states, eval_set, measured, held, [str(p) for p in problems], run, str(set_dir),

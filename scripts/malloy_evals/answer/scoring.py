@@ -9,6 +9,7 @@ from typing import Any
 from malloy_evals.answer.reexecute import (
     QueryEndpoint,
     ReexecuteResult,
+    Reexecutions,
     fresh_reexecution,
     open_endpoint,
     reexecute_attempt,
@@ -130,12 +131,14 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
                   endpoint: QueryEndpoint | None = None, reexecutor: Reexecutor | None = None,
                   judge_retries: int = 1, append: bool = True, reexecute: bool = True,
                   doctrine: Doctrine | None = None, view: LiveView | None = None,
-                  judge_samples: int | None = None) -> ScoreResult:
+                  judge_samples: int | None = None,
+                  reexecutions: Reexecutions | None = None) -> ScoreResult:
     """Score one attempt in the order of reference/scoring.md and append exactly one score event
     (append=False: judge.py, which only prints). One endpoint, one provider and one live view of
     the ledger (`view`, read here when not given) serve every attempt of a run. `judge_samples`:
     how many times the judge is asked (--judge-samples); None is 3 where the judge is known
-    unstable, else 1 (`decision.judge_samples_for`)."""
+    unstable, else 1 (`decision.judge_samples_for`). `reexecutions`: the scoring pass's record of
+    what it re-ran, so an identical final query is run once per pass."""
 
     view = view or run.view()
     attempt = run.attempt(qid, sample, view)
@@ -164,7 +167,8 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
             # A fresh re-execution (reexecute.py a step earlier: same final query, endpoint and
             # model) is the prediction; running the query again would only write prediction.2.
             result = (fresh_reexecution(run, qid, sample, endpoint, attempt=attempt)
-                      or reexecute_attempt(run, eval_set, qid, sample, endpoint, attempt=attempt))
+                      or reexecute_attempt(run, eval_set, qid, sample, endpoint, attempt=attempt,
+                                           reexecutions=reexecutions))
             return prediction_from_reexecution(result, run)
         tainted = is_contaminated(contaminated)
         if ingest and not tainted and JudgeArtifacts(run, qid, sample).pending_host_folder() is None:

@@ -162,16 +162,18 @@ def create_new(path: Path, data: bytes | str, root: Path | None = None, *,
             return path.parent / name
 
 
-def replace(path: Path, data: bytes | str, root: Path | None = None) -> Path:
+def replace(path: Path, data: bytes | str, root: Path | None = None, *,
+            sync: bool = True) -> Path:
     """Write `path` whole: a fresh temporary file beside it, renamed over it (readers never see
-    half a file, and a link in its place is replaced, never written through)."""
+    half a file, and a link in its place is replaced, never written through). `sync: False`
+    skips flushing it to disk first (a page among thousands that is written again on demand)."""
     path = Path(path)
     payload = _bytes(data)
     with folder(path.parent, root if root is not None else path.parent) as dir_fd:
         tmp = f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         fd = os.open(tmp, _NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
         try:
-            _write_all(fd, payload)
+            _write_all(fd, payload, sync)
         finally:
             os.close(fd)
         try:

@@ -101,14 +101,37 @@ _NAMED_HINTS: list[tuple[str, ...]] = [
 assert len(_SHAPE_HINTS) == len(_SHAPES) and len(_NAMED_HINTS) == len(_NAMED)
 
 
+class _Hints:
+    """Every hint word of a pattern list found in one scan of a text: a lookahead alternation,
+    longest words first, finds a word at each place it starts; a shorter word starting at the
+    same place is a prefix of the one found, so each found word brings the hint words inside it.
+    The words found are then exactly those `w in text` finds, at one regex pass a text."""
+
+    def __init__(self, hints: list[tuple[str, ...]]) -> None:
+        words = sorted({w for group in hints for w in group}, key=len, reverse=True)
+        self.scan = re.compile("(?=(" + "|".join(map(re.escape, words)) + "))")
+        self.inside = {w: frozenset(u for u in words if u in w) for w in words}
+        self.groups = [frozenset(group) for group in hints]
+
+
+_HINTS: dict[int, _Hints] = {}
+
+
 def _live(patterns: list[re.Pattern[str]], hints: list[tuple[str, ...]],
           text: str) -> list[re.Pattern[str]]:
     """The patterns that can match `text` (see the hints above). Only ASCII text is filtered:
     case-blind matching also pairs some other letters with ASCII ones (the long s with `s`)."""
     if not text.isascii():
         return patterns
-    low = text.lower()
-    return [p for p, words in zip(patterns, hints, strict=True) if any(w in low for w in words)]
+    scan = _HINTS.get(id(hints))
+    if scan is None:
+        scan = _HINTS[id(hints)] = _Hints(hints)
+    found: set[str] = set()
+    for word in set(scan.scan.findall(text.lower())):
+        found |= scan.inside[word]
+    if not found:
+        return []
+    return [p for p, words in zip(patterns, scan.groups, strict=True) if not words.isdisjoint(found)]
 
 
 @functools.lru_cache(maxsize=4096)

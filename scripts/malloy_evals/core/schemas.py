@@ -16,16 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+from typing import TYPE_CHECKING, Any
 
 from malloy_evals.core import paths, vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.words import shown
+
+if TYPE_CHECKING:  # imported when a schema is first checked: a script's --help never needs them
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+    from referencing import Registry
 
 SUFFIX = ".schema.json"
 
@@ -65,6 +65,9 @@ def _normalise(name: str) -> str:
 
 @cache
 def _registry() -> Registry:
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
     resources = []
     for name in schema_names():
         with (paths.SCHEMAS_DIR / f"{name}{SUFFIX}").open(encoding="utf-8") as fh:
@@ -104,6 +107,8 @@ def _inline(node: Any, home: str) -> Any:
 
 @cache
 def _validator(name: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(_inline(schema(name), name), registry=_registry())
 
 

@@ -40,6 +40,7 @@ VERDICTS: tuple[str, ...] = _enum("verdict")
 DECIDED_VERDICTS: tuple[str, ...] = ("match", "no_match")
 """The only verdicts that enter a pass rate (reference/run-summary.md)."""
 JUDGE_VERDICTS: tuple[str, ...] = _enum("judge_verdict")
+SETTLE_VERDICTS = JUDGE_VERDICTS  # a person settles with a verdict the judge itself could give
 """What the judge itself may answer: match, near_match, no_match."""
 NULL_REASONS: tuple[str, ...] = _enum("null_reason_fixed")
 """The fixed null reasons; `judge_error: <text>` and `environment_failure: <text>` match NULL_REASON_PATTERN."""

@@ -20,6 +20,11 @@ and the request tried once more; other requests (describe, search, ...) that tim
 
 Submitted queries compile in restricted mode (no raw SQL, no `table()`, no imports), as the
 Publisher compiles them; `trusted=True` compiles unrestricted, for the kit's own canonical queries.
+
+A package is compiled once (reference/endpoint.md, "Compiled once"): the first runner writes the
+compiled models to the model cache folder (`model_cache`, by default `default_model_cache()`),
+keyed by everything the compile read, and every later runner of the same package, in this pool or
+another process, reads them from there; each runner also keeps the queries it compiled.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import contextvars
 import functools
 import itertools
 import json
+import os
 import queue
 import re
 import shutil
@@ -57,6 +63,15 @@ BUSY = "endpoint-busy"         # the code of a query that could not start within
 INTERRUPTED = "query-interrupted"  # the code of a query whose client went away
 _EOF = object()
 _WITHDRAWN = object()          # put on a worker's lines when its request's client went away
+_DEFAULT_CACHE = object()
+
+
+def default_model_cache() -> Path:
+    """Where compiled packages are kept for the next runner: the user's cache folder
+    (`$XDG_CACHE_HOME`, else `~/.cache`), `malloy-evals/models`. The runner uses it only when it
+    is the user's own and closed to others; it keeps the newest 32 packages."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "malloy-evals" / "models"
 
 
 class RunnerError(UnmeasuredError):
@@ -371,13 +386,17 @@ class MalloyRuntime:
 
     def __init__(self, package_dir: str | Path, allow: Sequence[str | Path] | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, *, query_timeout: float = QUERY_TIMEOUT_S,
-                 pool_size: int = POOL_SIZE, csv_types: bool = True):
+                 pool_size: int = POOL_SIZE, csv_types: bool = True,
+                 model_cache: str | Path | None | object = _DEFAULT_CACHE):
         self.package_dir = Path(package_dir).resolve()
         self.allow = [Path(a).resolve() for a in (allow or [])]
         self.timeout = timeout              # requests that are not queries
         self.query_timeout = query_timeout  # one query's budget
         self.pool_size = max(1, pool_size)
         self.csv_types = csv_types          # False: DuckDB sniffs every CSV on every query
+        # The compiled-model cache folder; None: every runner compiles the package itself.
+        self.model_cache = (default_model_cache() if model_cache is _DEFAULT_CACHE
+                            else Path(model_cache) if isinstance(model_cache, (str, Path)) else None)
         self._cond = threading.Condition()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
@@ -553,7 +572,8 @@ class MalloyRuntime:
             raise UnmeasuredError(reason)
         if not self.package_dir.is_dir():
             raise UnmeasuredError(f"{self.package_dir}: package folder not found")
-        options = {"csv_types": self.csv_types, "memory_limit": MEMORY_LIMIT}
+        options = {"csv_types": self.csv_types, "memory_limit": MEMORY_LIMIT,
+                   "model_cache": str(self.model_cache) if self.model_cache else None}
         worker = _Worker(self.package_dir, {"op": "load", "package_dir": str(self.package_dir),
                                             "allow": [str(a) for a in self.allow],
                                             "options": options})

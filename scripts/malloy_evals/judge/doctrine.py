@@ -76,6 +76,10 @@ class Doctrine:
         return sha256_text(self.text)
 
 
+# check_judge --reverify: the largest disagreement rate (its interval's lower bound) that passes.
+DEFAULT_MAX_DISAGREEMENT = 0.1
+
+
 def add_judge_retries(p: argparse.ArgumentParser) -> None:
     """--judge-retries, the same flag in every script that calls the judge."""
     p.add_argument("--judge-retries", type=cli.count, default=1, metavar="N",

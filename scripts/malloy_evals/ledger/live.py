@@ -11,14 +11,16 @@ is read as the kit's event, and one that cannot be placed on an attempt stops th
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from malloy_evals.core import vocab
 from malloy_evals.core.errors import InputError
 from malloy_evals.core.findings import LineProblem
+from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     EVENTS_FILE,
     AttemptKey,
@@ -78,30 +80,161 @@ def stream_live(path: Path, *, needles: tuple[bytes, ...] | None = None,
     decode of a line (a caller that needs only some fields may cut the rest first). Problems of
     decoded lines go to `problems`; lines of the public eval loop are read as kit events, and one
     that cannot be placed on an attempt raises InputError naming it."""
-    decoder = LineDecoder(path.name, decode, refuse=path)
-    try:
-        with path.open("rb") as fh:
-            end = snapshot_end(fh.fileno())
-            voided = _void_targets(fh, 0, end)
-            first = 1
-            for lines, torn in iter_blocks(fh, 0, end):
-                for number, line in enumerate(lines, first):
-                    if needles is not None and not torn:
-                        for needle in needles:
-                            if needle in line:
-                                break
-                        else:
-                            continue
-                    event, problem = decoder(line, number, torn)
-                    if problem is not None and problems is not None:
-                        problems.append(problem)
-                    if event is not None and is_live(event, voided):
-                        yield event
-                first += len(lines)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise InputError(path, None, f"cannot be read: {exc.strerror or exc}") from None
+    return iter(LiveStream(path, needles=needles, decode=decode, problems=problems))
+
+
+class LiveStream:
+    """One streaming pass over a ledger's live events (`stream_live`), which afterwards says
+    whether the ledger was written by the public eval loop (as `LiveView.public_ledger`)."""
+
+    def __init__(self, path: Path, *, needles: tuple[bytes, ...] | None = None,
+                 decode: Decode | None = None, problems: list[LineProblem] | None = None) -> None:
+        self.path = path
+        self.needles = needles
+        self.problems = problems
+        self.decoder = LineDecoder(path.name, decode, refuse=path)
+
+    @property
+    def public_ledger(self) -> bool:
+        """Whether the first line read was the public eval loop's (read every line to know)."""
+        return bool(self.decoder.public_lines) and self.decoder.public_lines[0] == 1
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        path, needles, problems, decoder = self.path, self.needles, self.problems, self.decoder
+        try:
+            with path.open("rb") as fh:
+                end = snapshot_end(fh.fileno())
+                voided = _void_targets(fh, 0, end)
+                first = 1
+                for lines, torn in iter_blocks(fh, 0, end):
+                    for number, line in enumerate(lines, first):
+                        if needles is not None and not torn:
+                            for needle in needles:
+                                if needle in line:
+                                    break
+                            else:
+                                continue
+                        event, problem = decoder(line, number, torn)
+                        if problem is not None and problems is not None:
+                            problems.append(problem)
+                        if event is not None and is_live(event, voided):
+                            yield event
+                    first += len(lines)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise InputError(path, None, f"cannot be read: {exc.strerror or exc}") from None
+
+
+class TiedFold:
+    """One streaming pass over a ledger that keeps, per attempt key, only its latest live attempt
+    and its latest live verdict of each tied kind (`TIED_KINDS`): memory per attempt, never per
+    event. Iterating yields every live event (attempts and verdicts included) for the caller's own
+    fold (tool calls counted, issues kept); afterwards `tied(kind, key)` is THE tie rule
+    (ledger/ties.py) exactly as `LiveView.tied_score` and its siblings apply it, so a streaming
+    reader counts what a reader of the live view counts.
+
+    A ledger of the public eval loop is read whole (its lines are placed by the lines before
+    them), whatever the needles; `decode` may cut fields the caller never reads."""
+
+    def __init__(self, path: Path, *, needles: tuple[bytes, ...] | None = None,
+                 decode: Decode | None = None) -> None:
+        self.path = path
+        self.problems: list[LineProblem] = []
+        public = public_loop.ledger_is_public(path)
+        if needles is not None and not public:
+            needles = tuple(dict.fromkeys([*needles, b'"attempt"',
+                                           *(f'"{k}"'.encode() for k in TIED_KINDS)]))
+        self._stream = LiveStream(path, needles=None if public else needles,
+                                  decode=None if public else decode, problems=self.problems)
+        self._attempts: dict[AttemptKey, dict[str, Any]] = {}
+        self._verdicts: dict[tuple[str, AttemptKey], dict[str, Any]] = {}
+        self._decided: dict[tuple[str, AttemptKey], bool] = {}  # tied, once the pass has ended
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        attempts, verdicts = self._attempts, self._verdicts
+        for event in self._stream:
+            kind = event.get("kind")
+            if kind == "attempt" or kind in TIED_KINDS:
+                key = well_formed_key(event)
+                if key is not None:
+                    if kind == "attempt":
+                        attempts.pop(key, None)  # keys in the order their latest attempt came
+                        attempts[key] = event
+                    else:
+                        verdicts[(kind, key)] = event
+                    self._decided.clear()  # a later attempt or verdict: decide again
+            yield event
+
+    def read(self) -> TiedFold:
+        """Run the pass without folding anything else; returns self."""
+        for _ in self:
+            pass
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+    def attempt_keys(self) -> list[AttemptKey]:
+        """Every key with a live attempt."""
+        return list(self._attempts)
+
+    def attempt(self, key: AttemptKey) -> dict[str, Any] | None:
+        """The latest live attempt of `key`, or None."""
+        return self._attempts.get(key)
+
+    def latest(self, kind: str, key: AttemptKey) -> dict[str, Any] | None:
+        """The latest live verdict of `kind` (a `TIED_KINDS` kind) of `key`, tied or not."""
+        return self._verdicts.get((kind, key))
+
+    def tied(self, kind: str, key: AttemptKey) -> dict[str, Any] | None:
+        """The latest live verdict of `kind` of `key` when it is tied to the key's live attempt
+        (`LiveView.tied_score`, `tied_human_verdict`, `tied_retrieval_score`), else None."""
+        event = self._verdicts.get((kind, key))
+        if event is None:
+            return None
+        decided = self._decided.get((kind, key))
+        if decided is None:  # the artifacts are checked once a verdict, however often asked
+            decided = self._decided[(kind, key)] = untied(
+                event, self._attempts.get(key), self.run_dir,
+                public=self._stream.public_ledger) is None
+        return event if decided else None
+
+
+# The JSON decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
+_scan_once: Callable[[str, int], tuple[Any, int]] = (
+    # scan_once is set on every JSONDecoder at run time; the stubs do not declare it.
+    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
+
+
+def _cut_hits(line: bytes) -> bytes:
+    """The line without the contents of its `hits` array, which the streaming readers never read
+    (the array repeats entity_ids with relevance and position; dropping it halves what json must
+    decode). Hit objects are flat, so the first `]` closes the array; should an id itself hold
+    one, the cut line no longer parses and the caller decodes the whole line instead."""
+    start = line.find(b'"hits":[')
+    if start < 0:
+        return line
+    close = line.find(b"]", start + 8)
+    return line if close < 0 else line[:start + 8] + line[close:]
+
+
+def decode_lean(line: bytes, number: int, torn: bool
+                ) -> tuple[dict[str, Any] | None, LineProblem | None]:
+    """A ledger line decoded for a streaming reader: a get_context call without its ranked
+    hits, by the JSON scanner alone, when that gives a whole object; else the line as every
+    reader decodes it (`events.decode_line`)."""
+    if not torn:
+        try:
+            text = _cut_hits(line).decode("utf-8")
+            value, end = _scan_once(text, 0)
+        except (ValueError, StopIteration, RecursionError):  # UnicodeDecodeError included
+            pass
+        else:
+            if end == len(text) and isinstance(value, dict):
+                return value, None
+    return decode_line(line, number, torn)
 
 
 class LiveView:

@@ -9,11 +9,7 @@ from typing import Any
 
 from malloy_evals.core import cli
 from malloy_evals.core.errors import InputError, UsageError
-from malloy_evals.llm.anthropic import AnthropicProvider, unpriced_cap
 from malloy_evals.llm.base import ROLES, Provider
-from malloy_evals.llm.hand import HandProvider
-from malloy_evals.llm.host import HostProvider
-from malloy_evals.llm.replay import RecordingProvider, ReplayProvider
 
 KINDS = ("anthropic", "replay", "host", "hand")
 RECORD_WITH_REPLAY = "--record records a live provider; it cannot wrap replay"
@@ -27,6 +23,12 @@ def make_provider(spec: str, *, role: str, set_dir: Path | None, record_dir: Pat
     if role not in ROLES:
         raise UsageError(f"role {role!r} is not one of {', '.join(ROLES)}")
     kind, arg = parse_spec(spec)
+    # Each provider's module is imported when it is chosen: parsing flags needs none of them.
+    from malloy_evals.llm.anthropic import AnthropicProvider
+    from malloy_evals.llm.hand import HandProvider
+    from malloy_evals.llm.host import HostProvider
+    from malloy_evals.llm.replay import RecordingProvider, ReplayProvider
+
     provider: Provider
     if kind == "anthropic":
         provider = AnthropicProvider(arg, max_cost_usd=max_cost_usd, dry_run=dry_run,
@@ -117,6 +119,8 @@ def add_provider_arguments(p: argparse.ArgumentParser, flag: str, *, host: bool 
         if kind == "replay" and args.record is not None:
             return RECORD_WITH_REPLAY
         if kind == "anthropic":
+            from malloy_evals.llm.anthropic import unpriced_cap
+
             return unpriced_cap(vars(args)[dest].partition(":")[2], args.max_cost_usd,
                                 args.dry_run)
         return None

@@ -11,7 +11,7 @@ a flip means the same thing in a noise band and in the comparison it is held aga
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from malloy_evals.core.vocab import is_contaminated, is_cut_off
 from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.events import AttemptKey, effective_verdict
-from malloy_evals.ledger.live import LiveView
+from malloy_evals.ledger.live import LiveView, TiedFold, decode_lean
 from malloy_evals.ledger.run import Run
 from malloy_evals.sets.eval_set import EvalSet
 
@@ -241,8 +241,37 @@ def _golden_status(eval_set: EvalSet | None, qid: str) -> str | None:
     return eval_set.cases[qid].golden_status
 
 
-# run.json, folder, and the run's live view (or its live events, voided ones already removed)
-RunEvents = tuple[Mapping[str, Any], str, "LiveView | Sequence[Mapping[str, Any]]"]
+# run.json, folder, and the run's live view (or its live events, voided ones already removed, or
+# a `TiedFold` over its ledger not yet read: load_arm's streaming reading)
+RunEvents = tuple[Mapping[str, Any], str, "LiveView | TiedFold | Sequence[Mapping[str, Any]]"]
+
+
+@dataclass
+class _RunReading:
+    """What an arm takes from one run: per attempt key its live attempt, the events that decide
+    its outcome (the attempt and its tied verdicts) and its tied score; the retrieval modes."""
+
+    attempts: Mapping[AttemptKey, Mapping[str, Any]]
+    deciding: Callable[[AttemptKey], Sequence[Mapping[str, Any]]]
+    score: Callable[[AttemptKey], Mapping[str, Any] | None]
+    modes: set[str]
+
+
+def _read_view(view: LiveView) -> _RunReading:
+    return _RunReading(view.latest("attempt"), view.tied_of_key, view.tied_score,
+                       _retrieval_modes(view.events))
+
+
+def _read_fold(fold: TiedFold) -> _RunReading:
+    """One streaming pass: the get_context calls give the modes, the fold keeps the rest."""
+    modes = _retrieval_modes(e for e in fold if e.get("kind") == "tool_call")
+    attempts = {key: fold.attempt(key) or {} for key in fold.attempt_keys()}
+
+    def deciding(key: AttemptKey) -> list[Mapping[str, Any]]:
+        tied = [fold.tied(kind, key) for kind in ("score", "human_verdict")]
+        return [attempts[key], *(e for e in tied if e is not None)]
+
+    return _RunReading(attempts, deciding, lambda key: fold.tied("score", key), modes)
 
 
 def _sample_order(key: AttemptKey) -> tuple[str, int]:
@@ -265,20 +294,22 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
     versions: set[str] = set()
     total = scored = 0
     for info, directory, events in runs:
-        view = events if isinstance(events, LiveView) else LiveView.of_events(events)
-        modes |= _retrieval_modes(view)
+        reading = (_read_fold(events) if isinstance(events, TiedFold)
+                   else _read_view(events if isinstance(events, LiveView)
+                                   else LiveView.of_events(events)))
+        modes |= reading.modes
         if info.get("publisherVersion"):
             versions.add(str(info["publisherVersion"]))
         run_left: Counter[str] = Counter()
         run_attempts = 0
-        for key, attempt in sorted(view.latest("attempt").items(),
+        for key, attempt in sorted(reading.attempts.items(),
                                    key=lambda kv: _sample_order(kv[0])):
             qid, sample = key.qid, key.sample
             run_attempts += 1
             # Only verdicts tied to the attempt they judged count (ledger/ties.py).
-            outcome = attempt_outcome(view.tied_of_key(key), _golden_status(eval_set, qid))
+            outcome = attempt_outcome(reading.deciding(key), _golden_status(eval_set, qid))
             per_case.setdefault(qid, []).append(outcome)
-            score = view.tied_score(key)
+            score = reading.score(key)
             if score is not None:
                 scored += 1
                 rev = score.get("golden_revision")
@@ -315,12 +346,12 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
                retrieval_modes=sorted(modes), publisher_versions=sorted(versions))
 
 
-def _retrieval_modes(view: LiveView) -> set[str]:
+def _retrieval_modes(events: Iterable[Mapping[str, Any]]) -> set[str]:
     """The retrieval modes the live get_context calls of a run report (semantic, lexical). An
     answer that names none (the older payload, the Publisher's plain-query path) says nothing
     about its mode, and `indexing` / `error` mean the server did not search: neither counts."""
     modes = set()
-    for event in view.events:
+    for event in events:
         if event.get("kind") == "tool_call" and event.get("tool") == "get_context" \
                 and not event.get("error"):
             mode = event.get("retrieval_mode")
@@ -331,11 +362,14 @@ def _retrieval_modes(view: LiveView) -> set[str]:
 
 def load_arm(label: str, run_dirs: Sequence[str | Path], eval_set: EvalSet | None = None) -> Arm:
     """An arm read from its run folders' run.json and live ledgers (InputError, exit 3, for a
-    folder that is not a run)."""
+    folder that is not a run). Each ledger is read once, streaming (`ledger.live.TiedFold`): per
+    attempt its live attempt and tied verdicts, the get_context calls for their modes; memory
+    follows the attempts, never the events."""
     runs: list[RunEvents] = []
     for d in run_dirs:
         run = Run.open(d)
-        runs.append((run.info, str(d), run.view()))  # one read of each run's ledger
+        runs.append((run.info, str(d), TiedFold(run.events_path, needles=(b'"get_context"',),
+                                                decode=decode_lean)))
     return arm_from_events(label, runs, eval_set)
 
 

@@ -2,14 +2,16 @@
 rows the kit re-executed, then what the judge said, retrieval, contamination and the tool calls.
 
 Sections are drawn at a level of detail (`Caps`): the first level shows everything a person
-usually needs; a page that would grow past its budget (reference/report.md: under 2 MB for a
-500-attempt run) redraws its largest sections at the next level, which cuts long texts sooner and
-lists fewer rows and calls. Every cut says how much it left out and links the file that has all of
-it (the transcript, the prediction CSV, the ledger).
+usually needs; on a page that would grow past its budget (reference/report.md) the largest
+sections are drawn at a later level, which cuts long texts sooner and lists fewer rows and calls.
+Every cut says how much it left out and links the file that has all of it (the transcript, the
+prediction CSV, the ledger). The levels are chosen before anything is drawn, from each section's
+size at each level as `section_size` reckons it from the evidence, so each section is drawn once.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -178,13 +180,19 @@ def _judge(j: d.Judged | None, caps: Caps) -> Html:
         facts(("column pairing (golden → answer)", pairing)) if pairing else None)
 
 
+def _listed(calls: Sequence[d.ToolCall], n: int) -> list[d.ToolCall]:
+    """The calls a section lists: all of them, or the first two thirds of `n` and the last third."""
+    chosen = list(calls)
+    if len(chosen) > n:
+        head = n * 2 // 3
+        chosen = chosen[:head] + chosen[-(n - head):]
+    return chosen
+
+
 def _calls(a: d.AttemptDetail, caps: Caps) -> Html:
     if not a.calls:
         return el("p", "No get_context or execute_query call recorded.", class_="note")
-    chosen = list(a.calls)
-    if len(chosen) > caps.calls:
-        head = caps.calls * 2 // 3
-        chosen = chosen[:head] + chosen[-(caps.calls - head):]
+    chosen = _listed(a.calls, caps.calls)
     final = a.final_query.text if a.final_query else None
     items = []
     for c in chosen:
@@ -252,8 +260,9 @@ def _checks(a: d.AttemptDetail, caps: Caps) -> Html:
 
 
 def attempt_section(a: d.AttemptDetail, row: CaseRow | None, *, first_of_case: bool,
-                    caps: Caps = LEVELS[0]) -> Html:
-    """The `<details>` section of one attempt, its id `anchor_id(qid, sample)`."""
+                    caps: Caps = LEVELS[0], issues_page: str = "") -> Html:
+    """The `<details>` section of one attempt, its id `anchor_id(qid, sample)`. `issues_page` is
+    the page holding the diagnosis table its issue links point into ("": the same page)."""
     label = attempt_label(a.qid, a.sample)
     confidence = (f", confidence {row.confidence}" if row is not None
                   and row.confidence is not None else "")
@@ -278,7 +287,7 @@ def attempt_section(a: d.AttemptDetail, row: CaseRow | None, *, first_of_case: b
         el("h4", f"Tool calls ({a.calls_total})"), _calls(a, caps),
     ]
     if a.issues:
-        body.append(el("p", "Diagnosed in: ", join(*[join(link(i, "#issue-" + i), " ")
+        body.append(el("p", "Diagnosed in: ", join(*[join(link(i, f"{issues_page}#issue-{i}"), " ")
                                                      for i in a.issues])))
     word = verdict_word(row)
     return el("details", el("summary", el("h3", label, " · ",
@@ -291,29 +300,98 @@ def attempt_section(a: d.AttemptDetail, row: CaseRow | None, *, first_of_case: b
               id=anchor_id(a.qid, a.sample), class_="attempt", data_verdict=word)
 
 
-def attempt_sections(attempts: Sequence[d.AttemptDetail], rows: dict[Any, CaseRow],
-                     budget: int) -> tuple[list[Html], int]:
-    """Every attempt's section, the largest redrawn at the next level while the total (in
-    UTF-8 bytes) is over `budget`; returns the sections and how many were shortened."""
-    levels = [0] * len(attempts)
-    firsts = [i == 0 or attempts[i - 1].qid != a.qid for i, a in enumerate(attempts)]
+# What `section_size` adds for the markup around the evidence: the section's own frame, headings
+# and fact lines, each listed call, each table row and cell. Set from drawn sections of generated
+# runs (benchmarks/bench_report.py), so the reckoned size of a page lands near its drawn size.
+SECTION_FRAME = 1900
+CALL_FRAME = 90
+ROW_FRAME = 10
+CELL_FRAME = 10
 
-    def draw(i: int) -> Html:
-        a = attempts[i]
-        return attempt_section(a, rows.get((a.qid, a.sample)), first_of_case=firsts[i],
-                               caps=LEVELS[levels[i]])
 
-    sections = [draw(i) for i in range(len(attempts))]
-    sizes = [len(s.encode("utf-8")) for s in sections]
-    total = sum(sizes)
-    while total > budget:
-        candidates = [i for i in range(len(sections)) if levels[i] < len(LEVELS) - 1]
-        if not candidates:
-            break  # every section is as short as it gets; the page says how big it is
-        i = max(candidates, key=lambda k: sizes[k])
+def _kept(text: d.Text | None, limit: int) -> int:
+    return 0 if text is None else min(len(text.text), limit)
+
+
+def _rows_size(rows: d.Rows | None, limit: int) -> int:
+    if rows is None:
+        return 0
+    shown_rows = rows.rows[:limit]
+    return sum(ROW_FRAME + sum(CELL_FRAME + min(len(shown(v)), 300) for v in r.values())
+               for r in shown_rows)
+
+
+def section_size(a: d.AttemptDetail, *, first_of_case: bool, caps: Caps) -> int:
+    """About how many bytes `attempt_section` draws for `a` at `caps`, reckoned from the evidence
+    it would show (texts within their caps, rows and calls listed) without drawing it."""
+    size = SECTION_FRAME + _kept(a.answer, caps.answer) + _kept(a.final_query, caps.query)
+    size += _rows_size(a.prediction, caps.rows) + _kept(a.prediction_error, caps.text)
+    if first_of_case:
+        size += _kept(a.question, caps.text * 2)
+        g = a.golden
+        if g is not None:
+            size += (_rows_size(g.rows, caps.rows) + _kept(g.value, caps.text)
+                     + _kept(g.canonical_query, caps.query) + _kept(g.rubric, caps.text * 2)
+                     + sum(len(x) + ROW_FRAME for x in (*g.must_state, *g.must_not_use)))
+    j = a.judged
+    if j is not None:
+        size += _kept(j.why, caps.text) + _kept(j.gold_note, caps.text)
+        size += sum(len(k) + len(v or "") + CELL_FRAME
+                    for k, v in (j.column_pairing or {}).items())
+    r = a.retrieved
+    if r is not None:
+        size += _kept(r.why, caps.text) + sum(len(m) + 2 for m in r.missing)
+    size += sum(len(x) + ROW_FRAME for x in a.contamination_reasons)
+    final = a.final_query.text if a.final_query else None
+    for c in _listed(a.calls, caps.calls):
+        size += CALL_FRAME + _kept(c.error, caps.text)
+        if c.tool == "get_context":
+            size += sum(len(t) + 2 for t in c.targets)
+            size += sum(len(e) + 2 for e in c.returned[:caps.entities])
+        elif c.query is None or final is None or c.query.text != final:
+            size += _kept(c.query, caps.query)
+    return size
+
+
+def choose_levels(sizes: Sequence[Sequence[int]], budget: int) -> list[int]:
+    """The level of each section, given its size at every level (`sizes[i][level]`): while the
+    total is over `budget`, the largest section that can still be drawn shorter goes one level
+    down. A heap keeps the largest at hand, so each step costs a logarithm, never a rescan."""
+    levels = [0] * len(sizes)
+    total = sum(s[0] for s in sizes)
+    heap = [(-s[0], i) for i, s in enumerate(sizes) if len(s) > 1]
+    heapq.heapify(heap)
+    while total > budget and heap:
+        _, i = heapq.heappop(heap)
+        now = sizes[i][levels[i]]
         levels[i] += 1
-        sections[i] = draw(i)
-        new = len(sections[i].encode("utf-8"))
-        total += new - sizes[i]
-        sizes[i] = new
+        total += sizes[i][levels[i]] - now
+        if levels[i] < len(sizes[i]) - 1:
+            heapq.heappush(heap, (-sizes[i][levels[i]], i))
+    return levels
+
+
+def first_of_cases(attempts: Sequence[d.AttemptDetail]) -> list[bool]:
+    """For each attempt, whether it is the first of its case in this order (it shows the case's
+    question and golden, and holds the case's anchor)."""
+    seen: set[str] = set()
+    out = []
+    for a in attempts:
+        out.append(a.qid not in seen)
+        seen.add(a.qid)
+    return out
+
+
+def attempt_sections(attempts: Sequence[d.AttemptDetail], rows: dict[Any, CaseRow],
+                     budget: int, *, issues_page: str = "") -> tuple[list[Html], int]:
+    """Every attempt's section, each drawn once at the level `choose_levels` gives it so that the
+    total (in UTF-8 bytes, as `section_size` reckons it) stays within `budget`; returns the
+    sections and how many were drawn shorter than the first level."""
+    firsts = first_of_cases(attempts)
+    sizes = [[section_size(a, first_of_case=f, caps=caps) for caps in LEVELS]
+             for a, f in zip(attempts, firsts, strict=True)]
+    levels = choose_levels(sizes, budget)
+    sections = [attempt_section(a, rows.get((a.qid, a.sample)), first_of_case=f,
+                                caps=LEVELS[level], issues_page=issues_page)
+                for a, f, level in zip(attempts, firsts, levels, strict=True)]
     return sections, sum(1 for level in levels if level)

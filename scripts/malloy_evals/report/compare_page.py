@@ -4,13 +4,15 @@ It renders the comparison's own JSON document (the one compare_runs.py prints wi
 writes as compare.json), never recomputing a figure: the verdict line word for word, the delta
 with its interval, the flip table (fixed, broken, moved, unchanged, as the document classifies
 them), the band decision and the targets. Each case links, by relative path, into the detail
-section of that case on each arm's run page (report.html beside each run's ledger).
+section of that case on each arm's run page (report.html beside each run's ledger), or, for a run
+large enough to have them, straight to that case's own page beside it (report-case-<qid>.html).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+import posixpath
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from malloy_evals.report.html import (
     table,
     td,
 )
-from malloy_evals.report.run_page import PAGE_FILE, write_atomic
+from malloy_evals.report.run_page import PAGE_FILE, case_page, case_pages_in, write_atomic
 
 COMPARE_FILE = "compare.html"
 CHANGE_ORDER = ("fixed", "broken", "moved", "unchanged")
@@ -112,14 +114,21 @@ def _qids(items: Any) -> list[str]:
     return out
 
 
-def _arm_links(qid: str, pages: Sequence[tuple[str, str]]) -> Html:
-    """Links into one arm's run pages, one per run (`r1`, `r2`) when the arm has several."""
+def _arm_links(qid: str, pages: Sequence[tuple[str, str]],
+               case_pages: Mapping[str, Collection[str]]) -> Html:
+    """Links into one arm's run pages, one per run (`r1`, `r2`) when the arm has several: to the
+    case's own page when its run has one (`case_pages`, by run page URL), else into report.html."""
+    def url_of(url: str) -> str:
+        own = case_page(qid)
+        if own in case_pages.get(url, ()):
+            return href_to(posixpath.join(posixpath.dirname(url), own), fragment=case_anchor(qid))
+        return href_to(url, fragment=case_anchor(qid))
+
     if not pages:
         return esc("")
     if len(pages) == 1:
-        return link("detail", href_to(pages[0][1], fragment=case_anchor(qid)))
-    return join(*[join(link(name, href_to(url, fragment=case_anchor(qid))), " ")
-                  for name, url in pages])
+        return link("detail", url_of(pages[0][1]))
+    return join(*[join(link(name, url_of(url)), " ") for name, url in pages])
 
 
 def page_links(runs: Sequence[str | Path], out_dir: str | Path) -> list[tuple[str, str]]:
@@ -133,7 +142,8 @@ def page_links(runs: Sequence[str | Path], out_dir: str | Path) -> list[tuple[st
 
 
 def render_compare_page(doc: Mapping[str, Any], *, base_pages: Sequence[tuple[str, str]] = (),
-                        candidate_pages: Sequence[tuple[str, str]] = ()) -> str:
+                        candidate_pages: Sequence[tuple[str, str]] = (),
+                        case_pages: Mapping[str, Collection[str]] | None = None) -> str:
     """The comparison page from the comparison's JSON document.
 
     Args:
@@ -142,7 +152,10 @@ def render_compare_page(doc: Mapping[str, Any], *, base_pages: Sequence[tuple[st
             beyond_band, targets, cases).
         base_pages, candidate_pages: (run name, relative URL of its report.html) per run of each
             arm, for the links into each arm's detail (`page_links` makes them).
+        case_pages: by run page URL, the case pages beside it (a run past the split), which the
+            links of those cases go to.
     """
+    own = case_pages or {}
     verdict = str(doc.get("verdict") or "no verdict")
     fixed, broken = _qids(doc.get("fixed")), _qids(doc.get("broken"))
     moved = _qids(doc.get("moved"))
@@ -176,10 +189,10 @@ def render_compare_page(doc: Mapping[str, Any], *, base_pages: Sequence[tuple[st
                        f"seed {shown(doc.get('bootstrap_seed'), none='n/a')}")),
     ]), id="delta"))
     parts.append(_band(doc))
-    parts.append(_targets(doc, base_pages, candidate_pages))
+    parts.append(_targets(doc, base_pages, candidate_pages, own))
     if isinstance(doc.get("change"), Mapping):
         parts.append(_change(doc["change"]))
-    parts.append(_flips(doc, fixed, broken, moved, base_pages, candidate_pages))
+    parts.append(_flips(doc, fixed, broken, moved, base_pages, candidate_pages, own))
     return page(f"comparison: {verdict}", el("main", parts), description=verdict)
 
 
@@ -259,7 +272,8 @@ def _change(change: Mapping[str, Any]) -> Html:
 
 
 def _targets(doc: Mapping[str, Any], base_pages: Sequence[tuple[str, str]],
-             candidate_pages: Sequence[tuple[str, str]]) -> Html:
+             candidate_pages: Sequence[tuple[str, str]],
+             case_pages: Mapping[str, Collection[str]]) -> Html:
     targets = doc.get("targets") or {}
     if not targets:
         return el("section", el("h2", "Targets"),
@@ -269,14 +283,14 @@ def _targets(doc: Mapping[str, Any], base_pages: Sequence[tuple[str, str]],
     return el("section", el("h2", "Targets"),
               el("p", f"{fixed} of {len(targets)} target case(s) fixed."),
               table(["case", "result", "base", "candidate"],
-                    [[q, td(shown(v), data_target=q), _arm_links(q, base_pages),
-                      _arm_links(q, candidate_pages)] for q, v in targets.items()],
+                    [[q, td(shown(v), data_target=q), _arm_links(q, base_pages, case_pages),
+                      _arm_links(q, candidate_pages, case_pages)] for q, v in targets.items()],
                     caption="targets", id="targets-table"), id="targets")
 
 
 def _flips(doc: Mapping[str, Any], fixed: list[str], broken: list[str], moved: list[str],
-           base_pages: Sequence[tuple[str, str]],
-           candidate_pages: Sequence[tuple[str, str]]) -> Html:
+           base_pages: Sequence[tuple[str, str]], candidate_pages: Sequence[tuple[str, str]],
+           case_pages: Mapping[str, Collection[str]]) -> Html:
     change = {q: "moved" for q in moved}
     change.update({q: "broken" for q in broken})
     change.update({q: "fixed" for q in fixed})
@@ -289,7 +303,8 @@ def _flips(doc: Mapping[str, Any], fixed: list[str], broken: list[str], moved: l
         body.append(el("tr", td(q), td(kind, class_=f"c-{kind}", data_sort=kind),
                        td(outcome_text(_outcome(r, "base"))),
                        td(outcome_text(_outcome(r, "candidate"))),
-                       td(_arm_links(q, base_pages)), td(_arm_links(q, candidate_pages)),
+                       td(_arm_links(q, base_pages, case_pages)),
+                       td(_arm_links(q, candidate_pages, case_pages)),
                        data_change=kind, data_verdict=kind))
     head = el("thead", el("tr", [el("th", h, scope="col") for h in (
         "case", "change", "base outcome", "candidate outcome", "base detail",
@@ -309,8 +324,12 @@ def write_compare_page(doc: Mapping[str, Any], out_dir: str | Path,
     """Write `compare.html` into the comparison's --out folder (created when missing)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    text = render_compare_page(doc, base_pages=page_links(base_runs, out),
-                               candidate_pages=page_links(candidate_runs, out))
+    base_pages, candidate_pages = page_links(base_runs, out), page_links(candidate_runs, out)
+    own = {url: frozenset(case_pages_in(Path(run))) for run, (_, url) in
+           zip([*base_runs, *candidate_runs], [*base_pages, *candidate_pages], strict=True)
+           if Path(run).is_dir()}
+    text = render_compare_page(doc, base_pages=base_pages, candidate_pages=candidate_pages,
+                               case_pages=own)
     target = out / COMPARE_FILE
     write_atomic(target, text)
     return ComparePage(path=str(target), bytes=len(text.encode("utf-8")),

@@ -34,17 +34,19 @@ TEXT_CHARS = 2000          # a judge's why, an error, a rubric
 ENTITIES_SHOWN = 12        # entity ids listed per get_context call
 
 
-def redacted(value: Any) -> Any:
+def redacted(value: Any, secrets: Redactor | None = None) -> Any:
     """A JSON value (an event, a golden, rows) with secrets blanked by the kit's one redaction
     (core/redact.py, `[REDACTED]`). Escaping is not done here: the page's builder escapes every
-    string."""
+    string. `secrets`: a Redactor shared by everything one page shows (made once, not per value:
+    it learns what each value shows, and blanks a secret an attempt showed in every value after
+    it too); a new one otherwise."""
     if isinstance(value, str):
-        return redact(value)
+        return redact(value) if secrets is None else secrets.learn(value).text(value)
     # One pass over the value's JSON text instead of one per string: a page holds tens of
     # thousands of strings. A clean text means clean strings; a redacted one is re-read, or, if
     # the redaction broke the JSON, redacted string by string with what the text taught.
     text = json.dumps(value, ensure_ascii=False)
-    secrets = Redactor().learn(text)
+    secrets = (secrets or Redactor()).learn(text)
     clean = secrets.text(text)
     if clean == text:
         return value
@@ -244,8 +246,8 @@ def _artifact(run: Run, relative: Any) -> tuple[str | None, Path | None]:
     return (relative, path) if path.exists() else (None, None)
 
 
-def _prediction(run: Run, qid: str, sample: Any, score: Mapping[str, Any] | None
-                ) -> tuple[Rows | None, Text | None]:
+def _prediction(run: Run, qid: str, sample: Any, score: Mapping[str, Any] | None,
+                secrets: Redactor) -> tuple[Rows | None, Text | None]:
     """The rows the judge saw (the score's own prediction artifact), else the latest one."""
     recorded, path = _artifact(run, (score or {}).get("prediction_path"))
     if path is not None and path.is_file():
@@ -253,7 +255,7 @@ def _prediction(run: Run, qid: str, sample: Any, score: Mapping[str, Any] | None
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             return None, Text(f"{recorded}: cannot be read ({exc})")
-        text = redact(text)
+        text = redacted(text, secrets)
         if path.suffix == ".csv":
             rows = read_csv_rows(text)
             total = _envelope_count(path.parent) or len(rows)
@@ -270,9 +272,9 @@ def _prediction(run: Run, qid: str, sample: Any, score: Mapping[str, Any] | None
         return None, None
     if view is None:
         return None, None
-    rows = redacted(list(view.rows or [])[:ROWS_SHOWN])
+    rows = redacted(list(view.rows or [])[:ROWS_SHOWN], secrets)
     table = Rows(rows, view.row_count or len(rows), view.path) if rows else None
-    return table, text_of(redacted(view.error), TEXT_CHARS)
+    return table, text_of(redacted(view.error, secrets), TEXT_CHARS)
 
 
 def _envelope_count(folder: Path) -> int | None:
@@ -400,25 +402,26 @@ def attempt_details(run: Run, eval_set: EvalSet | None, view: LiveView, keys: Se
     set_dir = getattr(eval_set, "dir", None)
     out = []
     goldens: dict[str, Golden | None] = {}  # a case's golden is read once, whatever its samples
+    secrets = Redactor()  # one for the page: what one attempt shows is blanked in the next ones
     for key in keys:
         qid, sample = key.qid, key.sample
         # One redaction pass per attempt: its attempt, calls, score and retrieval row together.
         slot = redacted({"attempt": view.attempt(key), "score": view.tied_score(key),
                          "retrieval_score": view.retrieval_score(key),
-                         "calls": view.of_key(key, ("tool_call",))})
+                         "calls": view.of_key(key, ("tool_call",))}, secrets)
         att = slot.get("attempt") or {}
         score = slot.get("score")
         case = _case(eval_set, qid)
         if qid not in goldens:
             goldens[qid] = golden_of(case, set_dir) if case is not None else None
-        prediction, prediction_error = _prediction(run, qid, sample, score)
+        prediction, prediction_error = _prediction(run, qid, sample, score, secrets)
         calls, total = _calls(slot["calls"])
         transcript, _ = _artifact(run, att.get("transcript_path"))
         out.append(AttemptDetail(
             qid=qid, sample=sample,
-            question=text_of(redacted(case.question), TEXT_CHARS * 2) if case is not None
-            else None,
-            tags=_strings(redacted(case.tags)) if case is not None else [],
+            question=text_of(redacted(case.question, secrets), TEXT_CHARS * 2)
+            if case is not None else None,
+            tags=_strings(redacted(case.tags, secrets)) if case is not None else [],
             golden=goldens[qid],
             answer=text_of(att.get("answer_text"), ANSWER_CHARS),
             final_query=text_of(att.get("final_query"), QUERY_CHARS),

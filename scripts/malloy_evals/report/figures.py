@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import retrieval
@@ -29,7 +30,7 @@ from malloy_evals.core.words import attempt_label
 from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.judge.decision import JudgeArtifacts
 from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
-from malloy_evals.ledger.live import LiveView
+from malloy_evals.ledger.live import LiveView, TiedFold, decode_lean
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.ties import stale_pins
 from malloy_evals.report.stats import sample_figures, wilson_interval
@@ -236,7 +237,28 @@ class _Attempt:
     score: dict[str, Any] | None = None
     retrieval: dict[str, Any] | None = None
     human: dict[str, Any] | None = None   # the live human_verdict, when a person settled it
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: _Calls | None = None           # what its live tool_call events add up to
+
+
+@dataclass
+class _Calls:
+    """What the summary keeps of an attempt's tool calls: counts and the entities delivered."""
+    get_context: int = 0
+    execute: int = 0
+    entities: set[str] = field(default_factory=set)
+
+    def add(self, call: Mapping[str, Any]) -> None:
+        tool = call.get("tool")
+        if tool == "execute_query":
+            self.execute += 1
+        elif tool == "get_context":
+            self.get_context += 1
+            summary = call.get("ranked_summary")
+            ids = summary.get("entity_ids") if isinstance(summary, Mapping) else None
+            self.entities.update(str(i) for i in (ids if isinstance(ids, list) else []))
+
+
+_FOLDED = ("attempt", "score", "retrieval_score", "tool_call", "human_verdict")
 
 
 def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
@@ -244,9 +266,10 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
     groups: dict[AttemptKey, _Attempt] = {}
     for e in events:
         kind = e.get("kind")
+        if kind not in _FOLDED:
+            continue
         key = well_formed_key(e)
-        if kind not in ("attempt", "score", "retrieval_score", "tool_call", "human_verdict") \
-                or key is None:
+        if key is None:
             continue
         g = groups.setdefault(key, _Attempt())
         if kind == "attempt":
@@ -258,8 +281,42 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
         elif kind == "human_verdict":
             g.human = dict(e)
         else:
-            g.calls.append(dict(e))
+            if g.calls is None:
+                g.calls = _Calls()
+            g.calls.add(e)
     return {k: g for k, g in groups.items() if g.attempt is not None}
+
+
+# The lines the streaming summary decodes (voids are found by the stream itself).
+_NEEDLES = (b'"tool_call"', b'"issue"', b'"issue_status"')
+
+
+def _stream_groups(path: Path) -> tuple[dict[AttemptKey, _Attempt], list[dict[str, Any]],
+                                        set[AttemptKey]]:
+    """The summary's groups read from the ledger in one streaming pass (`ledger.live.TiedFold`):
+    per attempt its latest live attempt, its tied verdicts and its tool calls counted, plus the
+    live issue events and the keys with any live score (tied or not). What `_group` makes of the
+    live view's `tied_events()`, without holding the ledger."""
+    fold = TiedFold(path, needles=_NEEDLES, decode=decode_lean)
+    calls: dict[AttemptKey, _Calls] = {}
+    issues: list[dict[str, Any]] = []
+    for e in fold:
+        kind = e.get("kind")
+        if kind == "tool_call":
+            key = well_formed_key(e)
+            if key is not None:
+                (calls.get(key) or calls.setdefault(key, _Calls())).add(e)
+        elif kind in ("issue", "issue_status"):
+            issues.append(e)
+    groups: dict[AttemptKey, _Attempt] = {}
+    scored: set[AttemptKey] = set()
+    for key in fold.attempt_keys():
+        if fold.latest("score", key) is not None:
+            scored.add(key)
+        groups[key] = _Attempt(attempt=fold.attempt(key), score=fold.tied("score", key),
+                               retrieval=fold.tied("retrieval_score", key),
+                               human=fold.tied("human_verdict", key), calls=calls.get(key))
+    return groups, issues, scored
 
 
 def _call_counts(g: _Attempt) -> tuple[int, int, int]:
@@ -268,18 +325,10 @@ def _call_counts(g: _Attempt) -> tuple[int, int, int]:
     tool_call events are the record; the attempt's own n_* counters stand in when a run was
     recorded without per-call events.
     """
-    n_ctx = sum(1 for c in g.calls if c.get("tool") == "get_context")
-    n_exec = sum(1 for c in g.calls if c.get("tool") == "execute_query")
-    if not g.calls and g.attempt is not None:
-        n_ctx, n_exec = (_count(g.attempt.get(k)) for k in ("n_get_context", "n_execute"))
-    entities: set[str] = set()
-    for c in g.calls:
-        if c.get("tool") != "get_context":
-            continue
-        summary = c.get("ranked_summary")
-        ids = summary.get("entity_ids") if isinstance(summary, Mapping) else None
-        entities.update(str(i) for i in (ids if isinstance(ids, list) else []))
-    return n_ctx, n_exec, len(entities)
+    if g.calls is None:
+        att = g.attempt or {}
+        return _count(att.get("n_get_context")), _count(att.get("n_execute")), 0
+    return g.calls.get_context, g.calls.execute, len(g.calls.entities)
 
 
 def _count(value: Any) -> int:
@@ -380,7 +429,28 @@ def summarize_events(
         awaiting_host: unscored attempts whose judge request waits for a host's reply.
     """
     events = list(events)
-    groups = _group(events)
+    return _summarize_groups(info, _group(events), events, eval_set,
+                             coverage_report=coverage_report, run_dir=run_dir, set_dir=set_dir,
+                             judge_spec=judge_spec, endpoint_flag=endpoint_flag,
+                             awaiting_host=awaiting_host)
+
+
+def _summarize_groups(
+    info: Mapping[str, Any],
+    groups: Mapping[AttemptKey, _Attempt],
+    issue_events: Iterable[Mapping[str, Any]],
+    eval_set: EvalSet | None,
+    *,
+    coverage_report: Mapping[str, Any] | None,
+    run_dir: str,
+    set_dir: str,
+    judge_spec: str | None,
+    endpoint_flag: str | None,
+    awaiting_host: frozenset[AttemptKey],
+) -> RunSummary:
+    """The summary over each attempt's group (its live attempt, tied verdicts and tool calls
+    counted) and the live issue events: `summarize_events` and the streaming `summarize` both
+    end here."""
     keys = sorted(groups, key=_sort_key)
 
     verdicts: Counter[str] = Counter()
@@ -570,7 +640,7 @@ def summarize_events(
         settled_by_person=len(settled),
         overruled_by_person=sum(1 for r in rows if r.settled_by and r.judge_verdict != r.verdict),
         golden_drift=drift,
-        judges=judges, open_issues=open_issues(events), partial=partial, stale=stale,
+        judges=judges, open_issues=open_issues(issue_events), partial=partial, stale=stale,
         samples=sample_summary(rows),
     )
 
@@ -713,36 +783,52 @@ def _cost(rows: list[CaseRow]) -> dict[str, Any]:
 def summarize(run: Run, eval_set: EvalSet | None,
               coverage_figures: Mapping[str, Any] | None = None,
               *, judge_spec: str | None = None, endpoint_flag: str | None = None,
-              run_label: str | None = None, set_label: str | None = None,
-              view: LiveView | None = None) -> RunSummary:
+              run_label: str | None = None, set_label: str | None = None) -> RunSummary:
     """The summary (reference/run-summary.md) for a ledger run: its live events, the set's
     goldens, retrieval's cascade. `coverage_figures`: a loaded coverage report's figures
     (`retrieval.load_coverage_report(...).figures`), or the last summary's.
 
+    The ledger is read once, streaming (`ledger.live.TiedFold`): per attempt its live attempt,
+    its verdicts tied to it (ledger/ties.py) and its tool calls counted, so memory follows the
+    attempts, never the events; the figures are those of `summarize_events` over the live view's
+    `tied_events()`.
+
     `run_label` / `set_label` are the paths as the user typed them, for the printed commands;
     a relative one that does not reach the same folder from the kit's root (where the printed
-    `.venv/bin/python skills/...` commands run) is printed absolute. `view` is the live view the
-    pass already holds (read here when not given).
+    `.venv/bin/python skills/...` commands run) is printed absolute.
     """
-    view = view or run.view()
-    events = view.tied_events()  # a verdict counts only on the attempt it judged (ledger/ties.py)
-    return summarize_events(
-        _run_info(run), events, eval_set, coverage_report=coverage_figures,
+    groups, issues, scored = _stream_groups(run.events_path)
+    return _summarize_groups(
+        _run_info(run), groups, issues, eval_set, coverage_report=coverage_figures,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
         set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
         judge_spec=commands.provider_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
-        awaiting_host=awaiting_host_replies(run, view),
+        awaiting_host=awaiting_host_replies(run, [k for k in groups if k not in scored]),
     )
 
 
-def awaiting_host_replies(run: Run, view: LiveView) -> frozenset[AttemptKey]:
-    """The unscored attempts whose judge request was emitted for a host subagent (judge/ holds a
-    request.json and no verdict yet): a host ingest, not a new scoring, finishes them."""
-    scores = view.latest("score")
+def summarize_view(run: Run, eval_set: EvalSet | None, view: LiveView,
+                   coverage_figures: Mapping[str, Any] | None = None, *,
+                   judge_spec: str | None = None, endpoint_flag: str | None = None,
+                   run_label: str | None = None, set_label: str | None = None) -> RunSummary:
+    """The same summary from a live view already in memory (`summarize_events` over its
+    `tied_events()`): the reading the streaming `summarize` must equal, kept as its reference."""
+    return summarize_events(
+        _run_info(run), view.tied_events(), eval_set, coverage_report=coverage_figures,
+        run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
+        set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
+        judge_spec=commands.provider_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
+        awaiting_host=awaiting_host_replies(
+            run, [k for k in view.latest("attempt") if view.score(k) is None]),
+    )
+
+
+def awaiting_host_replies(run: Run, unscored: Iterable[AttemptKey]) -> frozenset[AttemptKey]:
+    """Of the attempts with no live score, those whose judge request was emitted for a host
+    subagent (judge/ holds a request.json and no verdict yet): a host ingest, not a new scoring,
+    finishes them."""
     waiting = set()
-    for key in view.latest("attempt"):
-        if key in scores:
-            continue
+    for key in unscored:
         try:
             if JudgeArtifacts(run, key.qid, key.sample).pending_host_folder() is not None:
                 waiting.add(key)

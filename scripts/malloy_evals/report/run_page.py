@@ -5,12 +5,21 @@ summary.json and RESULTS.md), rendered, never recomputed: the headline is the su
 word for word. Behind each row of the case table is the evidence `details` gathered from the
 ledger: question, golden, answer, re-executed rows, the judge's why, retrieval and the tool calls.
 A run that is not (fully) scored still gets its page; the headline then says what is not scored.
+
+Past SPLIT_AT attempts the page stays the size of its table: it keeps the figures, the table and
+the first sections, and every case gets a page of its own beside it (`report-case-<qid>.html`,
+all of its attempts), linked from the table. The run outputs' owner (workflow/outputs.py) writes
+them with report.html and removes any case page this writing did not make, so none outlives a
+rescore.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +32,7 @@ from malloy_evals.report import details as d
 from malloy_evals.report.agreement import figure_line, measure, run_pairs
 from malloy_evals.report.attempt_section import (
     attempt_sections,
+    first_of_cases,
     inline,
     verdict_text,
     verdict_word,
@@ -62,6 +72,15 @@ PAGE_FILE = "report.html"
 # A page over this many bytes draws its largest attempt sections shorter (attempt_section.LEVELS):
 # the aim is under 2 MB for a 500-attempt run, with room to spare.
 PAGE_BUDGET = 1_900_000
+# Past this many attempts, report.html keeps the first sections (at most INLINE_SECTIONS of them
+# and INLINE_BYTES in all) and every case's attempts go on a page of its own beside it: a page
+# of thousands of sections is slow to open even with every section closed.
+SPLIT_AT = 300
+INLINE_SECTIONS = 100
+INLINE_BYTES = 500_000
+# A case of more attempts than this (many samples) spreads over several pages of this many each.
+CASE_PAGE_ATTEMPTS = 300
+CASE_PAGE = re.compile(r"report-case-[A-Za-z0-9_.-]+(?:~[0-9]+)?\.html")  # the case pages' names
 SIDE_FILES = ("RESULTS.md", "summary.json", "events.jsonl")
 VERDICTS = (*VERDICT_ORDER, "null")  # the summary's verdict counts, in its order
 WHY_CHARS = 240  # of the judge's (or the person's) why in the cases table; the attempt has it all
@@ -90,6 +109,8 @@ class RunPage:
     set_dir: str | None
     unscored: int                  # attempts without a live score (their page still shows them)
     not_scored: str | None         # the headline's not-scored line, when there is one
+    case_pages: tuple[str, ...] = ()   # the case pages written beside it (past SPLIT_AT)
+    case_bytes: int = 0                # their bytes, all together
 
     @property
     def exit_code(self) -> int:
@@ -126,15 +147,11 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
             + (f"; set {ctx.set_label}." if ctx.set_label else ".")]
     if info.get("started"):
         meta.append(f" Started {info['started']}.")
-    headline_class = "headline" if s.status == STATUS_COMPLETE else "headline incomplete"
-    # The summary's headline word for word; a run not fully scored says so inside the same box.
     parts: list[Any] = [
         el("h1", f"Run {s.run_id or 'unknown'} ({s.phase or 'unknown phase'}) on set "
                  f"{s.set_name or 'unknown'}"),
         el("p", meta, class_="meta"),
-        el("div", el("p", s.headline, id="headline", data_status=s.status),
-           el("p", not_scored_line(s), id="not-scored-line") if s.unscored else None,
-           class_=headline_class),
+        _headline_box(s),
     ]
     if s.partial is not None:
         parts.append(_partial(s))
@@ -164,6 +181,15 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
                               if beside else None),
                     aria_label="contents", class_="meta"))
     return el("header", parts)
+
+
+def _headline_box(s: RunSummary) -> Html:
+    """The summary's headline word for word (UNSEALED, INCOMPLETE, PARTIAL as it says them); a
+    run not fully scored says so inside the same box."""
+    headline_class = "headline" if s.status == STATUS_COMPLETE else "headline incomplete"
+    return el("div", el("p", s.headline, id="headline", data_status=s.status),
+              el("p", not_scored_line(s), id="not-scored-line") if s.unscored else None,
+              class_=headline_class)
 
 
 def not_scored_line(s: RunSummary) -> str:
@@ -204,7 +230,7 @@ def _incomplete(s: RunSummary) -> Html:
               el("pre", "\n".join(inc.commands)), id="incomplete", class_="alert")
 
 
-def _verdicts(s: RunSummary) -> Html:
+def _verdicts(s: RunSummary, where: Layout) -> Html:
     v = s.verdicts
     counts = el("dl", [el("div", el("dt", k), el("dd", n, data_count=k)) for k, n in
                        [("attempts", s.attempts), ("scored", s.scored),
@@ -224,13 +250,13 @@ def _verdicts(s: RunSummary) -> Html:
             f"{redacted(k)} {n}" for k, n in s.null_reasons.items()) + "."))
     if s.vetoes:
         parts.append(el("h3", "Must-not-use vetoes"))
-        parts.append(el("ul", [el("li", link(x["label"], "#" + anchor_id(x["qid"], x["sample"])),
+        parts.append(el("ul", [el("li", link(x["label"], where.attempt_href(x["qid"], x["sample"])),
                                   ": ", redacted(", ".join(x["hits"])),
                                   f" (the judge said {x['judge_verdict']})"
                                   if x.get("judge_verdict") else None) for x in s.vetoes]))
     if s.doubted_goldens:
         parts.append(el("h3", "Doubted goldens"))
-        parts.append(el("ul", [el("li", link(x["label"], "#" + anchor_id(x["qid"], x["sample"])),
+        parts.append(el("ul", [el("li", link(x["label"], where.attempt_href(x["qid"], x["sample"])),
                                   f": {x['gold_status']} (declared by {x['declared_by']}; "
                                   f"{'excluded' if x['excluded'] else 'still counted'})",
                                   f": {redacted(x['gold_note'])}" if x.get("gold_note")
@@ -240,7 +266,7 @@ def _verdicts(s: RunSummary) -> Html:
     if waiting:
         parts.append(el("h3", "Needs a human"))
         parts.append(el("ul", [el("li", link(attempt_label(r.qid, r.sample),
-                                             "#" + anchor_id(r.qid, r.sample)),
+                                             where.attempt_href(r.qid, r.sample)),
                                   f" (confidence {shown(r.confidence)})") for r in waiting]))
     return el("section", parts, id="verdicts")
 
@@ -316,7 +342,7 @@ def _cost_section(s: RunSummary) -> Html:
     ]), id="cost")
 
 
-def _diagnosis(issues: Sequence[d.Issue], qids: set[str]) -> Html:
+def _diagnosis(issues: Sequence[d.Issue], qids: set[str], where: Layout) -> Html:
     parts: list[Any] = [el("h2", "Diagnosis")]
     if not issues:
         parts.append(el("p", f"No diagnosis yet: {commands.DIAGNOSE} (eval-diagnose) says why each "
@@ -324,7 +350,7 @@ def _diagnosis(issues: Sequence[d.Issue], qids: set[str]) -> Html:
         return el("section", parts, id="diagnosis")
     rows = []
     for i in issues:
-        cases = join(*[join(link(q, "#" + case_anchor(q)) if q in qids else esc(q), " ")
+        cases = join(*[join(link(q, where.case_href(q)) if q in qids else esc(q), " ")
                        for q in i.qids])
         code = i.primary_code or "?"
         if i.contributing_codes:
@@ -339,17 +365,21 @@ def _diagnosis(issues: Sequence[d.Issue], qids: set[str]) -> Html:
     return el("section", parts, id="diagnosis")
 
 
-def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
+def _case_table(s: RunSummary, issues: Sequence[d.Issue], where: Layout) -> Html:
     head = el("thead", el("tr", [el("th", h, scope="col") for h in (
         "attempt", "verdict", "confidence", "owner", "recall", "cost", "coverage",
         "where to fix", "notes", "why")]))
     rows = []
     for r in s.cases:
         cost = _cost(r)
-        # Lean rows (a run may have hundreds): the sorting script reads the cells' own text.
+        # An attempt whose section is on its case's page keeps its anchors here, on its row (a
+        # comparison page links to `report.html#case-<qid>`).
+        away = where.is_away(r.qid, r.sample)
+        # Lean rows (a run may have thousands): the sorting script reads the cells' own text.
         rows.append(el(
             "tr",
-            td(link(attempt_label(r.qid, r.sample), "#" + anchor_id(r.qid, r.sample))),
+            td(link(attempt_label(r.qid, r.sample), where.attempt_href(r.qid, r.sample)),
+               id=case_anchor(r.qid) if away and where.first_row(r.qid, r.sample) else None),
             td(verdict_text(r), class_=f"v-{verdict_word(r)}"),
             td(shown(r.confidence, none="")), td(_owners(r.qid, issues)),
             td("" if r.recall is None else f"{r.recall:.2f}"),
@@ -357,7 +387,7 @@ def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
             td(shown(r.coverage, none="")), td(shown(r.where_to_fix, none="")),
             td(redacted("; ".join(case_notes(r)))),
             td(inline(d.text_of(redacted(r.why), WHY_CHARS), WHY_CHARS, none=""), class_="why"),
-            data_verdict=verdict_word(r)))
+            data_verdict=verdict_word(r), id=anchor_id(r.qid, r.sample) if away else None))
     return el("section", el("h2", "Cases"),
               el("div", el("table", el("caption", f"{len(s.cases)} attempt(s); sort by a column, "
                                                   "open an attempt for its evidence"),
@@ -366,32 +396,154 @@ def _case_table(s: RunSummary, issues: Sequence[d.Issue]) -> Html:
               id="cases")
 
 
+def case_page(qid: str, part: int = 1) -> str:
+    """The file name of a case's own page beside report.html: `report-case-<qid>.html`, and
+    `report-case-<qid>~2.html` for the second page of a case with more than CASE_PAGE_ATTEMPTS
+    attempts (`~` is in no qid)."""
+    return f"report-{case_anchor(qid)}" + (f"~{part}" if part > 1 else "") + ".html"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each attempt's section is: on report.html, or only on its case's page."""
+
+    split: bool = False
+    inline: frozenset[tuple[str, Any]] = frozenset()   # attempts drawn on report.html (split)
+    firsts: Mapping[str, Any] = field(default_factory=dict)   # each case's first sample
+    pages: Mapping[tuple[str, Any], str] = field(default_factory=dict)  # each attempt's case page
+
+    def is_away(self, qid: str, sample: Any) -> bool:
+        return self.split and (qid, sample) not in self.inline
+
+    def first_row(self, qid: str, sample: Any) -> bool:
+        return qid in self.firsts and self.firsts[qid] == sample
+
+    def attempt_href(self, qid: str, sample: Any) -> str:
+        if self.is_away(qid, sample):
+            return href_to(self.pages[(qid, sample)], fragment=anchor_id(qid, sample))
+        return "#" + anchor_id(qid, sample)
+
+    def case_href(self, qid: str) -> str:
+        if qid in self.firsts and self.is_away(qid, self.firsts[qid]):
+            return href_to(self.pages[(qid, self.firsts[qid])], fragment=case_anchor(qid))
+        return "#" + case_anchor(qid)
+
+
+@dataclass(frozen=True)
+class RenderedRun:
+    """report.html's text and, past SPLIT_AT attempts, each case page's (by file name)."""
+
+    page: str
+    cases: dict[str, str] = field(default_factory=dict)
+
+
+def _by_case(attempts: Sequence[d.AttemptDetail]) -> dict[str, list[d.AttemptDetail]]:
+    out: dict[str, list[d.AttemptDetail]] = {}
+    for a in attempts:
+        out.setdefault(a.qid, []).append(a)
+    return out
+
+
 def render_run_page(s: RunSummary, attempts: Sequence[d.AttemptDetail],
-                    issues: Sequence[d.Issue], ctx: PageContext) -> str:
-    """The whole page for one run: every figure from `s`, every attempt's evidence from `attempts`.
-    Attempt sections are drawn shorter, largest first, while the page would pass PAGE_BUDGET."""
-    header = _header(s, ctx)
-    figures = join(_verdicts(s), _cascade(s), _retrieval(s), _cost_section(s),
-                   _diagnosis(issues, {r.qid for r in s.cases}), _case_table(s, issues))
+                    issues: Sequence[d.Issue], ctx: PageContext) -> RenderedRun:
+    """The whole page for one run: every figure from `s`, every attempt's evidence from `attempts`
+    (drawn shorter, largest first, where a page would pass PAGE_BUDGET). Past SPLIT_AT attempts
+    the sections are drawn on their cases' pages and the first of them shown here too."""
+    rows = {(r.qid, r.sample): r for r in s.cases}
+    split = len(attempts) > SPLIT_AT
+    firsts = {a.qid: a.sample
+              for a, f in zip(attempts, first_of_cases(attempts), strict=True) if f}
     title = f"{s.run_id or 'run'}: {s.headline}"
+    cases: dict[str, str] = {}
+    if split:
+        drawn: dict[tuple[str, Any], Html] = {}
+        pages: dict[tuple[str, Any], str] = {}
+        shortened = 0
+        for qid, own in _by_case(attempts).items():
+            parts = [own[i:i + CASE_PAGE_ATTEMPTS] for i in range(0, len(own), CASE_PAGE_ATTEMPTS)]
+            names = [case_page(qid, n) for n in range(1, len(parts) + 1)]
+            for name, part in zip(names, parts, strict=True):
+                text, sections, n = _case_page(s, qid, part, rows, ctx, name, names)
+                cases[name] = text
+                drawn.update(((a.qid, a.sample), h) for a, h in zip(part, sections, strict=True))
+                pages.update(((a.qid, a.sample), name) for a in part)
+                shortened += n
+        kept: list[Html] = []
+        size = 0
+        for a in attempts[:INLINE_SECTIONS]:
+            h = drawn[(a.qid, a.sample)]
+            size += len(h.encode("utf-8"))
+            if kept and size > INLINE_BYTES:
+                break
+            kept.append(h)
+        where = Layout(True, frozenset((a.qid, a.sample) for a in attempts[:len(kept)]), firsts,
+                       pages)
+    else:
+        where = Layout(firsts=firsts)
+    header = _header(s, ctx)
+    figures = join(_verdicts(s, where), _cascade(s), _retrieval(s), _cost_section(s),
+                   _diagnosis(issues, {r.qid for r in s.cases}, where),
+                   _case_table(s, issues, where))
 
     def whole(attempts_part: Html) -> str:
         return page(title, join(header, el("main", figures, attempts_part)),
                     description=f"malloy-evals run {s.run_id}: {s.headline}")
 
-    fixed = len(whole(Html("")).encode("utf-8"))
-    sections, shortened = attempt_sections(
-        attempts, {(r.qid, r.sample): r for r in s.cases}, PAGE_BUDGET - fixed)
-    note = ("Each attempt's evidence: open one (or follow a link from the table)."
-            + (f" {shortened} of {len(attempts)} are drawn shorter to keep this page small."
-               if shortened else ""))
-    return whole(el("section", el("h2", "Attempts"), el("p", note, class_="note"), sections,
-                    id="attempts"))
+    if split:
+        note = (f"The first {len(kept)} of {len(attempts)} attempts are shown here. Every "
+                "attempt, these included, is on its case's own page beside this one "
+                f"({len(cases)} pages, report-case-<case>.html), linked from each row of the "
+                "table." + (f" {shortened} of {len(attempts)} are drawn shorter to keep those "
+                             "pages small." if shortened else ""))
+        sections = kept
+    else:
+        fixed = len(whole(Html("")).encode("utf-8"))
+        sections, shortened = attempt_sections(attempts, rows, PAGE_BUDGET - fixed)
+        note = ("Each attempt's evidence: open one (or follow a link from the table)."
+                + (f" {shortened} of {len(attempts)} are drawn shorter to keep this page small."
+                   if shortened else ""))
+    return RenderedRun(whole(el("section", el("h2", "Attempts"), el("p", note, class_="note"),
+                                sections, id="attempts")), cases)
+
+
+def _case_page(s: RunSummary, qid: str, attempts: Sequence[d.AttemptDetail],
+               rows: dict[Any, CaseRow], ctx: PageContext, name: str, names: Sequence[str]
+               ) -> tuple[str, list[Html], int]:
+    """One case's page (`name`, one of the case's `names`): the run's headline, a way back to the
+    run's page (and to the case's other pages), and the case's attempts, drawn within
+    PAGE_BUDGET; returns it, its sections and how many are shorter."""
+    title = f"{s.run_id or 'run'}: case {qid}: {s.headline}"
+    run = f"run {s.run_id or 'unknown'}"
+    others = (el("p", f"This case's attempts are on {len(names)} pages: ",
+                  join(*[join(" · " if i else None,
+                              esc(str(i + 1)) if n == name else link(str(i + 1), href_to(n)))
+                         for i, n in enumerate(names)]), ".")
+              if len(names) > 1 else None)
+    header = el("header",
+                el("h1", f"Case {qid} of {run} ({s.phase or 'unknown phase'})"),
+                el("p", f"Run folder {ctx.run_label}" + (f"; set {ctx.set_label}."
+                                                         if ctx.set_label else "."),
+                   class_="meta"),
+                _headline_box(s),
+                el("nav", el("p", "Back to ", link(f"the {run}'s page", href_to(PAGE_FILE)),
+                             " (its figures, the cases table and the diagnosis)."), others,
+                   aria_label="contents", class_="meta"))
+    shell = len(page(title, join(header, el("main", el("section", id="attempts")))).encode())
+    sections, shortened = attempt_sections(attempts, rows, PAGE_BUDGET - shell,
+                                           issues_page=PAGE_FILE)
+    note = (f"{len(attempts)} attempt(s) of case {qid}: open one for its evidence."
+            + (f" {shortened} are drawn shorter to keep this page small." if shortened else ""))
+    body = el("main", el("section", el("h2", "Attempts"), el("p", note, class_="note"), sections,
+                         id="attempts"))
+    return (page(title, join(header, body), description=f"malloy-evals {run}, case {qid}"),
+            sections, shortened)
 
 
 def render_text(result: RunPage) -> str:
     """report.py --run's text output: where the page is, and the headline it carries."""
-    return (f"wrote {result.path} ({result.bytes // 1024} KB, {result.attempts} attempts)\n"
+    pages = (f"; {len(result.case_pages)} case pages beside it, {result.case_bytes // 1024} KB"
+             if result.case_pages else "")
+    return (f"wrote {result.path} ({result.bytes // 1024} KB, {result.attempts} attempts{pages})\n"
             f"{result.headline}" + (f"\n{result.not_scored}" if result.not_scored else ""))
 
 
@@ -420,13 +572,42 @@ def write_run_page(run: Run, eval_set: EvalSet, view: LiveView, summary: RunSumm
     target = Path(run.dir) / PAGE_FILE
     side_files = tuple(f for f in SIDE_FILES if (target.parent / f).is_file())
     agreement = figure_line(measure(run_pairs(run.run_id, view)))
-    html = render_run_page(summary, attempts, issues,
-                           PageContext(run_label, set_label, info, side_files, agreement))
-    write_atomic(target, html)
-    return RunPage(path=str(target), bytes=len(html.encode("utf-8")), attempts=summary.attempts,
-                   headline=summary.headline, status=summary.status, set_dir=set_label,
-                   unscored=len(summary.unscored), not_scored=not_scored_line(summary)
-                   if summary.unscored else None)
+    rendered = render_run_page(summary, attempts, issues,
+                               PageContext(run_label, set_label, info, side_files, agreement))
+    # The case pages first, so that no link of the new report.html names a page not yet there.
+    case_bytes = 0
+    for name, text in rendered.cases.items():
+        files.replace(target.parent / name, text, target.parent, sync=False)
+        case_bytes += len(text.encode("utf-8"))
+    write_atomic(target, rendered.page)
+    return RunPage(path=str(target), bytes=len(rendered.page.encode("utf-8")),
+                   attempts=summary.attempts, headline=summary.headline, status=summary.status,
+                   set_dir=set_label, unscored=len(summary.unscored),
+                   not_scored=not_scored_line(summary) if summary.unscored else None,
+                   case_pages=tuple(rendered.cases), case_bytes=case_bytes)
+
+
+def case_pages_in(run_dir: Path) -> list[str]:
+    """The case pages now in a run folder (file names, sorted)."""
+    with files.folder(run_dir, create=False) as fd:
+        return sorted(n for n in os.listdir(fd) if CASE_PAGE.fullmatch(n))
+
+
+def remove_case_pages(run_dir: Path, keep: Iterable[str]) -> list[str]:
+    """Remove every case page in the run folder but those in `keep` (the ones just written): a
+    rescore that no longer splits its page, or a case gone from the run, leaves none behind. A
+    link in a case page's place is removed as a link, never followed. Returns the names removed."""
+    kept = set(keep)
+    removed = []
+    with files.folder(run_dir, create=False) as fd:
+        for name in sorted(os.listdir(fd)):
+            if not CASE_PAGE.fullmatch(name) or name in kept:
+                continue
+            if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                continue  # a folder of that name is not a page the kit wrote
+            os.unlink(name, dir_fd=fd)
+            removed.append(name)
+    return removed
 
 
 def write_atomic(target: Path, text: str) -> None:

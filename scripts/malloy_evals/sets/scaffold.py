@@ -27,7 +27,6 @@ from typing import Any
 
 from malloy_evals.core import commands, files, paths
 from malloy_evals.core.errors import EXIT_OK, InputError, UnmeasuredError, UsageError
-from malloy_evals.endpoint import runner as rt
 from malloy_evals.sets.eval_set import CASES_FILE, SET_FILE, check_set
 
 DEFAULT_PARENT = Path("~/malloy-evals-sets")
@@ -100,6 +99,8 @@ def scaffold(name: str, model: str | Path, out: str | Path | None = None,
     target = Path(out) if out is not None else default_out(name)
     check_out(target)
     model_path = _model_file(model_dir)
+    from malloy_evals.endpoint import runner as rt  # here, not at import: new_set --help needs none
+
     why = rt.runtime_missing_reason()
     if why:
         raise UnmeasuredError(f"{why} (new_set derives its example goldens by running them)")
@@ -143,6 +144,8 @@ def _example_cases(name: str, target: Path, model_path: str,
     out: list[dict[str, Any]] = []
     if sources:
         table = next(iter(sources))
+        from malloy_evals.endpoint import runner as rt
+
         with rt.MalloyRuntime(target / "truth", allow=rt.default_allow(target / "truth")) as truth:
             def run(query: str) -> list[dict[str, Any]]:
                 return list(truth.execute(query, model_path=TRUTH_FILE, trusted=True)
@@ -201,6 +204,8 @@ def _example_cases(name: str, target: Path, model_path: str,
 
 
 def _first_source(model: Path, model_path: str) -> str | None:
+    from malloy_evals.endpoint import runner as rt
+
     with rt.MalloyRuntime(model, allow=rt.default_allow(model)) as runtime:
         surface = runtime.describe()
     for m in surface.get("models") or []:

@@ -6,7 +6,8 @@ report.py, diagnose.py, promote_golden.py for the runs it names) loads the run t
 one loader, and checks it before any work or spending: the run folder, the set (and that the run
 was made on it), the ledger's live view, and the coverage report. Writing computes ONE summary
 and renders it into all four outputs together, through core/files.py's safe writers: no page can
-say one thing while RESULTS.md says another.
+say one thing while RESULTS.md says another. A large run's case pages (report/run_page.py) are
+part of report.html: written with it, and the ones it no longer has removed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.report.figures import RunSummary, judge_counts, judges_text, summarize
 from malloy_evals.report.markdown import write_results
-from malloy_evals.report.run_page import RunPage, find_set, write_run_page
+from malloy_evals.report.run_page import RunPage, find_set, remove_case_pages, write_run_page
 from malloy_evals.sets.eval_set import EvalSet, load_set
 
 SUMMARY_FILE = "summary.json"
@@ -105,11 +106,10 @@ class RunOutputs:
 
     def summary(self, *, judge_spec: str | None = None,
                 endpoint_flag: str | None = None) -> RunSummary:
-        """The run's summary from the live view as it stands (refreshed with what was appended)."""
-        self.view.refresh()
+        """The run's summary from the ledger as it stands, read streaming (`figures.summarize`)."""
         return summarize(self.run, self.eval_set, self.coverage_figures(), judge_spec=judge_spec,
                          endpoint_flag=endpoint_flag, run_label=self.run_label,
-                         set_label=self.set_label, view=self.view)
+                         set_label=self.set_label)
 
     def write(self, *, pins: Mapping[str, Any] | None = None, judge_spec: str | None = None,
               endpoint_flag: str | None = None) -> Written:
@@ -133,9 +133,12 @@ class RunOutputs:
             derived["answererCostUsd"] = s.cost["answerer_usd"]
         self.run.update_info(**derived)
         md, js = write_results(self.run.dir, s)
-        # The page renders this very summary, so it says exactly what summary.json says.
+        # The page renders this very summary, so it says exactly what summary.json says. Past a
+        # few hundred attempts each case has a page beside it: written with report.html, and
+        # every case page this writing did not make removed, so none outlives a rescore.
         page = write_run_page(self.run, self.eval_set, self.view, s, run_label=self.run_label,
                               set_label=self.set_label)
+        remove_case_pages(self.run.dir, page.case_pages)
         return Written(s, str(md), str(js), page, {**given, **derived})
 
 

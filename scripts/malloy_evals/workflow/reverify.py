@@ -19,6 +19,7 @@ from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, UsageError
 from malloy_evals.core.words import sample_words
 from malloy_evals.judge.calibration import RegressionReport, check_regressions, render_regressions
+from malloy_evals.judge.doctrine import DEFAULT_MAX_DISAGREEMENT
 from malloy_evals.ledger.events import AttemptKey
 from malloy_evals.ledger.run import Run
 from malloy_evals.llm.base import Provider
@@ -32,8 +33,6 @@ from malloy_evals.report.agreement import (
 )
 from malloy_evals.report.stats import DEFAULT_SEED, wilson_interval
 from malloy_evals.sets.eval_set import EvalSet, load_set
-
-DEFAULT_MAX_DISAGREEMENT = 0.1
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from malloy_evals.answer.scoring import attempt_submission
 from malloy_evals.core import commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_OK, InputError
 from malloy_evals.core.redact import Redactor
-from malloy_evals.core.vocab import JUDGE_VERDICTS, null_reason_head
+from malloy_evals.core.vocab import SETTLE_VERDICTS, null_reason_head
 from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger import ties
 from malloy_evals.ledger.artifacts import read_prediction, read_prediction_csv
@@ -42,7 +42,6 @@ from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, rewrite_jsonl
 from malloy_evals.workflow.outputs import RunOutputs
 
-SETTLE_VERDICTS = JUDGE_VERDICTS  # a person settles with a verdict the judge itself could give
 DOUBTED = ("suspect", "verified_wrong")
 REFUSAL_TAG = "answerable-sounds-unanswerable"
 ROWS_SHOWN = 10           # rows of a table in a review card; the count says how many there are
@@ -304,7 +303,7 @@ def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False,
                            "why": "near_match in every arm: a coverage finding"})
             continue
         rows, count, error = _prediction_rows(run, qid, sample, score)
-        items.append(_redacted(ReviewItem(
+        items.append(ReviewItem(
             qid=qid, sample=sample, label=attempt_label(qid, sample), reasons=reasons,
             question=case.question, golden=_golden_card(case, golden_value(case, eval_set.dir)),
             rubric=case.rubric, must_state=case.must_state, answer_text=sub.answer_text,
@@ -314,7 +313,8 @@ def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False,
             gold_status=eff.gold_status, gold_note=score.get("gold_note"),
             protects=("refusal_correct or refusal_wrong, by the verdict" if is_refusal_case(case)
                       else default_protects(case, eff.verdict, eff.gold_status, eff.verdict)),
-            settled_elsewhere=elsewhere)))
+            settled_elsewhere=elsewhere))
+    items = _redacted(items)
     qids = list(dict.fromkeys(r["qid"] for r in routed))
     command = str(commands.diagnose_near_matches(run_dir, set_dir, qids)) if qids else None
     return ReviewQueue(str(run_dir), str(set_dir), run.run_id, items, settled,
@@ -326,12 +326,15 @@ _OUTSIDE_FIELDS = ("question", "golden", "rubric", "must_state", "answer_text", 
                    "rows", "prediction_error", "why", "gold_note")
 
 
-def _redacted(item: ReviewItem) -> ReviewItem:
-    """The card with every secret blanked by the kit's one redaction (core/redact.py), as the
-    ledger and the pages blank them: a secret seen in any field is blanked in all of them."""
-    fields = {name: getattr(item, name) for name in _OUTSIDE_FIELDS}
-    secrets = Redactor().learn_json(fields)
-    return replace(item, **secrets.json(fields))
+def _redacted(items: Sequence[ReviewItem]) -> list[ReviewItem]:
+    """The cards with every secret blanked by the kit's one redaction (core/redact.py), as the
+    ledger and the pages blank them: one redactor for the whole queue learns every card's
+    fields first, so a secret seen in any field of any card is blanked in all of them."""
+    fields = [{name: getattr(item, name) for name in _OUTSIDE_FIELDS} for item in items]
+    secrets = Redactor()
+    for shown in fields:
+        secrets.learn_json(shown)
+    return [replace(item, **secrets.json(shown)) for item, shown in zip(items, fields, strict=True)]
 
 
 def _field(label: str, text: str) -> str:

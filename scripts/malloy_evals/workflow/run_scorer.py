@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from malloy_evals.answer import scoring
-from malloy_evals.answer.reexecute import QueryEndpoint, open_endpoint
+from malloy_evals.answer.reexecute import QueryEndpoint, Reexecutions, open_endpoint
 from malloy_evals.answer.retrieval import score_view
 from malloy_evals.checks.model_definitions import read_definitions_for
 from malloy_evals.core import cli, commands
@@ -389,7 +389,8 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
               only: Sequence[str] | None = None, rescore: bool = False,
               allow_drift: bool = False,
               progress: Callable[[str], None] = cli.progress,
-              judge_samples: int | None = None) -> RunScoreResult | DriftRefusal:
+              judge_samples: int | None = None,
+              reuse: bool = True) -> RunScoreResult | DriftRefusal:
     """score_run: every attempt, then retrieval, then the summary and the files.
 
     `outputs` is the run loaded by its outputs' owner (the set it was made on, the coverage
@@ -399,7 +400,10 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
     `allow_drift`, which scores anyway and pins them as `goldenDrift`. The set's model folder
     (--model: another package folder) is served by --local, shown to the judge and pinned as
     the run's modelSha. `judge_samples` (--judge-samples K): the judge asked K times per
-    attempt (None: 3 where it is known unstable, else once; reference/judge.md)."""
+    attempt (None: 3 where it is known unstable, else once; reference/judge.md). Within the
+    pass an identical final query (same call, givens and model) is re-executed once and its
+    result written to every attempt that asked for it, each artifact saying so (`reuse`; False
+    runs every attempt's query, which gives the same verdicts and artifacts)."""
 
     cli.require_one_endpoint(mcp_url, local)
     judge.ready()  # a judge that cannot be called (no key) fails before any re-execution
@@ -434,10 +438,13 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
         if drifted and not allow_drift:
             return DriftRefusal(str(run_dir), drifted, str(set_dir))
 
+        reexecutions = Reexecutions() if reuse else None
+
         def score_one(run_: Run, es: EvalSet, qid: str, sample: int | None) -> dict[str, Any] | str:
             result = scoring.score_attempt(run_, es, qid, sample, provider=judge,
                                            endpoint=endpoint, doctrine=doctrine, append=False,
-                                           view=view, judge_samples=judge_samples)
+                                           view=view, judge_samples=judge_samples,
+                                           reexecutions=reexecutions)
             return result.event if result.event is not None else (
                 result.message or result.status)
 
@@ -445,6 +452,9 @@ def score_run(outputs: RunOutputs, *, judge: Provider, judge_spec: str | None = 
         outcomes = score_attempts(run, eval_set, score_one, judge_pins, only=only,
                                   rescore=rescore, parallel=parallel, progress=progress,
                                   dry_run=dry_run, view=view)
+        if reexecutions is not None and reexecutions.reused:
+            progress(f"re-executed {reexecutions.executed} distinct final queries; "
+                     f"{reexecutions.reused} attempt(s) reused one of them (their artifacts say so)")
         model_sha = _model_sha(eval_set, endpoint, local)
         served = {"mcpUrl": redact_url(mcp_url) if mcp_url else None, "servedRevision": endpoint.served_revision,
                   "environment": endpoint.environment, "package": endpoint.package,

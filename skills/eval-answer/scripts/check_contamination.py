@@ -22,8 +22,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.checks.contamination.refs import make_needle
-from malloy_evals.checks.contamination.rules import check_contamination, render_text
-from malloy_evals.checks.toollog import read_tool_uses
 from malloy_evals.core import cli
 
 
@@ -51,6 +49,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.checks.contamination.rules import check_contamination, render_text
+    from malloy_evals.checks.toollog import read_tool_uses
     log = read_tool_uses(args.log) if args.log else None
     for warning in log.warnings if log else []:
         cli.progress(f"warning: {warning}")

@@ -26,12 +26,6 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.coverage.reader import (
-    check_coverage,
-    host_folder,
-    host_root,
-    render_text,
-)
 from malloy_evals.core import cli
 from malloy_evals.llm import select as providers
 
@@ -60,6 +54,12 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.coverage.reader import (
+        check_coverage,
+        host_folder,
+        host_root,
+        render_text,
+    )
     host_dir = host_folder(args.out, args.set_dir)
 
     def provider_factory():

@@ -25,9 +25,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.findable import check_findable, render_text
 from malloy_evals.core import cli
 
 
@@ -44,6 +44,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.findable import check_findable, render_text
     report = check_findable(args.set_dir, mcp_url=args.mcp_url, local=args.local, qids=args.only,
                             out=args.out)
     cli.emit(report, as_json=args.json, render=render_text)

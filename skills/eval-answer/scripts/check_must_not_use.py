@@ -25,14 +25,11 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.checks.model_definitions import check_query
-from malloy_evals.checks.must_not_use import render_text
 from malloy_evals.core import cli
-from malloy_evals.core.errors import InputError
-from malloy_evals.sets.eval_set import CASES_FILE, load_set
 
 
 def _read_query(path: Path) -> str:
+    from malloy_evals.core.errors import InputError
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -43,6 +40,8 @@ def _read_query(path: Path) -> str:
 
 def _set_case(set_dir: Path, qid: str) -> tuple[list[str], dict[str, list[str]], Path, str]:
     """The case's mustNotUse entries and mustNotUseAllowedIn, the set's model folder and path."""
+    from malloy_evals.core.errors import InputError
+    from malloy_evals.sets.eval_set import CASES_FILE, load_set
     eval_set = load_set(set_dir)
     case = eval_set.case(qid)
     entries = case.must_not_use
@@ -74,6 +73,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.checks.model_definitions import check_query
+    from malloy_evals.checks.must_not_use import render_text
     query = _read_query(args.query_file) if args.query_file is not None else args.query
     entries = list(args.entries)
     allowed_in: dict[str, list[str]] = {}

@@ -36,10 +36,7 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.report.compare import compare_runs, render_text
-from malloy_evals.report.compare_page import write_comparison_pages
 from malloy_evals.report.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from malloy_evals.workflow.outputs import outputs_writer
 
 
 def build_parser() -> cli.ScriptParser:
@@ -81,6 +78,9 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.report.compare import compare_runs, render_text
+    from malloy_evals.report.compare_page import write_comparison_pages
+    from malloy_evals.workflow.outputs import outputs_writer
     result = compare_runs(args.base, args.candidate, args.set_dir, targets=args.targets,
                           band_path=args.band, out_dir=args.out, seed=args.seed,
                           resamples=args.resamples,

@@ -40,8 +40,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.sets.importer import import_set, render_report
-from malloy_evals.sets.questions import import_questions, render_questions
 
 
 def build_parser() -> cli.ScriptParser:
@@ -76,6 +74,8 @@ def _one_mode(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.sets.importer import import_set, render_report
+    from malloy_evals.sets.questions import import_questions, render_questions
     if args.questions is not None:
         added = import_questions(args.questions, args.set_dir)
         cli.emit(added, as_json=args.json, render=render_questions)

@@ -29,7 +29,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.report.noise import measure_noise, render_text
 
 
 def build_parser() -> cli.ScriptParser:
@@ -53,6 +52,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.report.noise import measure_noise, render_text
     result = measure_noise(args.runs, args.set_dir, args.out,
                            only_common_cases=args.only_common_cases)
     cli.emit(result, as_json=args.json, render=render_text)

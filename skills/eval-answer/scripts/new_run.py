@@ -15,9 +15,7 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.core import cli, commands, vocab
-from malloy_evals.core.errors import EXIT_OK
-from malloy_evals.ledger.run import Run
+from malloy_evals.core import cli, vocab
 
 
 def build_parser() -> cli.ScriptParser:
@@ -35,6 +33,9 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.core import commands
+    from malloy_evals.core.errors import EXIT_OK
+    from malloy_evals.ledger.run import Run
     run = Run.create(args.out, args.set_dir, args.answerer_model, phase=args.phase, run_id=args.run_id)
     result = {"run_dir": str(run.dir), "run_id": run.run_id, "phase": run.phase, "info": run.info,
               "next": [str(commands.answer_run(args.out, args.set_dir)),

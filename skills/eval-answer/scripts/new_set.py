@@ -22,10 +22,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.sets.scaffold import DEFAULT_PARENT, render_text, scaffold
+from malloy_evals.sets.scaffold import DEFAULT_PARENT
 
 
 def build_parser() -> cli.ScriptParser:
@@ -43,6 +44,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.sets.scaffold import render_text, scaffold
     made = scaffold(args.name, args.model, out=args.out, data=args.data)
     cli.emit(made, as_json=args.json, render=render_text)
     return made.exit_code

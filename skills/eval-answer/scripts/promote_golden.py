@@ -31,8 +31,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.sets.promote import promote_golden, render_text
-from malloy_evals.workflow.outputs import render_rewritten, rewrite_runs_after
 
 
 def _combination(args: argparse.Namespace) -> str | None:
@@ -66,6 +64,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.sets.promote import promote_golden, render_text
+    from malloy_evals.workflow.outputs import render_rewritten, rewrite_runs_after
     report, rewritten = rewrite_runs_after(args.runs, args.set_dir, lambda: promote_golden(
         args.set_dir, args.qid, all_cases=args.all_cases, attest=args.attest, by=args.by))
     cli.emit(report, as_json=args.json, render=render_text)

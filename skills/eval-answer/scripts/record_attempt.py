@@ -22,7 +22,6 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.transcripts import record_attempt, render_text
 from malloy_evals.core import cli
 
 
@@ -47,6 +46,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.transcripts import record_attempt, render_text
     result = record_attempt(args.run, args.set_dir, args.qid, args.sample,
                             transcript=args.transcript, host_log=args.host_log,
                             answer_file=args.answer_file, reported_calls=args.reported_calls)

@@ -20,7 +20,6 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.reexecute import reexecute, render_text
 from malloy_evals.core import cli
 
 
@@ -35,6 +34,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.reexecute import reexecute, render_text
     result = reexecute(args.run, args.set_dir, args.qid, args.sample,
                        mcp_url=args.mcp_url, local=args.local, model_dir=args.model)
     cli.emit(result, as_json=args.json, render=render_text)

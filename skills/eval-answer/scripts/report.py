@@ -34,8 +34,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.report import compare_page, run_page
-from malloy_evals.workflow.outputs import RunOutputs, outputs_writer
 
 COMPARE_ONLY = ("base", "candidate", "out", "targets", "band", "allow_different_judge",
                 "only_common_cases")
@@ -88,6 +86,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.report import compare_page, run_page
+    from malloy_evals.workflow.outputs import RunOutputs, outputs_writer
     if args.run is not None:
         outputs = RunOutputs.load(args.run, args.set_dir, coverage=args.coverage)
         result: Any = outputs.write().page

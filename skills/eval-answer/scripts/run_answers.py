@@ -50,19 +50,15 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.harness.harness import (
-    UNSEALED_LINE,
-    HarnessOptions,
-    answerer_problem,
-    render_text,
-    run_answers,
-)
 from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
 from malloy_evals.core import cli
-from malloy_evals.core.errors import KitError
 
 
 def _answerer(args: argparse.Namespace) -> str | None:
+    from malloy_evals.answer.harness.harness import (
+        answerer_problem,  # after parsing: not for --help
+    )
+
     problem = answerer_problem(args.answerer, args.answerer_cmd, args.max_cost_usd)
     if problem:
         return problem
@@ -129,6 +125,13 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.harness.harness import (
+        UNSEALED_LINE,
+        HarnessOptions,
+        render_text,
+        run_answers,
+    )
+    from malloy_evals.core.errors import KitError
     answerer = parse_answerer(args.answerer, args.answerer_cmd)
     options = HarnessOptions(
         answerer=answerer, mcp_url=args.mcp_url, local=args.local, samples=args.samples,

@@ -26,12 +26,6 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.retrieval import (
-    dump_json,
-    load_coverage_report,
-    render_text,
-    score_retrieval,
-)
 from malloy_evals.core import cli
 
 
@@ -51,6 +45,12 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.retrieval import (
+        dump_json,
+        load_coverage_report,
+        render_text,
+        score_retrieval,
+    )
     coverage = load_coverage_report(args.coverage) if args.coverage is not None else None
     result = score_retrieval(args.run, args.set_dir, coverage=coverage, append=args.append,
                              findable=args.findable)

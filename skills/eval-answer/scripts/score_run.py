@@ -39,15 +39,7 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
 
 from malloy_evals.core import cli
 from malloy_evals.judge.doctrine import add_judge_samples
-from malloy_evals.llm.select import add_provider_arguments, provider_from_args
-from malloy_evals.workflow.outputs import RunOutputs
-from malloy_evals.workflow.run_scorer import (
-    DriftRefusal,
-    render_refusal,
-    render_text,
-    score_run,
-    scoring_lock,
-)
+from malloy_evals.llm.select import add_provider_arguments
 
 
 def build_parser() -> cli.ScriptParser:
@@ -72,6 +64,15 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.llm.select import provider_from_args
+    from malloy_evals.workflow.outputs import RunOutputs
+    from malloy_evals.workflow.run_scorer import (
+        DriftRefusal,
+        render_refusal,
+        render_text,
+        score_run,
+        scoring_lock,
+    )
     # One scorer per run, held before anything else is done (a second exits 3 naming the
     # holder); then every input loaded and checked (the set it was made on, the coverage
     # report) before a judge is made or a call is spent.

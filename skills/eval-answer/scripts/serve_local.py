@@ -25,15 +25,8 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.core.errors import EXIT_OK, UnmeasuredError
-from malloy_evals.endpoint.mcp_server import (
-    check_port_free,
-    check_unique_packages,
-    parse_package_arg,
-    serve,
-)
-from malloy_evals.endpoint.runner import QUERY_TIMEOUT_S, runtime_missing_reason
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.endpoint.mcp_server import parse_package_arg
+from malloy_evals.endpoint.runner import QUERY_TIMEOUT_S
 
 
 def build_parser() -> cli.ScriptParser:
@@ -68,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The whole command line (a package folder that is not there included) is decided before
     # Node is looked for: a usage error is exit 2 on a machine without Node too.
     args = build_parser().parse_args(argv)
+    from malloy_evals.core.errors import EXIT_OK, UnmeasuredError
+    from malloy_evals.endpoint.mcp_server import check_port_free, check_unique_packages, serve
+    from malloy_evals.endpoint.runner import runtime_missing_reason
+    from malloy_evals.sets.eval_set import load_set
     specs = list(args.package)
     if args.set_dir is not None:
         specs.append(load_set(args.set_dir, args.model).package_spec)

@@ -19,7 +19,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.ledger.validate import ValidationReport, validate_runs
 
 
 def build_parser() -> cli.ScriptParser:
@@ -32,6 +31,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.ledger.validate import ValidationReport, validate_runs
     report = validate_runs(args.run_dirs)
     cli.emit(report, as_json=args.json, render=ValidationReport.render)
     return report.exit_code

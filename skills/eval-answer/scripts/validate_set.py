@@ -20,9 +20,7 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.checks.model_definitions import check_set_with_model
 from malloy_evals.core import cli
-from malloy_evals.core.findings import FolderReport
 
 
 def build_parser() -> cli.ScriptParser:
@@ -35,6 +33,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.checks.model_definitions import check_set_with_model
+    from malloy_evals.core.findings import FolderReport
     report = check_set_with_model(args.set_dir)
     cli.emit(report, as_json=args.json, render=FolderReport.render)
     return report.exit_code

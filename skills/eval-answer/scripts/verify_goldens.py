@@ -22,7 +22,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.sets.goldens import render_text, verify_goldens
 
 
 def build_parser() -> cli.ScriptParser:
@@ -37,6 +36,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.sets.goldens import render_text, verify_goldens
     qids = [q for value in args.qid for q in value]
     report = verify_goldens(args.set_dir, qids or None)
     cli.emit(report, as_json=args.json, render=render_text)

@@ -22,7 +22,6 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.diagnose.mechanical import cluster_failures, render_mechanical
 
 
 def build_parser() -> cli.ScriptParser:
@@ -35,6 +34,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.diagnose.mechanical import cluster_failures, render_mechanical
     result = cluster_failures(args.run, args.set_dir)
     cli.emit(result, as_json=args.json, render=render_mechanical)
     return result.exit_code

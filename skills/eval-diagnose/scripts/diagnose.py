@@ -28,10 +28,8 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.diagnose.run import diagnose_run, render_text
 from malloy_evals.diagnose.selection import SPLITS, verdicts_problem
 from malloy_evals.llm import select as providers
-from malloy_evals.workflow.outputs import RunOutputs
 
 
 def build_parser() -> cli.ScriptParser:
@@ -55,6 +53,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.diagnose.run import diagnose_run, render_text
+    from malloy_evals.workflow.outputs import RunOutputs
 
     def provider_factory(run_dir: Path):
         return providers.provider_from_args(args, "diagnoser", role="diagnose",

@@ -37,18 +37,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.harness.harness import answerer_problem
-from malloy_evals.answer.harness.plan import parse_answerer
 from malloy_evals.core import cli
-from malloy_evals.improve.checks import check_change, render_check
-from malloy_evals.improve.draft import draft_change, render_draft
-from malloy_evals.improve.gate import GateOptions, render_gate, run_gate
-from malloy_evals.improve.journal import Journal
-from malloy_evals.improve.steps import accept, render_step, rollback, start
-from malloy_evals.llm.select import add_provider_arguments, provider_from_args
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.llm.select import add_provider_arguments
 
 
 def _journal(p: argparse.ArgumentParser) -> None:
@@ -59,6 +52,10 @@ def _journal(p: argparse.ArgumentParser) -> None:
 def _answerer_check(args: argparse.Namespace) -> str | None:
     if getattr(args, "subcommand", None) != "gate":
         return None
+    from malloy_evals.answer.harness.harness import (
+        answerer_problem,  # after parsing: not for --help
+    )
+
     problem = answerer_problem(args.answerer, args.answerer_cmd, args.max_cost_usd)
     if problem:
         return problem
@@ -142,6 +139,14 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.harness.plan import parse_answerer
+    from malloy_evals.improve.checks import check_change, render_check
+    from malloy_evals.improve.draft import draft_change, render_draft
+    from malloy_evals.improve.gate import GateOptions, render_gate, run_gate
+    from malloy_evals.improve.journal import Journal
+    from malloy_evals.improve.steps import accept, render_step, rollback, start
+    from malloy_evals.llm.select import provider_from_args
+    from malloy_evals.sets.eval_set import load_set
     if args.subcommand == "start":
         result = start(args.set_dir, args.run, args.issue, args.journal)
         cli.emit(result, as_json=args.json, render=render_step)

@@ -22,10 +22,8 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.judge.calibration import calibrate, render_calibration
 from malloy_evals.judge.doctrine import add_judge_retries
-from malloy_evals.llm.select import add_provider_arguments, provider_from_args
-from malloy_evals.sets.eval_set import load_set
+from malloy_evals.llm.select import add_provider_arguments
 
 
 def build_parser() -> cli.ScriptParser:
@@ -42,6 +40,9 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.judge.calibration import calibrate, render_calibration
+    from malloy_evals.llm.select import provider_from_args
+    from malloy_evals.sets.eval_set import load_set
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir)
     eval_set = load_set(args.set_dir)
     report = calibrate(eval_set, provider, samples=args.samples, only=args.only,

@@ -36,11 +36,13 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.judge.doctrine import add_judge_retries, add_judge_samples
-from malloy_evals.llm.select import add_provider_arguments, provider_from_args
+from malloy_evals.judge.doctrine import (
+    DEFAULT_MAX_DISAGREEMENT,
+    add_judge_retries,
+    add_judge_samples,
+)
+from malloy_evals.llm.select import add_provider_arguments
 from malloy_evals.report.stats import DEFAULT_SEED
-from malloy_evals.sets.eval_set import load_set
-from malloy_evals.workflow import reverify as rv
 
 
 def _fraction(text: str) -> float:
@@ -63,10 +65,10 @@ def build_parser() -> cli.ScriptParser:
                            help="--reverify: how many judged attempts to re-judge")
     p.add_argument("--seed", type=cli.count, default=DEFAULT_SEED,
                    help=f"--reverify: the sample's seed (default {DEFAULT_SEED})")
-    p.add_argument("--max-disagreement", type=_fraction, default=rv.DEFAULT_MAX_DISAGREEMENT,
+    p.add_argument("--max-disagreement", type=_fraction, default=DEFAULT_MAX_DISAGREEMENT,
                    metavar="FRACTION",
                    help="--reverify: exit 1 when the disagreement's lower bound is above this "
-                        f"(default {rv.DEFAULT_MAX_DISAGREEMENT})")
+                        f"(default {DEFAULT_MAX_DISAGREEMENT})")
     add_judge_retries(p)
     add_judge_samples(p)
     add_provider_arguments(p, "--judge")
@@ -88,6 +90,10 @@ def _combination(args) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.llm.select import provider_from_args
+    from malloy_evals.sets.eval_set import load_set
+    from malloy_evals.workflow import reverify as rv
+
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=args.reverify)
     if args.reverify is not None:

@@ -23,10 +23,9 @@ from pathlib import Path
 sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
-from malloy_evals.answer.scoring import render_score, score_attempt_at
 from malloy_evals.core import cli
 from malloy_evals.judge.doctrine import add_judge_retries, add_judge_samples
-from malloy_evals.llm.select import add_provider_arguments, provider_from_args
+from malloy_evals.llm.select import add_provider_arguments
 
 
 def build_parser() -> cli.ScriptParser:
@@ -44,6 +43,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.answer.scoring import render_score, score_attempt_at
+    from malloy_evals.llm.select import provider_from_args
     run_dir = Path(args.run)
     provider = provider_from_args(args, "judge", role="judge", set_dir=args.set_dir,
                                   host_dir=run_dir)

@@ -17,10 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # runnable by path
+sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
+                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.report.agreement import judge_agreement, render_text
 from malloy_evals.report.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 
@@ -41,6 +41,7 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.report.agreement import judge_agreement, render_text
     report = judge_agreement(args.runs, args.set_dir, seed=args.seed, resamples=args.resamples)
     cli.emit(report, as_json=args.json, render=render_text)
     return report.exit_code

@@ -38,12 +38,12 @@ sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
                 if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
 
 from malloy_evals.core import cli
-from malloy_evals.judge.doctrine import GOLD_STATUSES
-from malloy_evals.workflow import review
-from malloy_evals.workflow.outputs import RunOutputs
+from malloy_evals.core.vocab import GOLD_STATUSES, SETTLE_VERDICTS
 
 
 def _target(value: str) -> str:
+    from malloy_evals.workflow import review  # the value is checked after --help has been answered
+
     try:
         review.parse_target(value)
     except ValueError as exc:
@@ -81,7 +81,7 @@ def build_parser() -> cli.ScriptParser:
                    help="record a person's verdict on this attempt")
     p.add_argument("--unsettle", type=_target, metavar="QID[#SAMPLE]",
                    help="void a person's verdict on this attempt (needs --why)")
-    p.add_argument("--verdict", choices=review.SETTLE_VERDICTS, help="with --settle: the verdict")
+    p.add_argument("--verdict", choices=SETTLE_VERDICTS, help="with --settle: the verdict")
     p.add_argument("--why", help="with --settle or --unsettle: why, in one sentence")
     p.add_argument("--by", help="who settles (a person's name); the walk asks when it is not given")
     p.add_argument("--protects", help="with --settle: the decision class the fixture protects "
@@ -96,6 +96,8 @@ def build_parser() -> cli.ScriptParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.workflow import review
+    from malloy_evals.workflow.outputs import RunOutputs
     # The run, its set (the one it was made on) and its ledger, loaded and checked once.
     outputs = RunOutputs.load(args.run, args.set_dir, refuse_public=(
         "review.py --settle" if args.settle is not None else None))

@@ -188,10 +188,12 @@ def read_local_model(model_dir: Path, *, describe: Callable[[Path], dict] | None
 
 
 def _start_runtime(model_dir: Path) -> MalloyRuntime:
+    """One runner: the model is compiled once, and the cases' searches (quick, asked from the
+    reader's threads) wait their turn on it rather than start a second runner."""
     reason = runtime_missing_reason()
     if reason is not None:
         raise UnmeasuredError(reason)
-    return MalloyRuntime(model_dir, allow=default_allow(model_dir))
+    return MalloyRuntime(model_dir, allow=default_allow(model_dir), pool_size=1)
 
 
 def _stop(runtime: MalloyRuntime | None) -> None:

@@ -6,7 +6,7 @@
 // request changes the process's working directory into the package (DuckDB's sandbox checks
 // relative table paths against the cwd). Nothing else is ever written to stdout.
 //
-// Ops: load {package_dir, allow, options: {csv_types, memory_limit}}, reload, describe, definitions, search
+// Ops: load {package_dir, allow, options: {csv_types, memory_limit, model_cache}}, reload, describe, definitions, search
 // {text, limit, kinds, sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
 // query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, csv_tables, ping; and
 // interrupt {target}, which is not queued behind the request it names and gets no answer: the
@@ -17,14 +17,24 @@
 // in bytes and DuckDB's memory is capped, and a query still running at `timeout_ms` is interrupted.
 // A query stuck in the compiler cannot be interrupted from here: the Python driver kills the
 // process a little after the same deadline.
+//
+// Compiling is paid once (reference/endpoint.md, "Compiled once"): a package's compiled models are
+// written to the folder `model_cache` names, keyed by everything the compile read, so the next
+// runner of the same package (a second runner of a pool, a replacement, another process) reads
+// them instead of compiling; and each runner keeps the queries it compiled, keyed by their text,
+// givens and mode, so a query asked again goes straight to DuckDB.
 
-import { statSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  closeSync, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, statSync, unlinkSync,
+  writeSync, constants as fsConstants,
+} from 'node:fs';
 import { readFile, readdir } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import lunr from 'lunr';
-import { API, Result, SingleConnectionRuntime, modelDefToModelInfo } from '@malloydata/malloy';
+import { API, CacheManager, Result, SingleConnectionRuntime, modelDefToModelInfo } from '@malloydata/malloy';
 import { DuckDBConnection } from '@malloydata/db-duckdb';
 
 const DEFAULT_ROW_LIMIT = 1000; // the Publisher's PUBLISHER_DEFAULT_QUERY_ROW_LIMIT
@@ -33,6 +43,9 @@ const DEFAULT_MEMORY_LIMIT = '1GB'; // DuckDB's own working memory, per runner
 const SEARCH_DEFAULT_LIMIT = 10;
 // Kinds the Publisher indexes for lexical retrieval; joins are kept for the typed form only.
 const INDEXED_KINDS = new Set(['source', 'view', 'query', 'dimension', 'measure']);
+const QUERY_CACHE_SIZE = 256; // compiled queries a runner keeps (least recently used dropped)
+const MODEL_CACHE_ENTRIES = 32; // compiled packages the model cache folder keeps (oldest dropped)
+const MODEL_CACHE_MAX_CHARS = 256 * 1024 * 1024; // a compiled package larger than this is not kept
 
 let state = null; // {pkgDir, allow, conn, runtime, models: Map(path -> {mm, model, info, error})...}
 let running = null; // the execute in progress: {id, withdrawn, stop} (the interrupt op reads it)
@@ -135,6 +148,158 @@ function modelEntry(modelPath) {
   return [p, entry];
 }
 
+// ---------- the compiled-model cache ----------
+//
+// A compiled package is kept as JSON in the cache folder, one file per key. The key is a sha256
+// over what the compile read or depends on: this runner's own code and the pinned Node packages
+// (Malloy and DuckDB), the package folder and the folders DuckDB may read, each .malloy file's
+// bytes (the model digest), and every other file there by size, times and inode (a table whose
+// file changes can change the schema the compile read). A cached model is handed to Malloy's own
+// model cache (CacheManager), which checks again that each model file still hashes to what was
+// compiled; anything unexpected (an unreadable, foreign or malformed file) is a miss: compiled as
+// before. The folder must be the user's own and closed to others, as must each file in it.
+
+class RecordingModelCache {
+  constructor() {
+    this.models = new Map(); // url -> {modelDef, invalidationKeys}
+    this.compiled = 0; // models Malloy compiled (rather than read) in this load
+    this.priming = false;
+  }
+
+  async getModel(url) {
+    return this.models.get(url.toString());
+  }
+
+  async setModel(url, cachedModel) {
+    this.models.set(url.toString(), cachedModel);
+    if (!this.priming) this.compiled += 1;
+    return true;
+  }
+}
+
+const RUNNER_DIR = path.dirname(fileURLToPath(import.meta.url));
+let codeDigest = null; // this runner's code and its pinned packages, read once
+
+function runnerCodeDigest() {
+  if (codeDigest === null) {
+    const h = createHash('sha256');
+    for (const name of ['runner.mjs', 'package-lock.json']) {
+      try {
+        h.update(name + '\0').update(readFileSync(path.join(RUNNER_DIR, name))).update('\0');
+      } catch {
+        h.update(name + '\0missing\0');
+      }
+    }
+    codeDigest = h.digest('hex');
+  }
+  return codeDigest;
+}
+
+/** Every file under dir (.git and node_modules left out), as [relative path, absolute path]; a
+ * link to a file counts as that file (DuckDB reads through it), a link to a folder is not walked. */
+function filesUnder(dir, rel = '', out = []) {
+  let entries;
+  try {
+    entries = readdirSync(path.join(dir, rel), { withFileTypes: true });
+  } catch {
+    return out;
+  }
+  for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+    if (e.name === '.git' || e.name === 'node_modules') continue;
+    const child = rel ? `${rel}/${e.name}` : e.name;
+    if (e.isDirectory()) filesUnder(dir, child, out);
+    else if (e.isFile() || e.isSymbolicLink()) out.push([child, path.join(dir, child)]);
+  }
+  return out;
+}
+
+/** The cache key of a package as it is on disk now (see above). */
+function packageKey(pkgDir, allowed) {
+  const h = createHash('sha256');
+  h.update(`malloy-evals model cache 1\0${runnerCodeDigest()}\0`);
+  for (const dir of allowed) {
+    h.update(`dir\0${dir}\0`);
+    for (const [rel, abs] of filesUnder(dir)) {
+      h.update(`${rel}\0`);
+      const st = statSync(abs, { bigint: true, throwIfNoEntry: false }); // through a link
+      if (!st || !st.isFile()) {
+        h.update('not a file\0');
+      } else if (dir === pkgDir && rel.endsWith('.malloy')) {
+        h.update(readFileSync(abs)).update('\0');
+      } else {
+        h.update(`${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.dev}\0`);
+      }
+    }
+  }
+  return h.digest('hex');
+}
+
+/** The cache folder, made if missing; null unless it is a real folder of this user's, closed to
+ * others. */
+function cacheFolder(dir) {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const st = lstatSync(dir);
+    const own = typeof process.getuid !== 'function' || st.uid === process.getuid();
+    return st.isDirectory() && own && (st.mode & 0o077) === 0 ? dir : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The cached compile of `key`, or null: read without following a link, and only from a regular
+ * file of this user's that no one else may write. */
+function readCached(dir, key) {
+  let fd = null;
+  try {
+    fd = openSync(path.join(dir, `${key}.json`), fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
+    const st = fstatSync(fd);
+    const own = typeof process.getuid !== 'function' || st.uid === process.getuid();
+    if (!st.isFile() || !own || (st.mode & 0o022) !== 0) return null;
+    const doc = JSON.parse(readFileSync(fd, 'utf8'));
+    return doc && doc.key === key && doc.models && typeof doc.models === 'object' ? doc : null;
+  } catch {
+    return null;
+  } finally {
+    if (fd !== null) closeSync(fd);
+  }
+}
+
+/** Keep a compile: written to a new file of its own, then renamed into place (a reader sees the
+ * whole file or none); the oldest files past MODEL_CACHE_ENTRIES are removed. Never fails a load. */
+function writeCached(dir, key, models) {
+  const target = path.join(dir, `${key}.json`);
+  const temp = path.join(dir, `.${key}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  try {
+    const text = JSON.stringify({ key, models: Object.fromEntries(models) });
+    if (text.length > MODEL_CACHE_MAX_CHARS) return false;
+    const fd = openSync(temp, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
+    try {
+      writeSync(fd, text);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(temp, target);
+  } catch {
+    try {
+      unlinkSync(temp);
+    } catch {
+      // nothing was written
+    }
+    return false;
+  }
+  try {
+    const kept = readdirSync(dir)
+      .filter((n) => /^[0-9a-f]{64}\.json$/.test(n))
+      .map((n) => [n, lstatSync(path.join(dir, n)).mtimeMs])
+      .sort((a, b) => b[1] - a[1]);
+    for (const [n] of kept.slice(MODEL_CACHE_ENTRIES)) unlinkSync(path.join(dir, n));
+  } catch {
+    // another runner pruned first
+  }
+  return true;
+}
+
 // ---------- load ----------
 
 async function load(pkgDir, allow, options = {}) {
@@ -151,14 +316,39 @@ async function load(pkgDir, allow, options = {}) {
     threads: 1, // one thread: deterministic row order and float sums
     memoryLimit: options.memory_limit || DEFAULT_MEMORY_LIMIT,
   });
+  const modelCache = new RecordingModelCache();
+  const cacheManager = new CacheManager(modelCache);
   const runtime = new SingleConnectionRuntime({
     urlReader: { readURL: async (u) => readFile(new URL(u), 'utf8') },
     connection: conn,
+    cacheManager,
   });
   state = {
     pkgDir, allow: allow || [], options, conn, runtime, models: new Map(), entities: [], index: null,
     csvTables: new Map(), // table name as the SQL writes it -> {filePath, uses, detected, stamp, read, ...}
+    queries: new Map(), // compiled queries: cache key -> PreparedResult, least recently used first
+    modelCache: 'off', // 'read': every model came from the cache; 'compiled': compiled here
   };
+  const folder = typeof options.model_cache === 'string' && options.model_cache ? cacheFolder(options.model_cache) : null;
+  let key = null;
+  if (folder) {
+    try {
+      key = packageKey(pkgDir, allowed);
+    } catch {
+      key = null; // a file that vanished while it was read: compile, keep nothing
+    }
+  }
+  const cached = key ? readCached(folder, key) : null;
+  if (cached) {
+    modelCache.priming = true;
+    try {
+      for (const [url, entry] of Object.entries(cached.models)) await cacheManager.setCachedModelDef(url, entry);
+    } catch {
+      // a malformed entry: whatever was not primed is compiled
+    } finally {
+      modelCache.priming = false;
+    }
+  }
   for (const rel of await findModels(pkgDir)) {
     const entry = { mm: null, model: null, info: null, error: null, problems: [] };
     try {
@@ -171,6 +361,26 @@ async function load(pkgDir, allow, options = {}) {
     }
     state.models.set(rel, entry);
   }
+  const failed = [...state.models.values()].some((e) => e.error);
+  if (key && modelCache.compiled === 0 && cached && !failed) {
+    state.modelCache = 'read';
+    // A compile opens DuckDB (it reads the tables' schemas); a model read from the cache did
+    // not, so DuckDB is opened now: the runner is ready for its first query when load answers.
+    // And the compiler is warmed (the parser builds its tables on its first text, about a
+    // second of CPU that the compile used to pay): one small query compiled, never run, so a
+    // first query is not charged for it against its budget.
+    try {
+      await duckRows('SELECT 1');
+      const [, first] = [...state.models.entries()][0] || [];
+      const source = first ? sourceInfos(first)[0] : null;
+      if (source) await first.mm.loadRestrictedQuery(`\nrun: ${quoteName(source.name, 'source')} -> { aggregate: n is count() }`).getPreparedResult();
+    } catch {
+      // the first query meets the same failure and reports it
+    }
+  } else if (key) {
+    state.modelCache = 'compiled';
+    if (!failed && modelCache.compiled > 0) writeCached(folder, key, modelCache.models);
+  }
   buildEntities();
   if (options.csv_types !== false) registerCsvTables();
   return loadSummary();
@@ -179,7 +389,10 @@ async function load(pkgDir, allow, options = {}) {
 function loadSummary() {
   const errors = [];
   for (const [p, e] of state.models) if (e.error) errors.push({ path: p, message: e.error, problems: e.problems });
-  return { package_dir: state.pkgDir, models: [...state.models.keys()], errors, entities: state.entities.length };
+  return {
+    package_dir: state.pkgDir, models: [...state.models.keys()], errors, entities: state.entities.length,
+    model_cache: state.modelCache,
+  };
 }
 
 // ---------- CSV column types, detected once per table per load ----------
@@ -508,6 +721,25 @@ function quoteName(name, what) {
   return '`' + s + '`';
 }
 
+/** The query compiled, from this runner's cache when the same text was compiled before with the
+ * same givens, in the same mode, against the same model (the cache lives and dies with the
+ * load). Only a query that compiled is kept; a failure is compiled again next time. */
+async function compiledQuery(modelPath, entry, text, opts, trusted) {
+  const key = JSON.stringify([modelPath, trusted, text, opts ? opts.givens : null]);
+  const cache = state.queries;
+  const hit = cache.get(key);
+  if (hit) {
+    cache.delete(key); // most recently used last
+    cache.set(key, hit);
+    return hit;
+  }
+  const qm = trusted ? entry.mm.loadQuery(text) : entry.mm.loadRestrictedQuery(text);
+  const prepared = await qm.getPreparedResult(opts);
+  cache.set(key, prepared); // requests are handled one at a time: no reload came between
+  if (cache.size > QUERY_CACHE_SIZE) cache.delete(cache.keys().next().value);
+  return prepared;
+}
+
 /** `mine`: this execute as the interrupt op sees it ({withdrawn, stop}; see `running`). */
 async function execute(req, mine = { withdrawn: false, stop: null }) {
   const [modelPath, entry] = modelEntry(req.model_path);
@@ -528,8 +760,7 @@ async function execute(req, mine = { withdrawn: false, stop: null }) {
   const started = Date.now();
   const timeUp = () => new BudgetError(`the query did not finish within ${timeoutMs / 1000} s (the kit's time limit for one query)`, 'query-timeout');
   const withdrawn = () => new BudgetError('the query was interrupted: its request was withdrawn', 'query-interrupted');
-  const qm = req.trusted ? entry.mm.loadQuery(text) : entry.mm.loadRestrictedQuery(text);
-  const prepared = await qm.getPreparedResult(opts);
+  const prepared = await compiledQuery(modelPath, entry, text, opts, Boolean(req.trusted));
   if (mine.withdrawn) throw withdrawn();
   if (timeoutMs && Date.now() - started > timeoutMs) throw timeUp();
   const ownLimit = prepared.resultExplore.limit;
