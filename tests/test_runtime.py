@@ -534,3 +534,15 @@ def test_a_compiled_query_is_kept_apart_by_its_givens_and_its_mode(needs_node, r
     for _ in range(2):
         with pytest.raises(MalloyQueryError):
             rt.execute(table)
+
+
+def test_the_model_cache_folder_is_chosen_by_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("MALLOY_EVALS_MODEL_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert runtime_mod.default_model_cache() == tmp_path / "xdg" / "malloy-evals" / "models"
+    monkeypatch.setenv("MALLOY_EVALS_MODEL_CACHE", str(tmp_path / "mine"))
+    assert runtime_mod.default_model_cache() == tmp_path / "mine"
+    monkeypatch.setenv("MALLOY_EVALS_MODEL_CACHE", " OFF ")
+    assert runtime_mod.default_model_cache() is None
+    # A runtime built while it is off keeps no compiled package for the next runner.
+    assert runtime_mod.MalloyRuntime(KIT_ROOT / "evals" / "bookshop" / "model").model_cache is None

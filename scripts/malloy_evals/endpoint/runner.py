@@ -66,10 +66,16 @@ _WITHDRAWN = object()          # put on a worker's lines when its request's clie
 _DEFAULT_CACHE = object()
 
 
-def default_model_cache() -> Path:
-    """Where compiled packages are kept for the next runner: the user's cache folder
-    (`$XDG_CACHE_HOME`, else `~/.cache`), `malloy-evals/models`. The runner uses it only when it
-    is the user's own and closed to others; it keeps the newest 32 packages."""
+def default_model_cache() -> Path | None:
+    """Where compiled packages are kept for the next runner: MALLOY_EVALS_MODEL_CACHE when set
+    (a folder, or `off` for none), else the user's cache folder (`$XDG_CACHE_HOME`, else
+    `~/.cache`), `malloy-evals/models`. The runner uses it only when it is the user's own and
+    closed to others; it keeps the newest 32 packages."""
+    chosen = os.environ.get("MALLOY_EVALS_MODEL_CACHE", "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "malloy-evals" / "models"
 
