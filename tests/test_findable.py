@@ -4,7 +4,6 @@ set's or the model's, and retrieval attribution says so."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import skip_without_node
 from malloy_evals.answer import findable, retrieval
+from set_support import bookshop_copy
 
 KIT = Path(__file__).resolve().parents[1]
 SCRIPT = KIT / "skills" / "eval-answer" / "scripts" / "check_findable.py"
@@ -20,9 +20,7 @@ PLANTED = "measure:order_items:profit_margin"   # the sample model has no such m
 
 @pytest.fixture(scope="module")
 def planted_set(tmp_path_factory):
-    set_dir = tmp_path_factory.mktemp("findable") / "bookshop"
-    shutil.copytree(KIT / "evals" / "bookshop", set_dir,
-                    ignore=shutil.ignore_patterns("runs", "transcripts", "recordings"))
+    set_dir = bookshop_copy(tmp_path_factory.mktemp("findable") / "bookshop")
     lines = (set_dir / "cases.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     assert first["qid"] == "bk_total_revenue"

@@ -18,6 +18,7 @@ from malloy_evals.checks.model_definitions import check_set_with_model, read_def
 from malloy_evals.checks.must_not_use import Definitions
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow
 from malloy_evals.sets.eval_set import load_set
+from set_support import bookshop_copy
 from veto_support import SHOP_DEFINITIONS, write_shop
 
 KIT = Path(__file__).resolve().parents[1]
@@ -214,9 +215,7 @@ def test_the_scorer_respects_a_definition_the_set_allows(tmp_path, needs_node):
 # ------------------------------------------------------------------ names a set gives the model
 
 def test_validate_set_names_an_unknown_entity_its_line_and_the_nearest_ones(tmp_path, needs_node):
-    set_dir = tmp_path / "bookshop"
-    shutil.copytree(KIT / "evals" / "bookshop", set_dir,
-                    ignore=shutil.ignore_patterns("runs", "transcripts", "recordings"))
+    set_dir = bookshop_copy(tmp_path / "bookshop")
     lines = (set_dir / "cases.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     first["expectedEntities"]["required"] = ["measure:order_items:revenu"]  # a typo

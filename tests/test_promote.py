@@ -12,26 +12,16 @@ import pytest
 from malloy_evals.core.errors import InputError
 from malloy_evals.sets.eval_set import load_set
 from malloy_evals.sets.promote import promote_golden
+from set_support import bookshop_copy, case_line
 
 KIT = Path(__file__).resolve().parents[1]
-BOOKSHOP = KIT / "evals" / "bookshop"
 SCRIPT = KIT / "skills" / "eval-answer" / "scripts" / "promote_golden.py"
 PROVISIONAL = "bk_member_revenue_share"  # the sample set's provisional scalar golden
 
 
 @pytest.fixture
 def bookshop(tmp_path):
-    d = tmp_path / "bookshop"
-    shutil.copytree(BOOKSHOP, d, ignore=shutil.ignore_patterns("runs", "transcripts", "recordings"))
-    return d
-
-
-def case_line(set_dir: Path, qid: str) -> tuple[int, dict]:
-    for n, line in enumerate((set_dir / "cases.jsonl").read_text().splitlines(), 1):
-        obj = json.loads(line)
-        if obj["qid"] == qid:
-            return n, obj
-    raise AssertionError(qid)
+    return bookshop_copy(tmp_path / "bookshop")
 
 
 def set_value(set_dir: Path, qid: str, value: dict) -> None:

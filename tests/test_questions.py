@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from malloy_evals.core.errors import InputError
 from malloy_evals.sets import questions
 from malloy_evals.sets.eval_set import check_set, load_set
 from malloy_evals.sets.goldens import values_equal
+from set_support import bookshop_copy
 
 KIT = Path(__file__).resolve().parents[1]
 LISTS = KIT / "tests" / "fixtures" / "questions"
@@ -21,9 +21,7 @@ SCRIPT = KIT / "skills" / "eval-answer" / "scripts" / "import_set.py"
 
 @pytest.fixture
 def bookshop(tmp_path):
-    shutil.copytree(KIT / "evals" / "bookshop", tmp_path / "bookshop",
-                    ignore=shutil.ignore_patterns("runs", "transcripts", "recordings"))
-    return tmp_path / "bookshop"
+    return bookshop_copy(tmp_path / "bookshop")
 
 
 def added(set_dir: Path, before: int) -> list[dict]:

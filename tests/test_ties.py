@@ -10,7 +10,6 @@ whose fixture cannot be written, a junk ledger line before any money is spent.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -31,6 +30,7 @@ from malloy_evals.workflow import run_scorer as rs
 from malloy_evals.workflow.outputs import RunOutputs
 from malloy_evals.workflow.review import settle
 from script_support import run_outcome
+from set_support import bookshop_copy, case_line
 from tie_support import tied, two_case_run
 
 KIT = Path(__file__).resolve().parents[1]
@@ -312,20 +312,11 @@ PROVISIONAL = "bk_member_revenue_share"
 
 @pytest.fixture
 def bookshop(tmp_path):
-    d = tmp_path / "bookshop"
-    shutil.copytree(BOOKSHOP, d, ignore=shutil.ignore_patterns("runs", "transcripts", "recordings"))
-    return d
-
-
-def _line_of(set_dir: Path, qid: str) -> tuple[int, dict]:
-    for n, line in enumerate((set_dir / "cases.jsonl").read_text().splitlines(), 1):
-        if json.loads(line)["qid"] == qid:
-            return n, json.loads(line)
-    raise AssertionError(qid)
+    return bookshop_copy(tmp_path / "bookshop")
 
 
 def test_a_promotion_racing_a_line_edit_exits_3_and_keeps_the_edit(bookshop, needs_node):
-    n, _ = _line_of(bookshop, PROVISIONAL)
+    n, _ = case_line(bookshop, PROVISIONAL)
 
     def edit_then_derive(*args, **kwargs):  # the hook: the edit lands while goldens re-derive
         lines = (bookshop / "cases.jsonl").read_text().splitlines()
@@ -340,7 +331,7 @@ def test_a_promotion_racing_a_line_edit_exits_3_and_keeps_the_edit(bookshop, nee
         promote_golden(bookshop, [PROVISIONAL], runtime_factory=edit_then_derive)
     assert caught.value.exit_code == 3
     assert f"{PROVISIONAL}: its line changed while promote_golden.py worked" in str(caught.value)
-    _, now = _line_of(bookshop, PROVISIONAL)
+    _, now = case_line(bookshop, PROVISIONAL)
     assert now["question"].endswith(" (edited)") and now["golden"]["status"] == "provisional"
     assert [json.loads(x)["qid"] for x in (bookshop / "cases.jsonl").read_text().splitlines()] \
         == qids_before  # no case lost, none duplicated
@@ -354,7 +345,7 @@ def test_a_second_promotion_exits_3_naming_the_first(bookshop):
 
 def test_a_constant_canonical_query_is_not_derived_unless_a_person_attests_it(bookshop,
                                                                               needs_node):
-    n, obj = _line_of(bookshop, PROVISIONAL)
+    n, obj = case_line(bookshop, PROVISIONAL)
     obj["golden"]["canonicalQuery"] = 'run: duckdb.sql("select 12345.67 as revenue") -> {select: *}'
     obj["golden"]["value"] = {"revenue": 12345.67}
     lines = (bookshop / "cases.jsonl").read_text().splitlines()
@@ -368,7 +359,7 @@ def test_a_constant_canonical_query_is_not_derived_unless_a_person_attests_it(bo
     assert (bookshop / "cases.jsonl").read_bytes() == before
     attested = promote_golden(bookshop, [PROVISIONAL], attest=True, by="Dana Reyes")
     assert attested.promoted == [PROVISIONAL]
-    assert _line_of(bookshop, PROVISIONAL)[1]["golden"]["verifiedBy"].startswith(
+    assert case_line(bookshop, PROVISIONAL)[1]["golden"]["verifiedBy"].startswith(
         "attested by Dana Reyes")
 
 
