@@ -22,7 +22,7 @@ from malloy_evals.answer.reexecute import (
 )
 from malloy_evals.core.errors import InputError, UnmeasuredError
 from malloy_evals.endpoint.mcp_client import McpToolError
-from malloy_evals.endpoint.runner import server_query_timeout
+from malloy_evals.endpoint.runner import BUSY, INTERRUPTED, server_query_timeout
 from malloy_evals.ledger.run import Run
 
 MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
@@ -426,3 +426,24 @@ def test_a_call_the_endpoint_could_not_run_is_not_kept_for_the_next_attempt(run,
         reexecute_attempt(run, MINI, "q", 1, FlakyEndpoint(), reexecutions=pass_)
     second = reexecute_attempt(run, MINI, "q", 2, FlakyEndpoint(), reexecutions=pass_)
     assert second.status == "ok" and not second.reused and FlakyEndpoint.calls == 2
+
+
+@pytest.mark.parametrize("code", [BUSY, INTERRUPTED])
+def test_a_busy_or_interrupted_call_is_not_kept_for_the_next_attempt(run, code):
+    # The error is about the endpoint's other clients, not the query: asking again may succeed.
+    class CrowdedEndpoint:
+        model_path, label, model_sha, served_revision = "shop.malloy", "local", "m" * 64, "r"
+        calls = 0
+
+        def execute(self, **call):
+            CrowdedEndpoint.calls += 1
+            if CrowdedEndpoint.calls == 1:
+                raise McpToolError("the endpoint is busy", payload={"problems": [{"code": code}]})
+            return {"rows": [{"n": 1}]}
+
+    run.append([_attempt("q", "run: orders -> { aggregate: n is count() }", sample=s) for s in (1, 2)])
+    pass_ = Reexecutions()
+    first = reexecute_attempt(run, MINI, "q", 1, CrowdedEndpoint(), reexecutions=pass_)
+    second = reexecute_attempt(run, MINI, "q", 2, CrowdedEndpoint(), reexecutions=pass_)
+    assert first.status == "query_error" and second.status == "ok"
+    assert not second.reused and CrowdedEndpoint.calls == 2 and pass_.reused == 0

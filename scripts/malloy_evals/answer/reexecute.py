@@ -52,7 +52,12 @@ from malloy_evals.endpoint.mcp_client import (
     rest_base_for,
 )
 from malloy_evals.endpoint.package import package_sha
-from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S, server_query_timeout
+from malloy_evals.endpoint.runner import (
+    BUSY,
+    INTERRUPTED,
+    LOAD_TIMEOUT_S,
+    server_query_timeout,
+)
 from malloy_evals.ledger.artifacts import latest_artifact
 from malloy_evals.ledger.events import check_qid
 from malloy_evals.ledger.run import Run
@@ -275,14 +280,23 @@ class _Outcome:
     csv: str = ""
     error: dict[str, Any] | None = None
 
+    @property
+    def shareable(self) -> bool:
+        """False for an error about the endpoint's other clients, not the query (it was busy, or
+        the call was interrupted): another attempt's asking again may well succeed."""
+        if self.error is None:
+            return True
+        problems = (self.error.get("payload") or {}).get("problems") or []
+        return not {p.get("code") for p in problems if isinstance(p, dict)} & {BUSY, INTERRUPTED}
+
 
 class Reexecutions:
     """One scoring pass's re-executions: the first attempt to ask for a (model, call) runs it,
     every later attempt asking for the same (the same final query or named view, the same
     givens, the same model path, against an endpoint serving the same model digest) gets that
     result. Attempts asking at the same moment wait for the first instead of running it too.
-    A call that raised (the endpoint could not run anything) is not kept: the next attempt
-    runs it. An endpoint that cannot say which model it serves shares nothing."""
+    A call that raised (the endpoint could not run anything), or came back busy or interrupted,
+    is not kept: the next attempt runs it. An endpoint that cannot say which model it serves shares nothing."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -308,7 +322,8 @@ class Reexecutions:
                     self.reused += 1
                 return kept[0], True
             outcome = run_it()
-            kept.append(outcome)
+            if outcome.shareable:
+                kept.append(outcome)
             with self._lock:
                 self.executed += 1
             return outcome, False
