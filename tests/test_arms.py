@@ -250,7 +250,7 @@ def test_an_arm_with_no_live_score_is_refused(tmp_path, shop):
     pairing = _pair(tmp_path, shop, cand_kw={"unscored": ("a", "b", "c")},
                     only_common_cases=True, allow_different_judge=True)
     assert pairing.refused
-    assert pairing.differences[0].text.startswith("candidate: no attempt has a live score")
+    assert pairing.differences[0].text.startswith("candidate: no attempt has a score counted")
 
 
 def test_judge_pins_that_vary_inside_one_arm_are_a_difference(tmp_path, shop):

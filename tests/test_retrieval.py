@@ -496,7 +496,7 @@ def test_cli_json_prints_rows_and_summary_with_spec_keys(run_env):
     proc = run_cli("--run", run_dir, "--set", set_dir, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert set(doc) == {"rows", "summary"}
+    assert set(doc) == {"rows", "summary", "ignored"} and doc["ignored"] == []
     assert set(doc["rows"][0]) == {"qid", "sample", "phase", "verdict", "failed", "coverage", "coverage_source",
                                    "recall", "precision", "groups", "delivery", "missing", "noise",
                                    "asked_kinds", "where_to_fix", "owner", "component", "why"}

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from malloy_evals.core import commands, jsonl, schemas
+from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.errors import EXIT_OK, InputError
-from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.findings import Ignored, LineProblem
 from malloy_evals.core.vocab import DECIDED_VERDICTS, ENTITY_KINDS, split_entity_id
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
@@ -446,13 +447,17 @@ def collect_states(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, Atte
     return states
 
 
-def tied_states(fold_path: Path, problems: list[LineProblem]) -> dict[AttemptKey, AttemptState]:
+def tied_states(fold_path: Path, problems: list[LineProblem],
+                ignored: list[Ignored] | None = None) -> dict[AttemptKey, AttemptState]:
     """`collect_states` over a ledger read in one streaming pass (`ledger.live.TiedFold`), with
     the tie rule applied as `score_view` applies it through the live view: an attempt's score,
-    human_verdict and retrieval_score count only when tied to its live attempt."""
+    human_verdict and retrieval_score count only when tied to its live attempt (the verdicts it
+    did not count go to `ignored`, with why)."""
     fold = TiedFold(fold_path, needles=_NEEDLES, decode=decode_lean)
     states = collect_states(e for e in fold if e.get("kind") == "tool_call")
     problems.extend(fold.problems)
+    if ignored is not None:
+        ignored.extend(fold.ignored())
     tied: list[Mapping[str, Any]] = []
     for key in fold.attempt_keys():
         tied.append(fold.attempt(key) or {})
@@ -545,9 +550,10 @@ class RetrievalResult:
     appended: int = 0
     voided: int = 0
     warnings: list[str] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)  # verdicts not counted, and why
 
     def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "summary": self.summary}
+        return {"rows": self.rows, "summary": self.summary, "ignored": self.ignored}
 
     @property
     def exit_code(self) -> int:
@@ -577,11 +583,12 @@ def score_retrieval(run_dir: str | Path, set_dir: str | Path, *,
         # guess (score_view reads one through a live view, which normalises it).
         raise InputError(events_path, 1, public_loop.refusal("score_retrieval.py"))
     problems: list[LineProblem] = []
-    states = tied_states(events_path, problems)
+    ignored: list[Ignored] = []
+    states = tied_states(events_path, problems, ignored)
     run = Run.open(run_dir) if append else None
     unfindable = read_unfindable(findable) if findable is not None else None
     return _score(states, eval_set, measured, held, [str(p) for p in problems], run, str(set_dir),
-                  unfindable)
+                  unfindable, ignored)
 
 
 def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
@@ -590,13 +597,15 @@ def score_view(run: Run, eval_set: EvalSet, view: LiveView, *,
     the ledger. `coverage` and `append` as score_retrieval."""
     measured, held = (coverage.verdicts, coverage.held) if coverage is not None else (None, {})
     return _score(collect_states(view.tied_events()), eval_set, measured, held,
-                  [str(p) for p in view.problems], run if append else None, str(eval_set.dir))
+                  [str(p) for p in view.problems], run if append else None, str(eval_set.dir),
+                  ignored=view.ignored())
 
 
 def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
            measured: Mapping[str, str | None] | None, held: Mapping[str, Mapping[str, bool]],
            warnings: list[str], run: Run | None, set_label: str,
-           unfindable: Mapping[str, str] | None = None) -> RetrievalResult:
+           unfindable: Mapping[str, str] | None = None,
+           ignored: list[Ignored] | None = None) -> RetrievalResult:
     """The rows of every attempt with an attempt event; appended (superseding) when `run` is given.
     `held`: per qid, which expected entities the compiled model holds (the coverage report's)."""
     rows: list[RetrievalRow] = []
@@ -627,7 +636,7 @@ def _score(states: Mapping[AttemptKey, AttemptState], eval_set: EvalSet,
                              "superseded by a new score_retrieval row")
         appended, voided = len(done.events), len(done.voids)
     return RetrievalResult(rows=rows, summary=summarize(rows), appended=appended, voided=voided,
-                           warnings=warnings)
+                           warnings=warnings, ignored=list(ignored or []))
 
 
 def row_fields(row: RetrievalRow) -> dict[str, Any]:
@@ -642,8 +651,8 @@ _ROW_FIELDS = tuple(RetrievalRow.__dataclass_fields__)
 def dump_json(result: RetrievalResult) -> str:
     """The `--json` document `{rows, summary}` on one line: with 10,000 rows the indented encoder
     (pure Python) would cost more than the scoring itself."""
-    return json.dumps({"rows": [row_fields(r) for r in result.rows], "summary": result.summary},
-                      ensure_ascii=False)
+    return json.dumps({"rows": [row_fields(r) for r in result.rows], "summary": result.summary,
+                       "ignored": to_jsonable(result.ignored)}, ensure_ascii=False)
 
 
 def render_text(result: RetrievalResult) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from malloy_evals.checks.contamination.rules import check_contamination
 from malloy_evals.checks.model_definitions import case_definitions
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.findings import Ignored
 from malloy_evals.core.vocab import (
     CONTAMINATION_UNKNOWN,
     contamination_value,
@@ -58,6 +59,8 @@ class ScoreResult:
     status: str = "scored"  # "scored" | "judged" (no append) | "emitted" | "pending" | "dry_run"
     event: dict | None = None
     message: str | None = None
+    # The attempt's live verdicts no reader counted (the untied score this one replaces, ...).
+    ignored: list[Ignored] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -68,7 +71,8 @@ class ScoreResult:
     def to_json(self) -> dict:
         """The --json document of score_attempt.py."""
         return {"qid": self.qid, "sample": self.sample, "phase": self.phase,
-                "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id}
+                "verdict": self.verdict, "reason": self.reason, "event_id": self.event_id,
+                "ignored": self.ignored}
 
 
 # The run's scoring lock (score_run.py and score_attempt.py): one scorer per run at a time.
@@ -209,8 +213,11 @@ def score_attempt(run: Run, eval_set: EvalSet, qid: str, sample: int | None, *, 
     # new one is written, in one batch.
     old = [live] if live is not None else []
     written = run.supersede(old, [event], f"re-scored: untied ({untied_why})").events[0]
+    replaced = [i for i in view.ignored() if (i.qid, i.sample, i.kind) == (qid, sample, "score")
+                ] if untied_why is not None else []
     return ScoreResult(**base, verdict=decision.verdict, reason=decision.reason,
-                       event_id=written.get("event_id"), status="scored", event=written)
+                       event_id=written.get("event_id"), status="scored", event=written,
+                       ignored=replaced)
 
 
 # A score that was not written, by why the judge call brought no reply (llm/base.py no_reply).

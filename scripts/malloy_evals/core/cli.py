@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from malloy_evals.core import headers, paths
 from malloy_evals.core.errors import EXIT_USAGE, InputError, KitError, UsageError
+from malloy_evals.core.findings import Ignored, ignored_lines
 from malloy_evals.core.redact import redact
 from malloy_evals.core.terminal import SafeStream
 
@@ -119,7 +120,12 @@ def dumps(value: Any, *, indent: int | None = 2) -> str:
 
 
 def emit(result: Any, *, as_json: bool, render: Callable[[Any], str] | None = None) -> None:
-    """Print a result: one JSON document with --json, else the human rendering."""
+    """Print a result: one JSON document with --json, else the human rendering. A result that
+    read a ledger says on stderr, one line each and then the count, every live verdict it did
+    not count and why (its `ignored`), whatever the output."""
+    ignored = result.get("ignored") if isinstance(result, dict) else getattr(result, "ignored", None)
+    for line in ignored_lines([i for i in ignored or () if isinstance(i, Ignored)]):
+        progress(line)
     if as_json:
         sys.stdout.write(dumps(result) + "\n")
     else:

@@ -61,3 +61,45 @@ class FolderReport:
         lines += [f"  error: {e}" for e in self.errors]
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+# Why a reader of a ledger did not count a live verdict (`Ignored.cause`; ledger/ties.py decides).
+UNTIED = "untied"                  # it judged another attempt, or its case has no live one
+MISSING_ARTIFACT = "missing artifact"
+ALTERED_ARTIFACT = "altered artifact"
+STALE = "stale"                    # tied, but judged under pins that are no longer current
+SUPERSEDED = "superseded"          # a later live verdict of the same attempt stands in its place
+CAUSES = (UNTIED, MISSING_ARTIFACT, ALTERED_ARTIFACT, STALE, SUPERSEDED)
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A live verdict event a reader did not count, the line it is on, and why."""
+
+    file: str            # the ledger as the reader was given it (`runs/r1/events.jsonl`)
+    line: int | None     # None for events held in memory
+    kind: str
+    qid: str
+    sample: int | None
+    cause: str           # one of CAUSES
+    why: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        sample = "_" if self.sample is None else self.sample
+        return f"{where}: {self.kind} {self.qid} (sample {sample}) ignored, {self.cause}: {self.why}"
+
+
+def ignored_counts(ignored: list[Ignored]) -> str | None:
+    """`3 event(s) ignored: 2 untied, 1 stale` (None when nothing was ignored)."""
+    if not ignored:
+        return None
+    counts = {c: sum(1 for i in ignored if i.cause == c) for c in CAUSES}
+    return (f"{len(ignored)} event(s) ignored: "
+            + ", ".join(f"{n} {c}" for c, n in counts.items() if n))
+
+
+def ignored_lines(ignored: list[Ignored]) -> list[str]:
+    """What a reader says of the verdicts it did not count: one line each, then the count."""
+    counts = ignored_counts(ignored)
+    return [*(str(i) for i in ignored), *([counts] if counts else [])]

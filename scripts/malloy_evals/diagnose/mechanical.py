@@ -11,6 +11,7 @@ from typing import Any
 
 from malloy_evals.core import commands, files
 from malloy_evals.core.errors import EXIT_OK
+from malloy_evals.core.findings import Ignored
 from malloy_evals.diagnose.issues import slug_of
 from malloy_evals.diagnose.run import attempt_retrieval_rows
 from malloy_evals.ledger.run import Run
@@ -28,6 +29,7 @@ class MechanicalResult:
     clusters: list[dict[str, Any]]
     path: str
     warnings: list[str] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)  # verdicts not counted, and why
 
     @property
     def exit_code(self) -> int:
@@ -73,14 +75,15 @@ def cluster_failures(run_dir: Path, set_dir: Path) -> MechanicalResult:
     run = Run.open(run_dir)
     eval_set = load_set(set_dir)
     warnings: list[str] = []
-    rows = attempt_retrieval_rows(run, run.view(), eval_set, warnings)
+    view = run.view()
+    rows = attempt_retrieval_rows(run, view, eval_set, warnings)
     clusters = mechanical_clusters(rows.values(),
                                    {q: c.question for q, c in eval_set.cases.items()})
     path = run.dir / MECHANICAL_FILE
     text = "".join(json.dumps(c, ensure_ascii=False, sort_keys=True) + "\n" for c in clusters)
     files.replace(path, text, run.dir)  # a derived file, rewritten whole, like RESULTS.md
     failures = sum(1 for r in rows.values() if r.get("failed"))
-    return MechanicalResult(run.run_id, failures, clusters, str(path), warnings)
+    return MechanicalResult(run.run_id, failures, clusters, str(path), warnings, view.ignored())
 
 
 def render_mechanical(result: MechanicalResult) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from malloy_evals.answer.retrieval import CoverageReport, row_fields, score_view
 from malloy_evals.core import cli, codes, files
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError
+from malloy_evals.core.findings import Ignored
 from malloy_evals.diagnose.issues import (
     Cluster,
     fixed_issue_statuses,
@@ -75,6 +76,7 @@ class DiagnoseResult:
     warnings: list[str] = field(default_factory=list)
     issues_fixed: list[str] = field(default_factory=list)   # issue_status fixed appended now
     open_issues: list[dict[str, Any]] = field(default_factory=list)  # after this pass
+    ignored: list[Ignored] = field(default_factory=list)  # verdicts not counted: unscored here
 
     @property
     def exit_code(self) -> int:
@@ -92,7 +94,7 @@ class DiagnoseResult:
                 "clusters": self.clusters, "clustered_by": self.clustered_by,
                 "issues_appended": self.issues_appended, "issues_voided": self.issues_voided,
                 "issues_fixed": self.issues_fixed, "open_issues": self.open_issues,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "ignored": self.ignored}
 
 
 def attempt_retrieval_rows(run: Run, view: LiveView, eval_set: EvalSet,
@@ -218,7 +220,7 @@ def diagnose_run(run: Run, eval_set: EvalSet, view: LiveView,
         warnings.append(f"diagnoser calls: {json.dumps(stats, sort_keys=True)}")
     return DiagnoseResult(run.run_id, diagnoser, selection, diagnoses, undiagnosed, clusters,
                           clustered_by, appended, voided, warnings,
-                          [e["issue_id"] for e in fixed], still_open)
+                          [e["issue_id"] for e in fixed], still_open, view.ignored())
 
 
 def _verdicts(view: LiveView) -> dict[AttemptKey, str | None]:

@@ -175,6 +175,38 @@ def decode_line(raw: bytes, number: int, torn: bool, file: str = EVENTS_FILE
 
 Decode = Callable[[bytes, int, bool], "tuple[dict[str, Any] | None, LineProblem | None]"]
 
+# Verdict kinds that judged one attempt (ledger/ties.py): one that names none is placed.
+PLACED_KINDS = frozenset(("score", "retrieval_score", "human_verdict"))
+
+
+class Placer:
+    """The attempt a verdict judged when it names none: a line a host wrote by the documented
+    shapes, or a ledger older than verdict binding, has no `attempt_event_id`, and its verdict
+    judged the attempt of its case on the line before it (an attempt recorded again later is new
+    work). Fed every event of one pass in ledger order, it fills that id in and remembers the
+    line it placed and the attempt's line, so every reader, validate.py included, reads a
+    hand-written ledger as the kit's writers' and can say how many verdicts it placed."""
+
+    def __init__(self) -> None:
+        self._attempts: dict[AttemptKey, tuple[str, int | None]] = {}  # key -> latest attempt
+        self.placed: dict[int, int | None] = {}  # a placed verdict's line -> its attempt's line
+
+    def take(self, event: dict[str, Any], number: int | None) -> None:
+        kind = event.get("kind")
+        if type(kind) is not str:  # a hand-broken line's kind may be anything, a list included
+            return
+        if kind == "attempt":
+            key, eid = well_formed_key(event), event.get("event_id")
+            if key is not None and isinstance(eid, str):
+                self._attempts[key] = (eid, number)
+        elif kind in PLACED_KINDS and event.get("attempt_event_id") is None:
+            key = well_formed_key(event)
+            before = self._attempts.get(key) if key is not None else None
+            if before is not None:
+                event["attempt_event_id"] = before[0]
+                if number is not None:
+                    self.placed[number] = before[1]
+
 
 class LineDecoder:
     """`decode_line` for one pass over one ledger, in line order, with the public eval loop's lines
@@ -192,6 +224,7 @@ class LineDecoder:
         self._refuse = refuse
         self._public: public_loop.Normaliser | None = None
         self.public_lines: list[int] = []  # lines written by the public loop, read as kit events
+        self.placer = Placer()  # kit lines: a verdict naming no attempt is placed on its own
 
     def __call__(self, raw: bytes, number: int, torn: bool
                  ) -> tuple[dict[str, Any] | None, LineProblem | None]:
@@ -199,7 +232,10 @@ class LineDecoder:
             event, problem = decode_line(raw, number, torn, self.file)
         else:
             event, problem = self._decode(raw, number, torn)
-        if event is None or "event_id" in event:  # public_loop.is_public_line, inlined: hot
+        if event is None:
+            return event, problem
+        if "event_id" in event:  # public_loop.is_public_line, inlined: hot
+            self.placer.take(event, number)
             return event, problem
         if self._public is None:
             self._public = public_loop.Normaliser(self.file)

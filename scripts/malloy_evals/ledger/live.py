@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 from malloy_evals.core import vocab
 from malloy_evals.core.errors import InputError
-from malloy_evals.core.findings import LineProblem
+from malloy_evals.core.findings import SUPERSEDED, Ignored, LineProblem
 from malloy_evals.ledger import public_loop
 from malloy_evals.ledger.events import (
     EVENTS_FILE,
@@ -33,7 +33,7 @@ from malloy_evals.ledger.events import (
     snapshot_end,
     well_formed_key,
 )
-from malloy_evals.ledger.ties import untied
+from malloy_evals.ledger.ties import Untie, untied
 
 # Readers find an event's kind by its plain spelling (as json.dumps writes it), never decoding a
 # line to learn that it is of no interest; validate.py refuses a kind spelled with escapes.
@@ -93,6 +93,13 @@ class LiveStream:
         self.needles = needles
         self.problems = problems
         self.decoder = LineDecoder(path.name, decode, refuse=path)
+        self.line = 0  # the line of the event last yielded
+
+    @property
+    def placed(self) -> dict[int, int | None]:
+        """The verdicts that named no attempt, placed on the attempt before them: line -> the
+        attempt's line (`events.Placer`)."""
+        return self.decoder.placer.placed
 
     @property
     def public_ledger(self) -> bool:
@@ -118,6 +125,7 @@ class LiveStream:
                         if problem is not None and problems is not None:
                             problems.append(problem)
                         if event is not None and is_live(event, voided):
+                            self.line = number
                             yield event
                     first += len(lines)
         except FileNotFoundError:
@@ -149,11 +157,13 @@ class TiedFold:
                                   decode=None if public else decode, problems=self.problems)
         self._attempts: dict[AttemptKey, dict[str, Any]] = {}
         self._verdicts: dict[tuple[str, AttemptKey], dict[str, Any]] = {}
+        self._lines: dict[tuple[str, AttemptKey], int] = {}  # each kept verdict's line
+        self._superseded: list[Ignored] = []  # earlier live verdicts a hand-made ledger left
         self._decided: dict[tuple[str, AttemptKey], bool] = {}  # tied, once the pass has ended
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        attempts, verdicts = self._attempts, self._verdicts
-        for event in self._stream:
+        attempts, verdicts, stream = self._attempts, self._verdicts, self._stream
+        for event in stream:
             kind = event.get("kind")
             if kind == "attempt" or kind in TIED_KINDS:
                 key = well_formed_key(event)
@@ -162,7 +172,15 @@ class TiedFold:
                         attempts.pop(key, None)  # keys in the order their latest attempt came
                         attempts[key] = event
                     else:
-                        verdicts[(kind, key)] = event
+                        slot = (str(kind), key)
+                        if slot in verdicts:  # two live verdicts of one attempt: the later counts
+                            self._superseded.append(Ignored(
+                                str(self.path), self._lines[slot], str(kind), key.qid,
+                                key.sample, SUPERSEDED,
+                                f"a later live {kind} of the attempt (line {stream.line}) "
+                                "stands in its place; void one of them"))
+                        verdicts[slot] = event
+                        self._lines[slot] = stream.line
                     self._decided.clear()  # a later attempt or verdict: decide again
             yield event
 
@@ -200,6 +218,28 @@ class TiedFold:
                 event, self._attempts.get(key), self.run_dir,
                 public=self._stream.public_ledger) is None
         return event if decided else None
+
+    def line(self, kind: str, key: AttemptKey) -> int | None:
+        """The line of the latest live verdict of `kind` of `key` (None: there is none)."""
+        return self._lines.get((kind, key))
+
+    def ignored(self) -> list[Ignored]:
+        """Every live verdict this pass did not count, in ledger order, and why: untied ones
+        (`tied` is None for them) and earlier ones a later live verdict of the attempt replaced."""
+        out = list(self._superseded)
+        public = self._stream.public_ledger
+        for (kind, key), event in self._verdicts.items():
+            if self.tied(kind, key) is None:
+                why = untied(event, self._attempts.get(key), self.run_dir, public=public)
+                if why is not None:
+                    out.append(Ignored(str(self.path), self._lines.get((kind, key)), kind,
+                                       key.qid, key.sample, why.cause, why.why))
+        return sorted(out, key=lambda i: i.line or 0)
+
+    @property
+    def placed(self) -> int:
+        """How many verdicts named no attempt and were counted on the attempt before them."""
+        return len(self._stream.placed)
 
 
 # The JSON decoder's C scanner, called directly: json.loads adds three Python-level calls a line.
@@ -251,6 +291,7 @@ class LiveView:
         self._position: dict[str, int] = {}              # event id -> position
         self._repeats: dict[str, list[int]] = {}         # positions of ids seen more than once
         self._by_key: dict[AttemptKey, list[int]] = {}   # case-scoped positions by attempt key
+        self._line_of: dict[int, int] = {}               # a verdict's position -> its line
         self._voided: set[str] = set()                   # every void's target so far
         self._next = 0
         self._file: tuple[int, int] | None = None        # (st_dev, st_ino) of the file read
@@ -275,8 +316,11 @@ class LiveView:
         events = list(events)
         view = cls()
         view._voided = {t for e in events if (t := void_target(e)) is not None}
+        placer = view._decode.placer  # verdicts naming no attempt placed as a reader places them
         for e in events:
-            view._add(dict(e))
+            event = dict(e)
+            placer.take(event, None)
+            view._add(event)
         return view
 
     def refresh(self) -> None:
@@ -312,15 +356,17 @@ class LiveView:
             if problem is not None:
                 self.problems.append(problem)
             if event is not None:
-                self._add(event)
+                self._add(event, self._lines)
         self._offset = end
 
-    def _add(self, event: dict[str, Any]) -> None:
+    def _add(self, event: dict[str, Any], line: int | None = None) -> None:
         if not is_live(event, self._voided):
             return
         position = self._next
         self._next += 1
         self._events[position] = event
+        if line is not None and event.get("kind") in TIED_KINDS:
+            self._line_of[position] = line
         eid = event.get("event_id")
         if isinstance(eid, str):
             if eid in self._position:  # a hand-made ledger may repeat an id: a void retracts all
@@ -335,6 +381,7 @@ class LiveView:
         positions = ([] if first is None else [first]) + self._repeats.pop(event_id, [])
         for position in positions:
             event = self._events.pop(position)
+            self._line_of.pop(position, None)
             key = well_formed_key(event)
             if key is not None and position in self._by_key.get(key, ()):
                 self._by_key[key].remove(position)
@@ -387,13 +434,41 @@ class LiveView:
         its): it records no digests, so its verdicts are tied by their attempt alone."""
         return bool(self._decode.public_lines) and self._decode.public_lines[0] == 1
 
-    def untied(self, event: Mapping[str, Any]) -> str | None:
+    def untied(self, event: Mapping[str, Any]) -> Untie | None:
         """Why a verdict event of this view is not tied to its case's live attempt (None: tied)."""
         key = well_formed_key(event)
         attempt = self.attempt(key) if key is not None else None
         return untied(event, attempt, self.run_dir, public=self.public_ledger)
 
-    def score_untied(self, key: AttemptKey) -> str | None:
+    @property
+    def placed(self) -> int:
+        """How many verdicts named no attempt and were counted on the attempt before them."""
+        return len(self._decode.placer.placed)
+
+    def line(self, kind: str, key: AttemptKey) -> int | None:
+        """The line of the latest live event of `kind` of `key` (None: none, or held in memory)."""
+        found = [p for p in self._by_key.get(key, ()) if self._events[p].get("kind") == kind]
+        return self._line_of.get(found[-1]) if found else None
+
+    def ignored(self) -> list[Ignored]:
+        """Every live verdict no reader counts, in ledger order, and why: the latest of each
+        attempt and kind when it is untied, and any earlier live one a later one replaced."""
+        file = str(self.path) if self.path is not None else EVENTS_FILE
+        out: list[Ignored] = []
+        for key, positions in self._by_key.items():
+            for kind in TIED_KINDS:
+                found = [p for p in positions if self._events[p].get("kind") == kind]
+                for p in found[:-1]:
+                    out.append(Ignored(file, self._line_of.get(p), kind, key.qid, key.sample,
+                                       SUPERSEDED, f"a later live {kind} of the attempt (line "
+                                       f"{self._line_of.get(found[-1])}) stands in its place; "
+                                       "void one of them"))
+                if found and (why := self.untied(self._events[found[-1]])) is not None:
+                    out.append(Ignored(file, self._line_of.get(found[-1]), kind, key.qid,
+                                       key.sample, why.cause, why.why))
+        return sorted(out, key=lambda i: i.line or 0)
+
+    def score_untied(self, key: AttemptKey) -> Untie | None:
         """Why the live score of `key` is not tied to its live attempt (None: tied, or no score)."""
         score = self.score(key)
         return None if score is None else self.untied(score)

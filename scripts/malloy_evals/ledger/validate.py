@@ -108,6 +108,9 @@ def validate_run(directory: str | Path) -> FolderReport:
                            [])
         checker.finish()
         n_events = checker.events
+        placed = checker.decode.placer.placed
+        if placed:
+            warnings.append(LineProblem(EVENTS_FILE, min(placed), placed_warning(placed)))
         if checker.decode.public_lines:
             warnings.append(LineProblem(EVENTS_FILE, None, (
                 f"{len(checker.decode.public_lines)} event(s) written by the public eval loop, read "
@@ -266,6 +269,16 @@ class _LedgerCheck:
             if c not in self._codes:
                 self.error(line, f"issue {event.get('issue_id')!r}: cause code {c!r} is not a row "
                                  "of the eval-diagnose table")
+
+
+def placed_warning(placed: dict[int, int | None], shown: int = 10) -> str:
+    """What validate.py says of the verdicts that name no attempt: counted, and on which line."""
+    pairs = sorted(placed.items())
+    lines = ", ".join(f"{v} on the attempt of line {a}" for v, a in pairs[:shown])
+    more = f", and {len(pairs) - shown} more" if len(pairs) > shown else ""
+    return (f"{len(pairs)} verdict(s) name no attempt they judged (written by hand, or before "
+            f"verdicts were bound), each counted on the attempt of its case before it: line "
+            f"{lines}{more}; append_events.py binds the events a host writes")
 
 
 # The verdict kinds the tie rule holds to the attempt they judged.

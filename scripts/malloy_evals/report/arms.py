@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from malloy_evals.core.findings import Ignored, ignored_counts
 from malloy_evals.core.vocab import is_contaminated, is_cut_off
 from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.events import AttemptKey, effective_verdict
@@ -214,6 +215,10 @@ class Arm:
     # report (semantic, lexical, ... or unreported) and the Publisher versions run.json records.
     retrieval_modes: list[str] = field(default_factory=list)
     publisher_versions: list[str] = field(default_factory=list)
+    # Live verdicts of its runs no outcome counts, each on its line with why (ledger/ties.py),
+    # and how many verdicts named no attempt and were counted on the attempt before them.
+    ignored: list[Ignored] = field(default_factory=list)
+    placed: int = 0
 
     @property
     def run_ids(self) -> list[str]:
@@ -232,7 +237,8 @@ class Arm:
                 "left_out_attempts": self.left_out_labels, "pins": self.pins,
                 "samples_per_case": self.samples_per_case,
                 "retrieval_modes": self.retrieval_modes,
-                "publisher_versions": self.publisher_versions}
+                "publisher_versions": self.publisher_versions,
+                "ignored": [asdict(i) for i in self.ignored], "placed": self.placed}
 
 
 def _golden_status(eval_set: EvalSet | None, qid: str) -> str | None:
@@ -255,11 +261,13 @@ class _RunReading:
     deciding: Callable[[AttemptKey], Sequence[Mapping[str, Any]]]
     score: Callable[[AttemptKey], Mapping[str, Any] | None]
     modes: set[str]
+    ignored: list[Ignored]
+    placed: int
 
 
 def _read_view(view: LiveView) -> _RunReading:
     return _RunReading(view.latest("attempt"), view.tied_of_key, view.tied_score,
-                       _retrieval_modes(view.events))
+                       _retrieval_modes(view.events), view.ignored(), view.placed)
 
 
 def _read_fold(fold: TiedFold) -> _RunReading:
@@ -271,7 +279,8 @@ def _read_fold(fold: TiedFold) -> _RunReading:
         tied = [fold.tied(kind, key) for kind in ("score", "human_verdict")]
         return [attempts[key], *(e for e in tied if e is not None)]
 
-    return _RunReading(attempts, deciding, lambda key: fold.tied("score", key), modes)
+    return _RunReading(attempts, deciding, lambda key: fold.tied("score", key), modes,
+                       fold.ignored(), fold.placed)
 
 
 def _sample_order(key: AttemptKey) -> tuple[str, int]:
@@ -292,12 +301,15 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
     left_labels: dict[str, list[str]] = {}
     modes: set[str] = set()
     versions: set[str] = set()
-    total = scored = 0
+    ignored: list[Ignored] = []
+    total = scored = placed = 0
     for info, directory, events in runs:
         reading = (_read_fold(events) if isinstance(events, TiedFold)
                    else _read_view(events if isinstance(events, LiveView)
                                    else LiveView.of_events(events)))
         modes |= reading.modes
+        ignored += reading.ignored
+        placed += reading.placed
         if info.get("publisherVersion"):
             versions.add(str(info["publisherVersion"]))
         run_left: Counter[str] = Counter()
@@ -343,7 +355,8 @@ def arm_from_events(label: str, runs: Sequence[RunEvents], eval_set: EvalSet | N
     return Arm(label=label, runs=infos, cases=cases, pins=pins,
                attempts=total, scored=scored, left_out=dict(sorted(left.items())),
                left_out_labels={k: sorted(v) for k, v in sorted(left_labels.items())},
-               retrieval_modes=sorted(modes), publisher_versions=sorted(versions))
+               retrieval_modes=sorted(modes), publisher_versions=sorted(versions),
+               ignored=ignored, placed=placed)
 
 
 def _retrieval_modes(events: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -413,7 +426,10 @@ def arm_differences(arm: Arm, set_name: str) -> list[Difference]:
             out.append(Difference("set", f"{arm.label}: run {r.run_id} is over set "
                                          f"{r.set_name or 'null'}, not {set_name}"))
     if arm.scored == 0:
-        out.append(Difference("unscored", f"{arm.label}: no attempt has a live score (score "
+        counted = ignored_counts([i for i in arm.ignored if i.kind == "score"])
+        why = (f"{counted}, each named above with its line; score "
+               if counted else "score ")
+        out.append(Difference("unscored", f"{arm.label}: no attempt has a score counted ({why}"
                                           f"{', '.join(arm.run_ids)} with score_run.py first)"))
     for pin, values in arm.pins.items():
         if len(values) > 1:

@@ -23,6 +23,7 @@ from typing import Any
 from malloy_evals.core import cli, commands, files, schemas, seal
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, UsageError
+from malloy_evals.core.findings import Ignored
 from malloy_evals.core.words import signed
 from malloy_evals.report.arms import (
     FIXED,
@@ -91,6 +92,11 @@ class Comparison:
     @property
     def flips(self) -> int:
         return len(self.fixed) + len(self.broken)
+
+    @property
+    def ignored(self) -> list[Ignored]:
+        """The live verdicts of either arm's runs that no outcome counts, and why."""
+        return [*self.base.ignored, *self.candidate.ignored]
 
     @property
     def moved(self) -> list[dict[str, Any]]:

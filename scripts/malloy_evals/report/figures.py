@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from malloy_evals.core import commands, seal
 from malloy_evals.core.cli import to_jsonable
 from malloy_evals.core.commands import from_kit_root
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, KitError
+from malloy_evals.core.findings import STALE, Ignored
 from malloy_evals.core.vocab import (
     DECIDED_VERDICTS,
     VERDICTS,
@@ -29,10 +30,10 @@ from malloy_evals.core.vocab import (
 from malloy_evals.core.words import attempt_label
 from malloy_evals.diagnose.issues import open_issues
 from malloy_evals.judge.decision import JudgeArtifacts
-from malloy_evals.ledger.events import AttemptKey, effective_verdict, well_formed_key
+from malloy_evals.ledger.events import EVENTS_FILE, AttemptKey, effective_verdict, well_formed_key
 from malloy_evals.ledger.live import LiveView, TiedFold, decode_lean
 from malloy_evals.ledger.run import Run
-from malloy_evals.ledger.ties import stale_pins
+from malloy_evals.ledger.ties import stale_pins, stale_why
 from malloy_evals.report.stats import sample_figures, wilson_interval
 from malloy_evals.sets.eval_set import EvalSet, case_content_sha
 
@@ -40,7 +41,6 @@ from malloy_evals.sets.eval_set import EvalSet, case_content_sha
 VERDICT_ORDER = (*DECIDED_VERDICTS, *(v for v in VERDICTS if v not in DECIDED_VERDICTS))
 ENVIRONMENT_FAILURE = "environment_failure"  # the null reason that makes a run INCOMPLETE too
 STATUS_COMPLETE, STATUS_PARTIAL, STATUS_INCOMPLETE = "complete", "partial", "incomplete"
-STALE = "stale"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,6 +172,11 @@ class RunSummary:
     partial: Partial | None = None  # what is unscored or stale, and the command that finishes it
     stale: list[str] = field(default_factory=list)  # attempts scored under older pins
     samples: dict[str, Any] | None = None  # k answerer samples per case: `sample_summary`
+    # Live verdicts the summary did not count, each on its line with why (untied, a missing or
+    # altered artifact, stale, superseded), and the verdicts that named no attempt and were
+    # counted on the attempt before them (ledger/ties.py).
+    ignored: list[Ignored] = field(default_factory=list)
+    placed: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -291,12 +296,24 @@ def _group(events: Iterable[Mapping[str, Any]]) -> dict[AttemptKey, _Attempt]:
 _NEEDLES = (b'"tool_call"', b'"issue"', b'"issue_status"')
 
 
+@dataclass(frozen=True)
+class LedgerReading:
+    """What the summary's reader of a ledger counted apart from the groups: the verdicts it
+    ignored and why (untied, superseded), how many verdicts it placed on the attempt before them
+    (they name none), and the line of each attempt's live score (for the stale ones it names)."""
+
+    ignored: list[Ignored]
+    placed: int
+    score_line: Callable[[AttemptKey], int | None]
+    file: str
+
+
 def _stream_groups(path: Path) -> tuple[dict[AttemptKey, _Attempt], list[dict[str, Any]],
-                                        set[AttemptKey]]:
+                                        set[AttemptKey], LedgerReading]:
     """The summary's groups read from the ledger in one streaming pass (`ledger.live.TiedFold`):
     per attempt its latest live attempt, its tied verdicts and its tool calls counted, plus the
-    live issue events and the keys with any live score (tied or not). What `_group` makes of the
-    live view's `tied_events()`, without holding the ledger."""
+    live issue events, the keys with any live score (tied or not) and what the reading ignored.
+    What `_group` makes of the live view's `tied_events()`, without holding the ledger."""
     fold = TiedFold(path, needles=_NEEDLES, decode=decode_lean)
     calls: dict[AttemptKey, _Calls] = {}
     issues: list[dict[str, Any]] = []
@@ -316,7 +333,9 @@ def _stream_groups(path: Path) -> tuple[dict[AttemptKey, _Attempt], list[dict[st
         groups[key] = _Attempt(attempt=fold.attempt(key), score=fold.tied("score", key),
                                retrieval=fold.tied("retrieval_score", key),
                                human=fold.tied("human_verdict", key), calls=calls.get(key))
-    return groups, issues, scored
+    reading = LedgerReading(fold.ignored(), fold.placed, lambda key: fold.line("score", key),
+                            str(path))
+    return groups, issues, scored, reading
 
 
 def _call_counts(g: _Attempt) -> tuple[int, int, int]:
@@ -353,6 +372,24 @@ def judges_text(judges: Mapping[str, int], fallback: str | None = None) -> str |
     return "mixed: " + ", ".join(f"{name} {n}" for name, n in judges.items())
 
 
+def case_pins(score: Mapping[str, Any], eval_set: EvalSet | None, qid: str) -> dict[str, Any]:
+    """The case's pins now that a score may be held to: its golden revision and the digest of
+    the content the judge and the veto read (an edit without a bump); empty for a set that is
+    not known or a case no longer in it (nothing to be stale against)."""
+    try:
+        case = eval_set.case(qid) if eval_set is not None else None
+    except (KitError, LookupError):
+        case = None
+    if case is None or not hasattr(case, "golden_revision"):
+        return {}
+    current: dict[str, Any] = {}
+    if "golden_revision" in score:
+        current["golden_revision"] = case.golden_revision
+    if "case_sha" in score and eval_set is not None:
+        current["case_sha"] = case_content_sha(case, eval_set.dir)
+    return current
+
+
 def verdict_standing(score: Mapping[str, Any] | None, eval_set: EvalSet | None,
                      qid: str) -> str | None:
     """Whether an attempt's live score still stands under the current pins: None (no score),
@@ -360,20 +397,8 @@ def verdict_standing(score: Mapping[str, Any] | None, eval_set: EvalSet | None,
     rule every page and the status use; a set that is not known cannot make a score stale."""
     if score is None:
         return None
-    try:
-        case = eval_set.case(qid) if eval_set is not None else None
-    except (KitError, LookupError):  # a case no longer in the set: nothing to be stale against
-        case = None
-    if case is None or not hasattr(case, "golden_revision"):
-        return "current"
-    # The stale rule (ledger.ties.stale_pins) over the case's pins the score carries: its golden
-    # revision and the digest of the content the judge and the veto read (an edit without a bump).
-    current: dict[str, Any] = {}
-    if "golden_revision" in score:
-        current["golden_revision"] = case.golden_revision
-    if "case_sha" in score and eval_set is not None:
-        current["case_sha"] = case_content_sha(case, eval_set.dir)
-    return STALE if stale_pins(score, current) else "current"
+    # The stale rule (ledger.ties.stale_pins) over the case's pins the score carries.
+    return STALE if stale_pins(score, case_pins(score, eval_set, qid)) else "current"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,6 +438,7 @@ def summarize_events(
     judge_spec: str | None = None,
     endpoint_flag: str | None = None,
     awaiting_host: frozenset[AttemptKey] = frozenset(),
+    reading: LedgerReading | None = None,
 ) -> RunSummary:
     """The summary over a run's live events (voided ones already removed) and its set.
 
@@ -427,12 +453,13 @@ def summarize_events(
             coverage figure.
         run_dir, set_dir, judge_spec, endpoint_flag: spelled into the repair commands.
         awaiting_host: unscored attempts whose judge request waits for a host's reply.
+        reading: what the ledger's reader ignored and placed (None: nothing known of it).
     """
     events = list(events)
     return _summarize_groups(info, _group(events), events, eval_set,
                              coverage_report=coverage_report, run_dir=run_dir, set_dir=set_dir,
                              judge_spec=judge_spec, endpoint_flag=endpoint_flag,
-                             awaiting_host=awaiting_host)
+                             awaiting_host=awaiting_host, reading=reading)
 
 
 def _summarize_groups(
@@ -447,11 +474,13 @@ def _summarize_groups(
     judge_spec: str | None,
     endpoint_flag: str | None,
     awaiting_host: frozenset[AttemptKey],
+    reading: LedgerReading | None = None,
 ) -> RunSummary:
     """The summary over each attempt's group (its live attempt, tied verdicts and tool calls
     counted) and the live issue events: `summarize_events` and the streaming `summarize` both
-    end here."""
+    end here. A score ignored as stale is added to what the reader ignored, on its line."""
     keys = sorted(groups, key=_sort_key)
+    ignored: list[Ignored] = list(reading.ignored) if reading is not None else []
 
     verdicts: Counter[str] = Counter()
     null_reasons: Counter[str] = Counter()
@@ -516,6 +545,11 @@ def _summarize_groups(
             unscored.append(label)
         elif standing == STALE:
             stale.append(label)  # judged against another key: counted apart, never as a verdict
+            pins_now = case_pins(score, eval_set, qid)
+            ignored.append(Ignored(
+                reading.file if reading is not None else EVENTS_FILE,
+                reading.score_line(key) if reading is not None else None, "score", qid, sample,
+                STALE, stale_why(score, pins_now, stale_pins(score, pins_now))))
         elif excluded is None:
             if verdict is None:
                 verdicts["null"] += 1
@@ -642,6 +676,8 @@ def _summarize_groups(
         golden_drift=drift,
         judges=judges, open_issues=open_issues(issue_events), partial=partial, stale=stale,
         samples=sample_summary(rows),
+        ignored=sorted(ignored, key=lambda i: i.line or 0),
+        placed=reading.placed if reading is not None else 0,
     )
 
 
@@ -797,13 +833,14 @@ def summarize(run: Run, eval_set: EvalSet | None,
     a relative one that does not reach the same folder from the kit's root (where the printed
     `.venv/bin/python skills/...` commands run) is printed absolute.
     """
-    groups, issues, scored = _stream_groups(run.events_path)
+    groups, issues, scored, reading = _stream_groups(run.events_path)
     return _summarize_groups(
         _run_info(run), groups, issues, eval_set, coverage_report=coverage_figures,
         run_dir=from_kit_root(run_label or str(getattr(run, "dir", "<run>"))),
         set_dir=from_kit_root(set_label or str(getattr(eval_set, "dir", "<set>"))),
         judge_spec=commands.provider_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
         awaiting_host=awaiting_host_replies(run, [k for k in groups if k not in scored]),
+        reading=reading,
     )
 
 
@@ -820,6 +857,8 @@ def summarize_view(run: Run, eval_set: EvalSet | None, view: LiveView,
         judge_spec=commands.provider_from_kit_root(judge_spec), endpoint_flag=endpoint_flag,
         awaiting_host=awaiting_host_replies(
             run, [k for k in view.latest("attempt") if view.score(k) is None]),
+        reading=LedgerReading(view.ignored(), view.placed, lambda key: view.line("score", key),
+                              str(run.events_path)),
     )
 
 

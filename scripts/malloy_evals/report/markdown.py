@@ -8,6 +8,7 @@ from typing import Any
 
 from malloy_evals.core import commands, files
 from malloy_evals.core.cli import to_jsonable
+from malloy_evals.core.findings import STALE, ignored_counts
 from malloy_evals.core.vocab import CONTAMINATION_UNKNOWN, contamination_value, is_contaminated
 from malloy_evals.core.words import attempt_label, number_or_na
 from malloy_evals.report.figures import (
@@ -98,12 +99,25 @@ def render_markdown(s: RunSummary) -> str:
         out.append("Null verdicts by reason: "
                    + ", ".join(f"{k} {n}" for k, n in s.null_reasons.items()) + ".")
     if s.unscored:
-        out.append(f"Unscored (no live score): {len(s.unscored)}: {', '.join(s.unscored)}.")
+        out.append(f"Unscored (no score counted): {len(s.unscored)}: {', '.join(s.unscored)}"
+                   + (" (a score some of them have was ignored: see Ignored events below)"
+                      if any(i.kind == "score" and i.cause != STALE for i in s.ignored) else "")
+                   + ".")
     if s.stale:
         out.append(f"Stale (judged against an older golden revision, counted apart from every "
                    f"verdict): {len(s.stale)}: {', '.join(s.stale)}.")
     for w in s.warnings:
         out.append(f"Warning: {w}.")
+    if s.placed:
+        out.append(f"{s.placed} verdict(s) name no attempt they judged (written by hand, or "
+                   "before verdicts were bound): each is counted on the attempt of its case on "
+                   "the line before it.")
+    if s.ignored:
+        out += ["", "## Ignored events", "",
+                ("Live verdicts in the ledger that no figure above counts, each on its line "
+                 "and why (reference/ledger-schema.md, \"Verdicts are tied to attempts\"):"), ""]
+        out += [f"- {i}" for i in s.ignored]
+        out.append(f"- {ignored_counts(s.ignored)}")
 
     if s.partial:
         out += ["", "## PARTIAL", "", PARTIAL_NOTE, ""]

@@ -18,6 +18,7 @@ from typing import Any
 
 from malloy_evals.core import commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_OK, EXIT_UNMEASURED, InputError, UsageError
+from malloy_evals.core.findings import Ignored
 from malloy_evals.ledger.events import now
 from malloy_evals.report.arms import (
     JUDGE_PINS,
@@ -87,6 +88,7 @@ class NoiseResult:
     refused: bool
     out: str | None
     notes: list[str] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)  # verdicts its runs did not count
 
     @property
     def exit_code(self) -> int:
@@ -95,7 +97,7 @@ class NoiseResult:
     def to_json(self) -> dict[str, Any]:
         return {"refused": self.refused, "differences": self.differences, "out": self.out,
                 "band": self.band.to_json() if self.band else None, "notes": self.notes,
-                "exit_code": self.exit_code}
+                "ignored": self.ignored, "exit_code": self.exit_code}
 
 
 def _same_arm_differences(runs: list[RunInfo]) -> list[Difference]:
@@ -173,14 +175,15 @@ def measure_noise(run_dirs: list[str | Path], set_dir: str | Path, out: str | Pa
             left = ", ".join(f"{n} {why}" for why, n in arm.left_out.items())
             notes.append(f"{arm.label}: {sum(arm.left_out.values())} attempt(s) left out "
                          f"({left}); measured over clean attempts only")
+    ignored = [i for arm in arms for i in arm.ignored]
     if band is None:
-        return NoiseResult(None, [d.text for d in found], True, None, notes)
+        return NoiseResult(None, [d.text for d in found], True, None, notes, ignored)
     if len(band.pairs) == 1:
         notes.append("one A/A pair is a floor, not a distribution: more runs of the same arm "
                      "give a band worth trusting")
     band = replace(band, path=str(out_path))
     write_band(out_path, band)
-    return NoiseResult(band, [d.text for d in found], False, str(out_path), notes)
+    return NoiseResult(band, [d.text for d in found], False, str(out_path), notes, ignored)
 
 
 def write_band(path: Path, band: NoiseBand) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from malloy_evals.core import commands, files
 from malloy_evals.core.errors import EXIT_OK, InputError
+from malloy_evals.core.findings import Ignored, ignored_counts
 from malloy_evals.core.words import attempt_label
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
@@ -111,6 +112,7 @@ class RunPage:
     not_scored: str | None         # the headline's not-scored line, when there is one
     case_pages: tuple[str, ...] = ()   # the case pages written beside it (past SPLIT_AT)
     case_bytes: int = 0                # their bytes, all together
+    ignored: tuple[Ignored, ...] = ()  # live verdicts the figures do not count, and why
 
     @property
     def exit_code(self) -> int:
@@ -169,6 +171,8 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
         parts.append(_incomplete(s))
     for w in s.warnings:
         parts.append(el("p", f"Warning: {w}.", class_="alert"))
+    if s.ignored:
+        parts.append(_ignored(s))
     nav = [("#verdicts", "Verdicts"), ("#cascade", "Cascade"),
            ("#retrieval", "Retrieval and coverage"), ("#cost", "Cost"),
            ("#diagnosis", "Diagnosis"), ("#cases", "Cases"), ("#attempts", "Attempts")]
@@ -181,6 +185,13 @@ def _header(s: RunSummary, ctx: PageContext) -> Html:
                               if beside else None),
                     aria_label="contents", class_="meta"))
     return el("header", parts)
+
+
+def _ignored(s: RunSummary) -> Html:
+    """The live verdicts no figure counts, each on its ledger line with why (as RESULTS.md)."""
+    return el("section", el("p", f"{ignored_counts(s.ignored)}: no figure on this page counts "
+                                 "them.", class_="alert"),
+              el("ul", [el("li", redacted(str(i))) for i in s.ignored]), id="ignored-events")
 
 
 def _headline_box(s: RunSummary) -> Html:
@@ -584,7 +595,8 @@ def write_run_page(run: Run, eval_set: EvalSet, view: LiveView, summary: RunSumm
                    attempts=summary.attempts, headline=summary.headline, status=summary.status,
                    set_dir=set_label, unscored=len(summary.unscored),
                    not_scored=not_scored_line(summary) if summary.unscored else None,
-                   case_pages=tuple(rendered.cases), case_bytes=case_bytes)
+                   case_pages=tuple(rendered.cases), case_bytes=case_bytes,
+                   ignored=tuple(summary.ignored))
 
 
 def case_pages_in(run_dir: Path) -> list[str]:

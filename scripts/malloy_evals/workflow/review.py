@@ -30,6 +30,7 @@ from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
 from malloy_evals.core import commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_OK, InputError
+from malloy_evals.core.findings import Ignored
 from malloy_evals.core.redact import Redactor
 from malloy_evals.core.vocab import SETTLE_VERDICTS, null_reason_head
 from malloy_evals.core.words import attempt_label
@@ -165,6 +166,7 @@ class ReviewQueue:
     # near_matches stable across the arms given (--arm): coverage findings, routed to diagnosis
     to_diagnosis: list[dict[str, Any]] = field(default_factory=list)
     diagnose_command: str | None = None
+    ignored: list[Ignored] = field(default_factory=list)  # verdicts not counted, and why
 
     @property
     def exit_code(self) -> int:
@@ -174,7 +176,8 @@ class ReviewQueue:
         return {"run_dir": self.run_dir, "set_dir": self.set_dir, "run_id": self.run_id,
                 "to_review": len(self.items), "settled": self.settled,
                 "include_disagreements": self.include_disagreements, "items": self.items,
-                "to_diagnosis": self.to_diagnosis, "diagnose_command": self.diagnose_command}
+                "to_diagnosis": self.to_diagnosis, "diagnose_command": self.diagnose_command,
+                "ignored": self.ignored}
 
 
 def _fixtures(eval_set: EvalSet) -> list[tuple[int, dict[str, Any]]]:
@@ -318,7 +321,7 @@ def review_queue(outputs: RunOutputs, *, include_disagreements: bool = False,
     qids = list(dict.fromkeys(r["qid"] for r in routed))
     command = str(commands.diagnose_near_matches(run_dir, set_dir, qids)) if qids else None
     return ReviewQueue(str(run_dir), str(set_dir), run.run_id, items, settled,
-                       include_disagreements, routed, command)
+                       include_disagreements, routed, command, view.ignored())
 
 
 # What a card shows from outside the kit: the set's text, the answerer's, the rows, the judge's.

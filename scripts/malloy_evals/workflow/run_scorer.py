@@ -29,6 +29,7 @@ from malloy_evals.answer.retrieval import score_view
 from malloy_evals.checks.model_definitions import read_definitions_for
 from malloy_evals.core import cli, commands
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, EXIT_UNMEASURED, InputError, KitError
+from malloy_evals.core.findings import Ignored, ignored_lines
 from malloy_evals.core.redact import redact_url
 from malloy_evals.core.vocab import null_reason_head
 from malloy_evals.core.words import attempt_label
@@ -39,6 +40,7 @@ from malloy_evals.judge.decision import golden_gate
 from malloy_evals.ledger import ties
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
+from malloy_evals.ledger.ties import Untie, placed_note
 from malloy_evals.ledger.validate import check_before_append
 from malloy_evals.llm.base import Provider, RecordingMissing
 from malloy_evals.llm.select import provider_stats
@@ -98,6 +100,11 @@ class RunScoreResult:
     report_html: str | None = None  # the run's page (report/run_page.py), written last
 
     @property
+    def ignored(self) -> list[Ignored]:
+        """The live verdicts the summary written after scoring does not count, and why."""
+        return self.summary.ignored
+
+    @property
     def exit_code(self) -> int:
         # Results were written: that is success, INCOMPLETE and low scores included.
         # Nothing judged at all (every attempt to score raised) is "could not measure".
@@ -114,6 +121,7 @@ class RunScoreResult:
                 "headline": self.summary.headline, "status": self.summary.status,
                 "results_md": self.results_md, "summary_json": self.summary_json,
                 "report_html": self.report_html, "pins": self.pins, "provider_stats": self.provider_stats,
+                "ignored": self.ignored,
                 "dry_run": self.dry_run, "outcomes": self.outcomes,
                 "summary": summary_json(self.summary)}
 
@@ -133,7 +141,7 @@ def is_transient(score: dict[str, Any]) -> bool:
 
 
 def plan_action(score: dict[str, Any] | None, current: dict[str, Any], rescore: bool,
-                untied: str | None = None) -> tuple[str, list[str]]:
+                untied: Untie | None = None) -> tuple[str, list[str]]:
     """What to do with one attempt given its live score (reference/scoring.md's table); `untied`
     says why that score is not tied to the attempt (then it is no verdict: judged again)."""
     if score is None:
@@ -205,9 +213,13 @@ def score_attempts(run: Run, eval_set: EvalSet, score_one: ScoreOne, judge_pins:
     live_scores = view.latest("score")
     untied = {key: why for key, score in live_scores.items()
               if (why := view.untied(score)) is not None}
+    scores_ignored = [i for i in view.ignored() if i.kind == "score"]
+    for line in ignored_lines(scores_ignored):
+        progress(line)
     if untied:
-        progress(f"{len(untied)} live score(s) not tied to their attempt (judged another "
-                 "attempt, or their reply artifact is missing or altered): judged again")
+        progress(f"{len(untied)} live score(s) not tied to their attempt: judged again")
+    if note := placed_note(view.placed, str(run.events_path)):
+        progress(note)
     # What the pass appends goes through a view of its own, refreshed under this lock: a score
     # voided meanwhile (its attempt re-recorded) is not voided twice, and the shared view is
     # never written while the scoring threads read it.
