@@ -403,6 +403,10 @@ def test_a_published_set_imported_then_validated_is_valid_with_warnings_only_for
     assert imported["nur_category_lines"]["golden"]["kind"] == "rows"
     assert imported["nur_category_lines"]["golden"]["clarifyOk"] is True
     assert imported["nur_category_lines"]["golden"]["alternates"][0]["accept"] is False
+    # Its `position` column ranks the rows (a tie repeats a rank) and the query does not return
+    # it: the order, not a compared column.
+    ranked = imported["nur_category_lines"]["golden"]
+    assert ranked["ordered"] is True and all("position" not in row for row in ranked["value"])
     assert "rubric" in imported["nur_category_lines"]  # kept where it was, named as a call
     assert any("nur_category_lines: a case-level rubric" in c for c in report["judgement_calls"])
     assert imported["nur_top_plant"]["golden"]["ordered"] is True
