@@ -98,7 +98,7 @@ def test_real_claude_code_answers_offered_only_the_publisher_tools_and_is_scored
     assert init["permissionMode"] == "dontAsk" and init["skills"] == []
     assert not init["cwd"].startswith(str(KIT))
     info = json.loads(run.info_path.read_text())
-    assert info["claudeCodeVersion"] == f"{init['claude_code_version']} (Claude Code)"
+    assert info["claudeCodeVersion"] == init["claude_code_version"]
     assert init["claude_code_version"] == claude_cli.pinned_version()
     assert f"claude-code: Claude Code {info['claudeCodeVersion']} (the kit's pinned install)" in err
     results = tool_results(lines)
@@ -139,11 +139,11 @@ exec {shlex.quote(str(CLAUDE.resolve()))} "$@"
         code, doc, err = answer([*base, "--claude", str(wrapper), "--sandbox-bind",
                                  str(installed)], capsys)
         assert code == 0, err
-        assert json.loads(run.info_path.read_text())["claudeCodeVersion"] == "2.0.77 (Claude Code)"
+        assert json.loads(run.info_path.read_text())["claudeCodeVersion"] == "2.0.77"
         assert f"the kit pins {claude_cli.pinned_version()}" in err and doc["recorded"] == 1
         # The same run, answered again by the pinned CLI: refused, one run, one answerer.
         code, _doc, err = answer([*base, "--redo", QID], capsys)
-    assert code == 2 and "answered by Claude Code 2.0.77 (Claude Code)" in err
+    assert code == 2 and "answered by Claude Code 2.0.77;" in err
     assert len(_attempts(run)) == 1
 
 

@@ -27,6 +27,7 @@ from harness_support import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from malloy_evals.answer.harness import claude_cli
 from malloy_evals.answer.harness.command import PLACEHOLDERS
 from malloy_evals.answer.harness.plan import (
     AnswererSpec,
@@ -110,22 +111,8 @@ def test_claude_code_answerer_gets_only_publisher_tools_and_the_prompt(needs_nod
     # A stand-in `claude` named by --claude: it logs the command line it got, then answers as the
     # scripted answerer would, from the question Claude Code gets after -p. (The real CLI runs in
     # test_claude_code.py; this one checks the command line alone, fast.)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     log = tmp_path / "claude-argv.json"
-    fake = bin_dir / "claude"
-    fake.write_text(f"""#!{sys.executable}
-import json, os, sys
-argv = sys.argv[1:]
-if argv == ["--version"]:
-    print("2.1.332 (Claude Code)")
-    sys.exit(0)
-json.dump(argv, open({str(log)!r}, "w"))
-value = lambda flag: argv[argv.index(flag) + 1]
-os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value("-p"),
-                          "--mcp-config", value("--mcp-config")])
-""")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    fake = _fake_claude(tmp_path / "bin", "2.1.332 (Claude Code)", log)
     run = new_run(tmp_path, BOOKSHOP, "cc1")
     code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
                              bookshop_mcp_url, "--only", "bk_total_revenue", "--answerer",
@@ -146,6 +133,85 @@ os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value
     prompt = argv[argv.index("--append-system-prompt") + 1]
     assert "`bookshop.malloy` in package `bookshop` of environment `samples`" in prompt
     assert doc["recorded"] == 1 and attempts(run)[0]["submitted"] is True
+    # The version as the pin spells it, the same everywhere the run says it.
+    assert json.loads(run.info_path.read_text())["claudeCodeVersion"] == "2.1.332"
+    [start] = [line for line in harness_lines(run) if line["event"] == "start"]
+    assert start["claude_code_version"] == "2.1.332"
+    assert "claude-code: Claude Code 2.1.332 (" in err and "(Claude Code)" not in err
+
+
+def _fake_claude(folder: Path, version_line: str, log: Path | None = None) -> Path:
+    """A stand-in `claude`: `--version` prints `version_line`; otherwise it logs the command
+    line it got (to `log`) and answers as the scripted answerer would, from the question
+    Claude Code gets after -p."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fake = folder / "claude"
+    fake.write_text(f"""#!{sys.executable}
+import json, os, sys
+argv = sys.argv[1:]
+if argv == ["--version"]:
+    print({version_line!r})
+    sys.exit(0)
+if {str(log) if log else ""!r}:
+    json.dump(argv, open({str(log) if log else ""!r}, "w"))
+value = lambda flag: argv[argv.index(flag) + 1]
+os.execv(sys.executable, [sys.executable, {str(SCRIPTED)!r}, "--question", value("-p"),
+                          "--mcp-config", value("--mcp-config")])
+""")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+@pytest.mark.parametrize("line, version", [
+    pytest.param("2.1.332 (Claude Code)", "2.1.332", id="the_cli_line"),
+    pytest.param("2.1.332", "2.1.332", id="the_pin"),
+    pytest.param("^2.1.332", "2.1.332", id="a_range"),
+    pytest.param("2.2.0-beta.1 (Claude Code)", "2.2.0-beta.1", id="a_prerelease"),
+    pytest.param("Claude Code v2.1.332", "2.1.332", id="with_a_v"),
+    pytest.param("build2.1.332", None, id="glued_to_a_word"),
+    pytest.param("Claude Code", None, id="no_version"),
+    pytest.param(None, None, id="nothing"),
+])
+def test_a_cli_version_is_read_one_way(line, version):
+    assert claude_cli.parse_version(line) == version
+
+
+def test_the_pin_is_read_as_the_cli_names_its_version():
+    assert claude_cli.parse_version(claude_cli.pinned_version()) == claude_cli.pinned_version()
+    assert claude_cli.same_version("2.1.332 (Claude Code)", "2.1.332")
+    assert not claude_cli.same_version("2.0.77 (Claude Code)", "2.1.332")
+
+
+def test_a_run_recorded_with_the_whole_version_line_is_the_same_version(
+        needs_node, tmp_path, capsys, bookshop_mcp_url):
+    # A run answered before the version was parsed holds the CLI's whole line: the same CLI
+    # answers it again (and the run now says the version alone); another version is refused,
+    # the message naming both versions as the pin spells them.
+    run = new_run(tmp_path, BOOKSHOP, "cc3")
+    run.update_info(claudeCodeVersion="2.1.332 (Claude Code)")
+    base = ["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url", bookshop_mcp_url,
+            "--only", "bk_total_revenue", "--answerer", "claude-code", "--no-sandbox"]
+    same = _fake_claude(tmp_path / "same", "2.1.332 (Claude Code)")
+    code, doc, err = answer([*base, "--claude", str(same)], capsys)
+    assert code == 0 and doc["recorded"] == 1, err
+    assert json.loads(run.info_path.read_text())["claudeCodeVersion"] == "2.1.332"
+    run.update_info(claudeCodeVersion="2.1.332 (Claude Code)")
+    other = _fake_claude(tmp_path / "other", "2.0.77 (Claude Code)")
+    code, _doc, err = answer([*base, "--redo", "bk_total_revenue", "--claude", str(other)], capsys)
+    assert code == 2
+    assert f"answered by Claude Code 2.1.332; {other} is 2.0.77. One run" in err
+    assert len(attempts(run)) == 1
+
+
+def test_a_cli_that_names_no_version_is_not_an_answerer(tmp_path, capsys):
+    run = new_run(tmp_path, BOOKSHOP, "cc4")
+    mute = _fake_claude(tmp_path / "bin", "Claude Code")
+    code, _doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
+                              "http://127.0.0.1:9/mcp", "--only", "bk_total_revenue",
+                              "--answerer", "claude-code", "--claude", str(mute),
+                              "--no-sandbox"], capsys)
+    assert code == 3 and "--version names no version: 'Claude Code'" in err
+    assert ledger(run) == []
 
 
 def test_a_claude_that_cannot_run_exits_3_before_answering(tmp_path, capsys):

@@ -25,7 +25,8 @@ SCRIPT = KIT / "skills" / "eval-answer" / "scripts" / "import_set.py"
 
 
 def cases(set_dir: Path) -> dict[str, dict]:
-    return {c["qid"]: c for c in map(json.loads, (set_dir / "cases.jsonl").read_text().splitlines())}
+    text = (set_dir / "cases.jsonl").read_text(encoding="utf-8-sig")
+    return {c["qid"]: c for c in map(json.loads, filter(str.strip, text.splitlines()))}
 
 
 @pytest.fixture
@@ -171,6 +172,19 @@ def test_mutated_public_set_is_imported_or_refused_in_one_line(tmp_path_factory,
         assert json.loads((root / "out" / "import-report.json").read_text())["cases"] == report.cases
 
 
+def test_a_bom_and_crlf_endings_do_not_hide_the_first_case_from_the_import(tmp_path):
+    # validate_set reads a cases.jsonl that opens with a byte-order mark and ends its lines with
+    # CRLF; the import reads it the same way, so the first case is mapped and counted too.
+    src = tmp_path / "src"
+    shutil.copytree(PUBLIC_SET, src)
+    lines = (src / "cases.jsonl").read_text().splitlines()
+    (src / "cases.jsonl").write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
+    report = importer.import_set(src, tmp_path / "out")
+    assert report.cases == 5 and report.errors == []
+    assert report.kept_verbatim["cases.jsonl"]["golden.receipts"] == 1  # of the first case
+    assert check_set(tmp_path / "out").count == 5
+
+
 def test_the_script_prints_one_json_document(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--from", str(PUBLIC_SET), "--out",
                            str(tmp_path / "o"), "--json"], capture_output=True, text=True, cwd=KIT, check=False)
@@ -293,3 +307,112 @@ def test_a_link_to_a_link_inside_the_set_and_a_dangling_link(tmp_path):
     out = tmp_path / "out"
     assert os.readlink(out / "absolute") == "data"   # made relative: it reaches the copy
     assert (out / "second" / "sales.csv").resolve() == (out / "data" / "sales.csv").resolve()
+
+
+# ---------------------------------------------------------------- imported, then validated
+# A set as it is published and as people write into it: the package beside the set with its
+# tables, the set's model/ and truth/ reaching them through links (inside the set, and one
+# leaving it), ranked goldens, and cases a person added by hand in the published shape with
+# their quirks (nulls for what they did not fill in, fields on the case instead of the golden, no
+# kind, no golden yet, prose and backticked must-not-use entries, a BOM, CRLF, a blank line).
+# Imported with import_set.py and checked with validate_set.py, it is valid, and every warning
+# is a field the kit keeps verbatim.
+
+HAND_WRITTEN = [
+    {"qid": "nur_units_q2", "question": "How many plants did we sell in the second quarter?",
+     "split": None, "tags": None, "coverage": "covered", "coverageNote": None,
+     "golden": {"status": "provisional", "kind": "scalar", "value": {"units_sold": 11},
+                "alternates": None, "clarifyOk": None, "clarifyPreferred": None,
+                "ordered": None, "path": None, "mustState": None,
+                "mustNotUse": ["sale_count", "sale_count as units", "`qty`"],
+                "mustNotUseAllowedIn": {"`qty`": ["units_sold"]},
+                "canonicalQuery": "run: duckdb.table('data/sales.csv') -> { where: status = "
+                                  "'complete'; aggregate: units_sold is qty.sum() }",
+                "verifiedBy": None},
+     "goldenRevision": None,
+     "expectedEntities": {"required": ["measure:sales:units_sold"], "requiredAnyOf": None,
+                          "acceptable": ["measure:sales:units_sold", "source:sales:sales"]}},
+    {"qid": "nur_category_lines", "question": "How many sale lines did each category have?",
+     "clarifyOk": True, "rubric": "Counts lines, not units.",
+     "alternates": [{"assumption": "units instead of lines", "value": None, "accept": False}],
+     "golden": {"status": "provisional", "kind": None,
+                "value": [{"category": "ferns", "lines": 4, "position": 1},
+                          {"category": "succulents", "lines": 3, "position": 2},
+                          {"category": "trees", "lines": 3, "position": 2}],
+                "canonicalQuery": "run: duckdb.table('data/sales.csv') -> { group_by: category; "
+                                  "aggregate: lines is count(); order_by: lines desc }"},
+     "expectedEntities": {"required": ["view:sales:by_category"]}},
+    {"qid": "nur_top_plant", "question": "Which plant sold best?",
+     "golden": {"kind": "rows", "ranked": True, "value": [{"plant": "Boston fern"}],
+                "canonicalQuery": "run: duckdb.table('data/sales.csv') -> { group_by: plant; "
+                                  "aggregate: u is qty.sum(); order_by: u desc; limit: 1 } -> "
+                                  "{ select: plant }"}},
+    {"qid": "nur_staff_hours", "question": "How many hours did the staff work in May?",
+     "golden": None, "notes": "no golden yet: the data has no rota"},
+]
+
+
+def _published_with_hand_cases(root: Path) -> Path:
+    """The nursery as published (`_published`, its tables reached through a link leaving the
+    set), its set.json as the public loop writes it, and the hand-written cases appended."""
+    src = _published(root, data_outside=True)
+    config = json.loads((src / "set.json").read_text())
+    del config["truthModel"]  # the public loop's default, as the ecommerce set leaves it out
+    config["truthTableRewrite"] = True
+    (src / "set.json").write_text(json.dumps(config, indent=2))
+    (src / "CALIBRATION.md").write_text("No current band.\n")
+    (src / "candidates-time.jsonl").write_text('{"question": "When do ferns sell?"}\n')
+    lines = (src / "cases.jsonl").read_text().splitlines()
+    lines += [json.dumps(c) for c in HAND_WRITTEN]
+    lines.insert(3, "")
+    (src / "cases.jsonl").write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
+    return src
+
+
+def _script(script: str, *args: str) -> tuple[int, dict]:
+    done = subprocess.run([sys.executable, str(SCRIPT.with_name(script)), *args, "--json"],
+                          capture_output=True, text=True, cwd=KIT, check=False)
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("copy", [True, False], ids=["tables_copied", "tables_left_out"])
+def test_a_published_set_imported_then_validated_is_valid_with_warnings_only_for_what_is_kept(
+        tmp_path, needs_node, copy):
+    src = _published_with_hand_cases(tmp_path)
+    out = tmp_path / "imported"
+    code, report = _script("import_set.py", "--from", str(src), "--out", str(out),
+                           *(["--copy-linked-data"] if copy else []))
+    validated_code, validated = _script("validate_set.py", str(out))
+    assert (code, report["errors"]) == (0, []), report["errors"]
+    assert (validated_code, validated["errors"]) == (0, []), validated["errors"]
+    assert validated["status"] == "ok" and validated["cases"] == 5 + len(HAND_WRITTEN)
+    # What import_set says of the set is what validate_set says of it.
+    assert report["warnings"] == len(validated["warnings"])
+    kept = {f for fields in report["kept_verbatim"].values() for f in fields}
+    verbatim = [w for w in validated["warnings"] if w.endswith(": unknown field")]
+    assert {w.rsplit(": ", 2)[-2] for w in verbatim} == kept
+    others = [w for w in validated["warnings"] if w not in verbatim]
+    if copy:
+        assert others == []
+    else:  # the model's tables stayed behind the link: the names were not checked, and why
+        [tables] = others
+        assert "reads tables that are not here" in tables and "--copy-linked-data" in tables
+        assert any(m.startswith("data: published as a link") for m in report["missing"])
+    imported = cases(out)
+    # The hand-written quirks read as the kit reads them.
+    assert imported["nur_category_lines"]["golden"]["kind"] == "rows"
+    assert imported["nur_category_lines"]["golden"]["clarifyOk"] is True
+    assert imported["nur_category_lines"]["golden"]["alternates"][0]["accept"] is False
+    # Its `position` column ranks the rows (a tie repeats a rank) and the query does not return
+    # it: the order, not a compared column.
+    ranked = imported["nur_category_lines"]["golden"]
+    assert ranked["ordered"] is True and all("position" not in row for row in ranked["value"])
+    assert "rubric" in imported["nur_category_lines"]  # kept where it was, named as a call
+    assert any("nur_category_lines: a case-level rubric" in c for c in report["judgement_calls"])
+    assert imported["nur_top_plant"]["golden"]["ordered"] is True
+    assert imported["nur_staff_hours"]["golden"] is None
+    loaded = load_set(out)
+    assert loaded.case("nur_staff_hours").golden is None
+    assert loaded.case("nur_units_q2").golden_status == "provisional"
+    assert loaded.case("nur_units_q2").alternates == [] and not loaded.case("nur_units_q2").ordered
+    assert loaded.truth_model_path == "truth.malloy"

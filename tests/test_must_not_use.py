@@ -17,7 +17,20 @@ from malloy_evals.checks.must_not_use import (
     noise_spans,
     render_text,
 )
-from veto_support import SHOP_DEFINITIONS
+from veto_support import (
+    ALLOWED_INSIDE,
+    KEYWORDS_IN_THE_TEXT,
+    KEYWORDS_THROUGH_THE_MODEL,
+    LOOKALIKE_SPELLINGS,
+    NOT_THROUGH_THE_MODEL,
+    ONLY_IN_NOISE,
+    PRESENCE,
+    QUOTE_IN_ANNOTATION,
+    READ_AS_MALLOY_LEXES,
+    SHOP_DEFINITIONS,
+    SPELLED_WITH_BLANKS,
+    THROUGH_THE_MODEL,
+)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "skills" / "eval-answer" / "scripts" / "check_must_not_use.py"
 
@@ -59,58 +72,7 @@ def test_prose_entry_is_not_decidable(entry):
 
 # ------------------------------------------------------------------ presence
 
-@pytest.mark.parametrize("query, entry, hit", [
-    pytest.param("run: t -> { aggregate: total_sales_2021_adj }", "total_sales_2021", False,
-                 id="longer_name_after"),
-    pytest.param("run: t -> { aggregate: total_sales_2021 }", "total_sales_2021", True,
-                 id="exact_name"),
-    pytest.param("run: t -> { aggregate: c is product.cost.sum() }", "product.cost", True,
-                 id="dotted_with_aggregate"),
-    pytest.param("run: t -> { aggregate: p is order_items.products.retail_price.sum() }",
-                 "products.retail_price", True, id="longer_join_path"),
-    pytest.param("run: t -> { group_by: order_items.shipped_at }", "shipped_at", True,
-                 id="qualified_use_of_bare_entry"),
-    pytest.param("run: t -> { aggregate: p is x_products.retail_price.avg() }",
-                 "products.retail_price", False, id="longer_qualifier_name"),
-    pytest.param("run: t -> { aggregate: p is products.retail_price_adj.avg() }",
-                 "products.retail_price", False, id="longer_leaf_name"),
-    pytest.param("run: t -> { aggregate: p is `products`.`retail_price`.avg() }",
-                 "products.retail_price", True, id="backtick_identifiers"),
-    pytest.param("run: t -> { aggregate: p is products.retail_price.avg() }",
-                 "products.retail_price.avg()", True, id="entry_with_aggregate"),
-    pytest.param("run: t -> {\n  where: year(shipped_at) = 2022\n}", "shipped_at", True,
-                 id="inside_a_function_call"),
-    pytest.param("shipped_at", "shipped_at", True, id="whole_text"),
-    pytest.param("run: t -> { aggregate: n is count() } -- shipped_at", "shipped_at", False,
-                 id="only_in_dash_comment"),
-    pytest.param("run: t -> { aggregate: n is count() } // shipped_at", "shipped_at", False,
-                 id="only_in_slash_comment"),
-    pytest.param("run: t -> { /* shipped_at\n and more */ aggregate: n is count() }", "shipped_at",
-                 False, id="only_in_block_comment"),
-    pytest.param("run: t -> { where: label = 'shipped_at' }", "shipped_at", False,
-                 id="only_in_single_quoted_string"),
-    pytest.param('run: t -> { where: label = "shipped_at" }', "shipped_at", False,
-                 id="only_in_double_quoted_string"),
-    pytest.param('run: t -> { where: doc = """\nshipped_at\n""" }', "shipped_at", False,
-                 id="only_in_triple_quoted_string"),
-    pytest.param("run: t -> { where: d ~ f'shipped_at > 3' }", "shipped_at", False,
-                 id="only_in_malloy_filter_string"),
-    pytest.param("run: t -> { where: d ~ r'shipped_at' }", "shipped_at", False,
-                 id="only_in_malloy_regex_string"),
-    pytest.param("run: t -> { where: url = 'https://x.y/z', aggregate: s is shipped_at.sum() }",
-                 "shipped_at", True, id="slashes_inside_url_string_eat_nothing"),
-    pytest.param("run: t -> { where: r = '2024-01--2024-06'\n aggregate: total_sales }",
-                 "total_sales", True, id="dashes_inside_date_string_eat_nothing"),
-    pytest.param("run: t -> { aggregate: n is count() } -- it's shipped_at\n", "shipped_at", False,
-                 id="quote_inside_comment_keeps_comment"),
-    pytest.param("run: t -> { where: note = 'a -- b', group_by: shipped_at }", "shipped_at", True,
-                 id="comment_marker_inside_string"),
-    pytest.param("run: t -> { where: `a--b` = 1, group_by: shipped_at }", "shipped_at", True,
-                 id="comment_marker_inside_backticks"),
-    pytest.param("run: t -> { where: chief'x = 1\n group_by: shipped_at }", "shipped_at", True,
-                 id="unclosed_quote_is_just_a_character"),
-    pytest.param("run: t -> { group_by: Shipped_At }", "shipped_at", False, id="case_differs"),
-])
+@pytest.mark.parametrize("query, entry, hit", PRESENCE)
 def test_presence(query, entry, hit):
     result = check_must_not_use(query, [entry])
     assert (result.hits == [entry]) is hit
@@ -315,20 +277,7 @@ def test_cli_reads_must_not_use_from_the_set(tmp_path):
 
 # ------------------------------------------------------------------ evasion attempts (review)
 
-@pytest.mark.parametrize("query", [
-    pytest.param("run: order_items -> { aggregate: x is books . list_price.sum() }",
-                 id="spaces_around_the_dot"),
-    pytest.param("run: order_items -> { aggregate: x is books\n    .list_price.sum() }",
-                 id="newline_before_the_dot"),
-    pytest.param("run: order_items -> { aggregate: x is books /* c */ . list_price.sum() }",
-                 id="block_comment_beside_the_dot"),
-    pytest.param("run: order_items -> { aggregate: x is books. -- note\n list_price.sum() }",
-                 id="line_comment_after_the_dot"),
-    pytest.param("run: order_items -> { aggregate: x is `books` . `list_price`.sum() }",
-                 id="spaced_backtick_segments"),
-    pytest.param("run: order_items extend { measure: m is books.list_price.sum() } -> "
-                 "{ aggregate: m }", id="inside_an_extend_measure"),
-])
+@pytest.mark.parametrize("query", SPELLED_WITH_BLANKS)
 def test_forbidden_path_spelled_with_blanks_malloy_ignores_is_a_hit(query):
     # Regression: the Malloy runtime compiles `books . list_price` (whitespace and comments
     # between tokens are skipped), and the veto used to miss it (a leaf hit, or even absent).
@@ -337,14 +286,7 @@ def test_forbidden_path_spelled_with_blanks_malloy_ignores_is_a_hit(query):
     assert result.exit_code == 1
 
 
-@pytest.mark.parametrize("query", [
-    pytest.param("run: order_items -> { aggregate: x is BOOKS.LIST_PRICE.sum() }",
-                 id="other_case_does_not_compile"),
-    pytest.param("run: order_items -> { aggregate: x is books.list\u200b_price.sum() }",
-                 id="zero_width_space_does_not_compile"),
-    pytest.param("run: order_items -> { aggregate: x is books.list_pri\u0441e.sum() }",
-                 id="cyrillic_lookalike_is_another_name"),
-])
+@pytest.mark.parametrize("query", LOOKALIKE_SPELLINGS)
 def test_lookalike_spellings_are_not_the_forbidden_path(query):
     # Malloy identifiers are case-sensitive ASCII names: these do not name the field (the query
     # fails to compile or names another field), so they are no veto; the judge sees the rows.
@@ -365,28 +307,37 @@ def test_bare_entry_renamed_in_an_extend_is_a_hit():
     assert check_must_not_use(query, ["list_value"]).hits == ["list_value"]
 
 
-@pytest.mark.parametrize("query", [
-    pytest.param("run: t -> { where: note = f'{books.list_price}' }", id="inside_a_prefixed_string"),
-    pytest.param("run: t -> { aggregate: c is count() } -- books.list_price", id="in_a_comment"),
-    pytest.param("run: t -> { where: a = 1--books.list_price\n aggregate: c is count() }",
-                 id="double_dash_opens_a_comment_in_malloy"),
-])
+@pytest.mark.parametrize("query", ONLY_IN_NOISE)
 def test_forbidden_path_only_in_noise_is_absent(query):
     assert check_must_not_use(query, ["books.list_price"]).absent == ["books.list_price"]
 
 
-@pytest.mark.parametrize("query", [
-    pytest.param('# """\nrun: books -> { aggregate: x is list_price.sum() }',
-                 id="triple_quote_in_an_annotation_before_run"),
-    pytest.param('#(doc) """\nrun: books -> { aggregate: x is list_price.sum() }',
-                 id="triple_quote_in_a_doc_annotation"),
-    pytest.param('run: books -> {\n  # """\n  aggregate: x is list_price.sum() }',
-                 id="triple_quote_in_an_inner_annotation"),
-])
+@pytest.mark.parametrize("query", QUOTE_IN_ANNOTATION)
 def test_quote_inside_an_annotation_cannot_hide_the_query_after_it(query):
     # Regression: Malloy runs these (an annotation ends at its line), but the blanker opened a
     # triple-quoted string at `# """` and blanked the rest of the query: the veto was evaded.
     assert check_must_not_use(query, ["list_price"]).hits == ["list_price"]
+
+
+@pytest.mark.parametrize("query, hit", READ_AS_MALLOY_LEXES)
+def test_the_query_is_read_as_malloy_lexes_it_block_annotations_and_backticks(query, hit):
+    # Regression: a field named on the lines of a `#| ... |#` block (a note, not code) vetoed
+    # the answer; the blanker ended every annotation at its first line.
+    assert (check_must_not_use(query, ["list_price"]).hits == ["list_price"]) is hit
+
+
+@pytest.mark.parametrize("query, entry, hit", KEYWORDS_IN_THE_TEXT)
+def test_an_unquoted_reserved_word_is_a_keyword_never_a_field(query, entry, hit):
+    assert (check_must_not_use(query, [entry]).hits == [entry]) is hit
+
+
+@pytest.mark.parametrize("query, entry, hit", KEYWORDS_THROUGH_THE_MODEL)
+def test_a_keyword_in_the_query_does_not_expand_the_models_field_of_that_name(query, entry, hit):
+    # Regression: the expansion took `::date`, `for 1 year`, `.year` for the model's `date` and
+    # `year` dimensions (built on shipped_at) and vetoed answers the text alone decided right.
+    result = check_must_not_use(query, [entry], definitions=SHOP_DEFINITIONS)
+    assert (result.hits == [entry]) is hit
+    assert (entry in result.paths) is hit
 
 
 def test_field_named_only_in_an_annotation_is_absent():
@@ -398,38 +349,7 @@ def test_field_named_only_in_an_annotation_is_absent():
 # The shop of veto_support.py: `is_late` compares shipped_at with order_date, and views, measures,
 # dimensions, a source and a named query are built on it; `eu_customers` filters on region.
 
-@pytest.mark.parametrize("query, entry, path", [
-    pytest.param("run: orders -> late_shipments", "shipped_at",
-                 "late_shipments -> is_late -> shipped_at", id="named_view"),
-    pytest.param("run: orders -> top_late + { limit: 2 }", "shipped_at",
-                 "top_late -> is_late -> shipped_at", id="refined_view_built_on_a_view"),
-    pytest.param("run: orders -> { aggregate: late_count }", "shipped_at",
-                 "late_count -> is_late -> shipped_at", id="filtered_measure"),
-    pytest.param("run: orders -> { group_by: ship_bucket }", "shipped_at",
-                 "ship_bucket -> is_late -> shipped_at", id="dimension_on_a_dimension"),
-    pytest.param("run: orders -> { group_by: status\n nest: late_shipments }", "shipped_at",
-                 "late_shipments -> is_late -> shipped_at", id="nested_view"),
-    pytest.param("run: orders -> with_having", "shipped_at",
-                 "with_having -> late_count -> is_late -> shipped_at", id="view_with_having"),
-    pytest.param("run: orders -> { where: is_late\n aggregate: order_count }", "shipped_at",
-                 "is_late -> shipped_at", id="dimension_in_a_where"),
-    pytest.param("run: late_orders -> by_status", "shipped_at", "late_orders -> shipped_at",
-                 id="source_extension_filter"),
-    pytest.param("run: late_q", "shipped_at", "late_q -> is_late -> shipped_at", id="named_query"),
-    pytest.param("query: mine is orders -> late_shipments\nrun: mine", "shipped_at",
-                 "late_shipments -> is_late -> shipped_at", id="query_defined_in_the_text"),
-    pytest.param("run: orders -> { group_by: eu_customers.name }", "region",
-                 "eu_customers -> eu_customers.is_eu -> eu_customers.region", id="filtered_join"),
-    pytest.param("run: orders -> { aggregate: eu_total }", "customers.region",
-                 "eu_total -> customers.is_eu -> customers.region", id="measure_through_a_join"),
-    pytest.param("source: o2 is orders extend { dimension: z is 1 }\nrun: o2 -> late_shipments",
-                 "shipped_at", "late_shipments -> is_late -> shipped_at", id="source_alias_in_the_text"),
-    pytest.param("run: orders extend { join_one: c is customers on customer_id = c.customer_id } "
-                 "-> { group_by: c.is_eu }", "region", "c.is_eu -> c.region",
-                 id="join_alias_in_the_text"),
-    pytest.param("run: orders -> { aggregate: books_late is late_count }", "is_late",
-                 "late_count -> is_late", id="entry_naming_a_dimension"),
-])
+@pytest.mark.parametrize("query, entry, path", THROUGH_THE_MODEL)
 def test_a_forbidden_field_inside_a_named_definition_is_a_hit_with_its_path(query, entry, path):
     result = check_must_not_use(query, [entry], definitions=SHOP_DEFINITIONS)
     assert result.hits == [entry]
@@ -438,20 +358,7 @@ def test_a_forbidden_field_inside_a_named_definition_is_a_hit_with_its_path(quer
     assert result.exit_code == 1
 
 
-@pytest.mark.parametrize("query, entry", [
-    pytest.param("run: orders -> by_status", "shipped_at", id="a_view_without_it"),
-    pytest.param("run: orders -> { aggregate: total }", "shipped_at", id="a_measure_without_it"),
-    pytest.param("run: orders -> { aggregate: is_late is count() }", "shipped_at",
-                 id="a_name_the_query_defines_itself"),
-    pytest.param("run: orders -> { group_by: customers.name }", "customer_id",
-                 id="a_join_key_is_plumbing"),
-    pytest.param("run: orders -> by_status // late_shipments", "shipped_at",
-                 id="a_view_named_in_a_comment"),
-    pytest.param("run: orders -> { where: status = 'late_shipments'\n aggregate: order_count }",
-                 "shipped_at", id="a_view_named_in_a_string"),
-    pytest.param("run: customers -> { group_by: name }", "region", id="another_source"),
-    pytest.param("run: orders -> { group_by: ship_bucket }", "region", id="an_unrelated_chain"),
-])
+@pytest.mark.parametrize("query, entry", NOT_THROUGH_THE_MODEL)
 def test_definitions_that_do_not_reach_the_field_leave_it_absent(query, entry):
     result = check_must_not_use(query, [entry], definitions=SHOP_DEFINITIONS)
     assert result.hits == [] and result.leaf_hits == []
@@ -473,19 +380,7 @@ def test_a_text_hit_needs_no_path():
     assert result.hits == ["shipped_at"] and result.paths == {}
 
 
-@pytest.mark.parametrize("query, allowed, verdict", [
-    pytest.param("run: orders -> late_shipments", ["is_late"], "allowed", id="only_inside_it"),
-    pytest.param("run: orders -> late_shipments", ["orders.is_late"], "allowed",
-                 id="named_with_its_source"),
-    pytest.param("run: late_q", ["late_q"], "allowed", id="a_named_query"),
-    pytest.param("run: late_orders -> by_status", ["late_orders"], "allowed",
-                 id="a_source_filter"),
-    pytest.param("run: orders -> { aggregate: late_count\n group_by: lag is ship_lag }",
-                 ["is_late"], "hit", id="also_through_another_definition"),
-    pytest.param("run: orders -> { where: shipped_at is not null\n aggregate: late_count }",
-                 ["is_late"], "hit", id="also_in_the_query_text"),
-    pytest.param("run: orders -> late_shipments", ["ship_lag"], "hit", id="allowed_elsewhere"),
-])
+@pytest.mark.parametrize("query, allowed, verdict", ALLOWED_INSIDE)
 def test_an_entry_allowed_inside_a_named_definition_is_not_a_veto_there(query, allowed, verdict):
     result = check_must_not_use(query, ["shipped_at"], definitions=SHOP_DEFINITIONS,
                                 allowed_in={"shipped_at": allowed})

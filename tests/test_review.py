@@ -177,6 +177,20 @@ def test_settling_again_replaces_the_first_settlement_and_its_fixture_line(score
     assert json.loads(lines[1])["verdict"] == "no_match"
 
 
+def test_a_fixture_file_written_by_hand_with_a_bom_and_crlf_is_read_as_validate_set_reads_it(scored):
+    # The file people write (an editor's byte-order mark, CRLF endings): validate_set reads its
+    # first line, so settling must too, not stop at it as "not valid JSON".
+    path = scored.set_dir / "judge-regressions.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"fixtureId": "other.1", "qid": "q_rev", "prediction": '
+                     b'{"answer_text": "a", "final_query": null}, "verdict": "match"}\r\n')
+    settled = review.settle(outs(scored.run_dir, scored.set_dir), "q_genre", verdict="match",
+                            why="a", by="A")
+    assert settled.fixture_action == "appended"
+    assert path.read_bytes().startswith(b'\xef\xbb\xbf{"fixtureId": "other.1"')  # untouched
+    assert [json.loads(line)["fixtureId"].split(".")[0] for line in
+            path.read_text(encoding="utf-8-sig").splitlines()] == ["other", "q_genre"]
+
+
 def test_a_settled_attempt_leaves_the_queue(scored):
     review.settle(outs(scored.run_dir, scored.set_dir), "q_rev", verdict="no_match", why="w", by="A")
     queue = review.review_queue(outs(scored.run_dir, scored.set_dir))

@@ -65,6 +65,14 @@ def test_unknown_field_is_a_problem_marked_unknown():
     assert problems == [schemas.Problem("note", "unknown field", unknown=True)]
 
 
+def test_a_field_named_with_a_line_break_is_quoted_so_the_message_is_one_line():
+    # Found by the coverage-report fuzz test: a key "\n" made a refusal two lines long.
+    [problem] = schemas.validate("void", {"kind": "void", "event_id": "e1", "reason": "x",
+                                          "at": "2026-01-01T00:00:00Z", "target_event_id": "e0",
+                                          "\n": None})
+    assert str(problem) == "'\\n': unknown field" and "\n" not in str(problem)
+
+
 def test_nested_wrong_type_names_the_dotted_field():
     problems = schemas.validate("case", {"qid": "q1", "question": "?",
                                          "expectedEntities": {"requiredAnyOf": [["measure:a:b", 3]]}})

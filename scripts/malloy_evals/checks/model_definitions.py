@@ -102,12 +102,33 @@ def _compile(folder: Path, model_path: str | None) -> Definitions | str:
 def compile_failure(raw: dict[str, Any], model_path: str | None) -> str | None:
     """Why the runner's answer says the model (at `model_path`, or every model) does not
     compile; None when it compiles."""
-    errors = [e for e in raw.get("errors") or [] if isinstance(e, dict)]
-    bad = [e for e in errors if model_path is None or e.get("path") == model_path]
-    if bad and (model_path is not None or not raw.get("models")):
+    bad = _failed_models(raw, model_path)
+    if bad:
         first = bad[0]
         return f"{first.get('path', '?')} does not compile: {first.get('message', '?')}"
     return None
+
+
+# The runner's problem code when DuckDB cannot read a table the model names: the file is not
+# there (a data folder not supplied yet, a link an import left out) or cannot be read.
+TABLE_NOT_READ = "failed-to-fetch-table-schema"
+
+
+def tables_not_here(raw: dict[str, Any], model_path: str | None) -> list[str]:
+    """The runner's messages for tables the failing model (at `model_path`, or every model)
+    could not read. A model whose tables are not here cannot be compiled on this machine: that
+    says nothing against the model's text (every field of a table it could not read is unknown
+    after it), so validate_set warns, as it does without Node, instead of refusing the set."""
+    return list(dict.fromkeys(
+        str(p.get("message")) for e in _failed_models(raw, model_path)
+        for p in e.get("problems") or [] if isinstance(p, dict) and p.get("code") == TABLE_NOT_READ))
+
+
+def _failed_models(raw: dict[str, Any], model_path: str | None) -> list[dict[str, Any]]:
+    """The runner's errors that make the model (at `model_path`, or every model) not compile."""
+    errors = [e for e in raw.get("errors") or [] if isinstance(e, dict)]
+    bad = [e for e in errors if model_path is None or e.get("path") == model_path]
+    return bad if bad and (model_path is not None or not raw.get("models")) else []
 
 
 def check_set_with_model(set_dir: str | Path) -> FolderReport:
@@ -116,7 +137,8 @@ def check_set_with_model(set_dir: str | Path) -> FolderReport:
     `expectedEntities` id an entity of the model, each `mustNotUse` field path a name of it, each
     `mustNotUseAllowedIn` name one of its definitions (an error naming the case's line, the
     unknown name and the nearest existing ones). A model that does not compile is an error; one
-    that cannot be compiled here (no Node) is a warning saying the names were not checked."""
+    that cannot be compiled here (no Node, or the tables it reads are not here) is a warning
+    saying the names were not checked, and why."""
     report = check_set(set_dir)
     if not report.readable or report.errors:
         return report
@@ -253,6 +275,11 @@ def _compile_names(folder: Path, model_path: str | None) -> ModelNames | str:
     except KitError as exc:
         return f"the model could not be compiled here: {exc}"
     failed = compile_failure(surface, model_path)
+    missing = tables_not_here(surface, model_path)
+    if failed is not None and missing:
+        return (f"{model_path or 'the model'} reads tables that are not here ({'; '.join(missing)}): "
+                "put them where it reads them (data/, or import_set.py --copy-linked-data for a "
+                "link the import left out), then validate again")
     if failed is not None:
         return ModelDoesNotCompile(failed)
     return ModelNames.from_runner(surface, Definitions.from_runner(raw, model_path, surface),

@@ -14,13 +14,17 @@ Steps:
    Malloy annotations (`# bar_chart`, `#(doc) ...`, `## ...`) run to the end of their line and are
    blanked like a line comment (a choice of the kit's): a field named in a doc tag is not a
    use, and a quote inside one (three quotes after `#`) must not open a string that hides the
-   query after it.
+   query after it. A block annotation (`#|` or `##|` ... a line whose `|#` or `|##` stands at the
+   opener's column) is blanked whole, every line of it, as Malloy's lexer reads it.
 3. Look for each path as a whole identifier path (a longer join path ending in it counts).
    Malloy's lexer skips whitespace and comments between tokens, so `books . list_price`,
    `books
   .list_price` and `books./* x */list_price` name `books.list_price`: blanks around a
    dot are closed up before matching. Identifiers are case-sensitive in Malloy (`LIST_PRICE` is
-   not `list_price`; the query would not compile), so matching is too.
+   not `list_price`; the query would not compile), so matching is too. A Malloy reserved word
+   (`date`, `year`, `desc`, `count`, ...: RESERVED_WORDS) written without backticks is a keyword,
+   never a name (Malloy makes a field of that name be quoted, `` `date` ``), so `x::date` or
+   `order_by: n desc` uses no field called `date` or `desc`; backticked, it is the name.
 4. When the model's definitions are given (`Definitions`, read by the caller from the compiled
    model), expand every named view, measure, dimension, filtered join, source filter and named
    query the query uses, transitively: `run: orders -> late_shipments`, where the view filters
@@ -51,8 +55,24 @@ _PATH_RE = re.compile(rf"^{_IDENT}(?:\.{_IDENT})*$")
 # `products.retail_price.avg()` names `products.retail_price`: the aggregate call goes.
 _TRAILING_CALL_RE = re.compile(rf"^(?P<path>.+)\.{_IDENT}\(\s*\)$")
 _CONNECTIVES = (" as ", " through ")
-# Whitespace (and blanked comments) on either side of a path dot: Malloy ignores it.
-_SPACED_DOT_RE = re.compile(r"\s*\.\s*")
+# Whitespace (and blanked comments) on either side of a path dot after a name: Malloy ignores it.
+_SPACED_DOT_RE = re.compile(r"(?<=\w)\s*\.\s*")
+# The words the pinned Malloy lexer reads as keywords, not identifiers (case does not matter, and
+# a timeframe's plural is the same keyword). A model field with such a name must be written in
+# backticks, in the model and in a query; unquoted in a query it is the keyword (a cast `::date`,
+# a timeframe `for 1 year`, `desc`, an aggregate `count()`). A test reads the pinned lexer.
+RESERVED_WORDS = frozenset({
+    "all", "and", "as", "asc", "avg", "boolean", "by", "case", "cast", "compose", "count",
+    "date", "day", "days", "desc", "distinct", "else", "end", "exclude", "export", "extend",
+    "false", "filter", "for", "from", "full", "has", "hour", "hours", "import", "in",
+    "include", "inner", "internal", "is", "json", "left", "like", "max", "min", "minute",
+    "minutes", "month", "months", "not", "now", "null", "number", "on", "or", "pick",
+    "private", "public", "quarter", "quarters", "right", "second", "seconds", "source", "sql",
+    "string", "sum", "table", "then", "this", "timestamp", "timestamptz", "to", "true",
+    "virtual", "week", "weeks", "when", "with", "year", "years",
+})
+_WORD_OR_QUOTED_RE = re.compile(rf"`[^`\n]*`|(?<!\w){_IDENT}")
+_NOT_A_NAME = "\x00"  # stands in for a keyword's letters: neither a word, a dot nor a blank
 
 
 @dataclass(frozen=True)
@@ -111,13 +131,18 @@ def noise_spans(text: str) -> list[tuple[int, int]]:
     Whichever token opens first wins: a `--` inside `'2024-01--2024-06'` is part of the string,
     a quote inside a `-- comment` is part of the comment. Backtick identifiers are skipped whole
     (they are names, not noise) so nothing inside them opens a comment. A `#` annotation runs to
-    the end of its line, as Malloy reads it.
+    the end of its line, a block annotation to its closing line, as Malloy reads them.
     """
     spans: list[tuple[int, int]] = []
     i, n = 0, len(text)
     while i < n:
         c = text[i]
         two = text[i:i + 2]
+        if c == "#" and (two == "#|" or text[i:i + 3] == "##|"):
+            end = _block_annotation_end(text, i)
+            spans.append((i, end))
+            i = end
+            continue
         if two in ("--", "//") or c == "#":
             end = text.find("\n", i)
             end = n if end < 0 else end
@@ -154,6 +179,23 @@ def noise_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _block_annotation_end(text: str, i: int) -> int:
+    """End (exclusive) of the block annotation opening at text[i] (`#|`, or `##|` for a doc
+    block): the end of the first later line whose closer (`|#`, not `|##`; or `|##`) stands at
+    the opener's column with only blanks before it; the end of text when none does."""
+    closer = "|##" if text.startswith("##|", i) else "|#"
+    col = i - (text.rfind("\n", 0, i) + 1)
+    line = text.find("\n", i)
+    while line >= 0:
+        start = line + 1
+        line = text.find("\n", start)
+        head = text[start:start + col]
+        if len(head) == col and not head.strip(" \t") and text.startswith(closer, start + col) \
+                and not (closer == "|#" and text.startswith("#", start + col + 2)):
+            return len(text) if line < 0 else line
+    return len(text)
+
+
 def _string_end(text: str, i: int) -> int | None:
     """End (exclusive) of the string literal opening at text[i], or None when it never closes.
 
@@ -187,6 +229,17 @@ def blank_noise(text: str) -> str:
             if chars[k] != "\n":
                 chars[k] = " "
     return "".join(chars)
+
+
+def blank_keywords(text: str) -> str:
+    """The (noise-blanked) text with every reserved word written without backticks blanked to
+    a character that is no part of a name: same length. A backticked word is kept (a name)."""
+    def one(m: re.Match[str]) -> str:
+        word = m.group(0)
+        if word.startswith("`") or word.lower() not in RESERVED_WORDS:
+            return word
+        return _NOT_A_NAME * len(word)
+    return _WORD_OR_QUOTED_RE.sub(one, text)
 
 
 # --------------------------------------------------------------------------------- entries
@@ -250,11 +303,17 @@ def check_must_not_use(query: str | None, entries: Iterable[str], *,
         # No query: nothing can be proven present or absent, so everything is the judge's.
         unchecked = list(entries)
     else:
-        # Positions no longer matter once blanked: close up `a . b` so it reads as `a.b`.
-        text = _SPACED_DOT_RE.sub(".", blank_noise(query).replace("`", ""))
+        # Positions no longer matter once blanked: close up `a . b` so it reads as `a.b`. The
+        # query's structure (run:, source: a is b, x is ...) is read from `text`; what may name
+        # a field (a path, a token to expand) from `names`, where keywords are no names.
+        # A backtick becomes a blank, not nothing: `a`.`b` still closes up to a.b, and `x`select:
+        # stays two tokens, as Malloy lexes them.
+        quiet = blank_noise(query)
+        text = _SPACED_DOT_RE.sub(".", quiet.replace("`", " "))
+        names = _SPACED_DOT_RE.sub(".", blank_keywords(quiet).replace("`", " "))
         reach: _Reach | None = None
         if isinstance(definitions, Definitions):
-            reach = _reach(text, definitions)
+            reach = _reach(text, names, definitions)
             expansion = reach.status
         for entry in entries:
             path = classify_entry(entry)
@@ -263,7 +322,7 @@ def check_must_not_use(query: str | None, entries: Iterable[str], *,
                 continue
             leaf = path.rsplit(".", 1)[-1]
             inside = _through_definitions(reach, path, (allowed_in or {}).get(entry, ()))
-            if _present(path, text):
+            if _present(path, names):
                 hits.append(entry)
             elif inside.hit is not None:
                 hits.append(entry)
@@ -275,7 +334,7 @@ def check_must_not_use(query: str | None, entries: Iterable[str], *,
             elif inside.allowed:
                 allowed.append(entry)
                 continue
-            elif leaf != path and _present(leaf, text):
+            elif leaf != path and _present(leaf, names):
                 leaf_hits.append(entry)
                 leaves[entry] = leaf
             elif inside.leaf is not None:
@@ -361,6 +420,7 @@ _JOIN_IS_RE = re.compile(rf"\bjoin_(?:one|many|cross)\s*:\s*({_IDENT})(?:\s+is\s
 _DEFINES_RE = re.compile(rf"({_IDENT})\s+is\b")
 _TOKEN_RE = re.compile(rf"(?<![\w.]){_IDENT}(?:\.{_IDENT})*")
 _HEAD_RE = re.compile(rf"^\s*({_IDENT})\s*(?:->|\bextend\b)")
+_CALL_RE = re.compile(r"\s*\(")  # after a name: it is a function called, not a field
 
 
 @dataclass(frozen=True)
@@ -396,8 +456,9 @@ class _Reach:
     chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def _reach(text: str, defs: Definitions) -> _Reach:
-    """Expand every definition the (blanked) query text uses, breadth first."""
+def _reach(text: str, names: str, defs: Definitions) -> _Reach:
+    """Expand every definition the (blanked) query text uses, breadth first: its structure read
+    from `text`, the names it uses from `names` (the same text with keywords blanked)."""
     aliases = {a: b for a, b in _SOURCE_IS_RE.findall(text)}
     joins = {a: (b or a) for a, b in _JOIN_IS_RE.findall(text)}
     own = set(_DEFINES_RE.findall(text)) - set(joins)
@@ -430,9 +491,9 @@ def _reach(text: str, defs: Definitions) -> _Reach:
     for source in dict.fromkeys(sources):
         if "" in defs.sources[source]:
             seeds.append((_Node(source, "", ""), ()))
-        for m in _TOKEN_RE.finditer(text):
+        for m in _TOKEN_RE.finditer(names):
             segs = m.group(0).split(".")
-            if len(segs) == 1 and (segs[0] in own or text[m.end():m.end() + 1] == "("):
+            if len(segs) == 1 and (segs[0] in own or _CALL_RE.match(names, m.end())):
                 continue  # a name the query defines, or a function call
             if segs[0] in joins and joins[segs[0]] in defs.sources and len(segs) > 1:
                 target = joins[segs[0]]

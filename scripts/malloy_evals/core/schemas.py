@@ -39,7 +39,10 @@ class Problem:
     unknown: bool = False  # an unknown field: an error when writing, a warning when reading
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
+        # A field name is a key from outside: one holding a line break or another control
+        # character is quoted, so a message stays the one line it promises.
+        shown = self.field if self.field.isprintable() else repr(self.field)
+        return f"{shown}: {self.message}" if self.field else self.message
 
 
 class SchemaViolation(InputError):

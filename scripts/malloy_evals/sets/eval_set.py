@@ -283,8 +283,11 @@ def _read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _jsonl(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
-    """(line number, parsed object or None, error) for each non-blank line of a JSON-lines file."""
+def authored_lines(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
+    """(line number, parsed object or None, error) for each non-blank line of a JSON-lines file
+    people write (cases.jsonl, the judge fixtures): lines split on newline only, as rewrite_jsonl
+    counts them, a byte-order mark before the first line and CR endings allowed. Every reader of
+    such a file reads it through this, so none skips a line another reads."""
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             text = raw.decode("utf-8")
@@ -343,7 +346,7 @@ def _scan(set_dir: Path) -> _Scan:
         scan.problem(CASES_FILE, None, "missing")
         return scan
     seen: dict[str, tuple[str, int]] = {}
-    for number, obj, error in _jsonl(case_bytes):
+    for number, obj, error in authored_lines(case_bytes):
         if error:
             scan.problem(CASES_FILE, number, error)
             continue
@@ -515,7 +518,7 @@ def _check_fixtures(set_dir: Path, scan: _Scan) -> None:
         if data is None:
             continue
         seen: dict[str, int] = {}
-        for number, obj, error in _jsonl(data):
+        for number, obj, error in authored_lines(data):
             if error:
                 scan.problem(file, number, error)
                 continue

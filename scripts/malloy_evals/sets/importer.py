@@ -17,16 +17,19 @@ import json
 import re
 import tomllib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from malloy_evals.core import cli, commands, files, jsonl, schemas
 from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
+from malloy_evals.core.findings import FolderReport
 from malloy_evals.sets import published_links
 from malloy_evals.sets.eval_set import (
     CASES_FILE,
     SET_FILE,
+    authored_lines,
     check_set,
     rewrite_jsonl,
 )
@@ -113,23 +116,25 @@ def map_set_json(config: dict[str, Any], toml: dict[str, Any]) -> tuple[dict[str
         kit = SET_RENAMES.get(key, key)
         if kit != key:
             mapped.append(f"set.json: {key} -> {kit}")
-        out.setdefault(kit, value)
+        if out.get(kit) is None:
+            out[kit] = value
     model = got if isinstance(got := toml.get("model"), dict) else {}
-    if "environment" not in out and isinstance(model.get("environment"), str):
+    # A field written as null is absent, here as in the kit's reading of the set.
+    if out.get("environment") is None and isinstance(model.get("environment"), str):
         out["environment"] = model["environment"]
         mapped.append("set.json: environment from eval.toml [model] environment")
-    if "targetPackage" not in out:
+    if out.get("targetPackage") is None:
         out["targetPackage"] = model.get("package") if isinstance(model.get("package"), str) \
             else out.get("name")
         calls.append(f"set.json: no targetPackage; took {out['targetPackage']!r} from "
                      + ("eval.toml [model] package" if model.get("package") else "the set's name"))
-    if "datasetVersion" not in out:
+    if out.get("datasetVersion") is None:
         out["datasetVersion"] = 1
         calls.append("set.json: no datasetVersion; wrote 1")
-    if "targetModelPath" not in out and isinstance(out.get("name"), str):
+    if out.get("targetModelPath") is None and isinstance(out.get("name"), str):
         out["targetModelPath"] = f"{out['targetPackage']}.malloy"
         calls.append(f"set.json: no targetModelPath; assumed {out['targetModelPath']!r}")
-    if out.get("truthPackage") and "truthModelPath" not in out:
+    if out.get("truthPackage") and out.get("truthModelPath") is None:
         out["truthModelPath"] = "truth.malloy"
         calls.append("set.json: truthPackage without truthModel; assumed truth.malloy (the public "
                      "loop's default)")
@@ -172,7 +177,7 @@ def _map_ranked(qid: str, golden: dict[str, Any], mapped: list[str], calls: list
     column numbering the rows 1..n is read as the order, and dropped from the compared columns
     when the canonical query does not return it (it could never re-derive)."""
     flag = next((f for f in RANKED_FLAGS if isinstance(golden.get(f), bool)), None)
-    if "ordered" not in golden and flag is not None:
+    if golden.get("ordered") is None and flag is not None:
         golden["ordered"] = golden[flag]
         mapped.append(f"{qid}: golden.{flag} -> ordered")
     column = _ranked_rows(golden.get("value"))
@@ -188,7 +193,7 @@ def _map_ranked(qid: str, golden: dict[str, Any], mapped: list[str], calls: list
         calls.append(f"{qid}: rows carry a {column!r} column 1..n in order that the canonical "
                      "query does not return; read as the order (ordered: true) and dropped from "
                      "the compared columns")
-    elif "ordered" not in golden:
+    elif golden.get("ordered") is None:
         golden["ordered"] = True
         ranked[str(qid)] = f"{column!r} read as ranked (ordered: true); the canonical query returns it"
         calls.append(f"{qid}: rows carry a {column!r} column 1..n in order; read as ranked "
@@ -208,16 +213,16 @@ def map_case(case: dict[str, Any], ranked: dict[str, str] | None = None
         return out, mapped, calls
     golden = dict(golden)
     for key in GOLDEN_FIELDS_ON_CASE:
-        if key in out and key not in golden:
+        if out.get(key) is not None and golden.get(key) is None:
             golden[key] = out.pop(key)
             mapped.append(f"{qid}: {key} moved onto the golden (where the kit reads it)")
-    if "kind" not in golden:
+    if golden.get("kind") is None:  # absent, or written as null
         golden["kind"] = _infer_kind(golden, case)
         calls.append(f"{qid}: the golden names no kind; read as {golden['kind']!r} from its value "
                      "and tags")
     if golden.get("kind") == "rows":
         _map_ranked(qid, golden, mapped, calls, {} if ranked is None else ranked)
-    if isinstance(out.get("rubric"), str) and "rubric" not in golden:
+    if isinstance(out.get("rubric"), str) and golden.get("rubric") is None:
         calls.append(f"{qid}: a case-level rubric is kept verbatim but not read: the judge reads "
                      "golden.rubric only (move it there if it is the key)")
     out["golden"] = golden
@@ -229,11 +234,12 @@ def _unknown_fields(schema: str, obj: Any) -> list[str]:
     return [p.field for p in schemas.validate(schema, obj) if p.unknown]
 
 
-def import_set(source: str | Path, out: str | Path, *,
-               copy_linked_data: bool = False) -> ImportReport:
+def import_set(source: str | Path, out: str | Path, *, copy_linked_data: bool = False,
+               check: Callable[[Path], FolderReport] = check_set) -> ImportReport:
     """Copy a public set into `out` as a kit set, with its report (written as import-report.json).
     Links are carried as published_links decides; one leaving the set is copied only with
-    `copy_linked_data`."""
+    `copy_linked_data`. `check` is what validate_set.py runs (import_set.py passes the check
+    against the compiled model): the report's errors and warnings are the ones it will print."""
     src, dst = Path(source), Path(out)
     if not src.is_dir():
         raise InputError(src, None, "not a folder")
@@ -268,15 +274,9 @@ def import_set(source: str | Path, out: str | Path, *,
     tables_read: set[str] = set()  # files the canonical queries name with duckdb.table(...)
     ranked: dict[str, str] = {}
     n_cases = 0
-    for number, raw in enumerate((dst / CASES_FILE).read_bytes().split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            case = jsonl.loads(raw.decode("utf-8", "replace"))
-        except ValueError:
+    for number, case, error in authored_lines((dst / CASES_FILE).read_bytes()):
+        if error is not None or not isinstance(case, dict):
             continue  # left as it is; validate_set below names the line
-        if not isinstance(case, dict):
-            continue
         n_cases += 1
         new, case_mapped, case_calls = map_case(case, ranked)
         mapped += case_mapped
@@ -306,7 +306,7 @@ def import_set(source: str | Path, out: str | Path, *,
             missing.append(f"{folder}/: {what}")
     missing += [f"{o.path}: published as a link, {o.action}: {o.detail}" for o in link_outcomes
                 if not o.carried]
-    checked = check_set(dst)
+    checked = check(dst)
     report = ImportReport(
         source=str(src), out=str(dst), cases=n_cases, statuses=dict(statuses), kinds=dict(kinds),
         copied=copied, skipped_links=links, mapped=mapped,

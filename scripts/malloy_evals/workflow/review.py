@@ -28,7 +28,7 @@ from typing import Any
 
 from malloy_evals.answer.retrieval import reattribute, row_fields
 from malloy_evals.answer.scoring import attempt_submission
-from malloy_evals.core import commands, files, jsonl, schemas
+from malloy_evals.core import commands, files, schemas
 from malloy_evals.core.errors import EXIT_OK, InputError
 from malloy_evals.core.findings import Ignored
 from malloy_evals.core.redact import Redactor
@@ -40,7 +40,7 @@ from malloy_evals.ledger.events import MECHANICAL_NULL_REASONS, attempt_key, eff
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
 from malloy_evals.ledger.validate import check_before_append
-from malloy_evals.sets.eval_set import Case, EvalSet, golden_value, rewrite_jsonl
+from malloy_evals.sets.eval_set import Case, EvalSet, authored_lines, golden_value, rewrite_jsonl
 from malloy_evals.workflow.outputs import RunOutputs
 
 DOUBTED = ("suspect", "verified_wrong")
@@ -187,13 +187,9 @@ def _fixtures(eval_set: EvalSet) -> list[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         return []
     out = []
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = jsonl.loads(raw.decode("utf-8", "replace"))
-        except ValueError:
-            raise InputError(path, number, "not valid JSON") from None
+    for number, obj, error in authored_lines(path.read_bytes()):
+        if error is not None:
+            raise InputError(path, number, error)
         if isinstance(obj, dict):
             out.append((number, obj))
     return out

@@ -11,9 +11,11 @@ golden; a ranked rows golden -> ordered, its rank column dropped from the compar
 the canonical query does not return it; a golden with no kind gets one from its value and tags),
 keeps every other field verbatim, and writes OUT/import-report.json: what was copied, mapped and
 kept, and every judgement call. Goldens keep their published status: to score an
-imported set, promote its goldens first (promote_golden.py). Exit 0 when the imported set
-validates (warnings allowed), 1 when it has errors, 2 on a wrong command line, 3 when the source
-cannot be read or OUT is not an empty folder.
+imported set, promote its goldens first (promote_golden.py). The imported set is checked as
+validate_set.py checks it (its names against the compiled model too), so the report's errors and
+warnings are the ones validate_set.py prints. Exit 0 when the imported set validates (warnings
+allowed), 1 when it has errors, 2 on a wrong command line, 3 when the source cannot be read or OUT
+is not an empty folder.
 
 With --questions FILE --set SET it adds a list of questions to an existing set instead: a CSV with
 a `question` column (optional `golden_query`, a Malloy query over the set's model, and `notes`), a
@@ -74,13 +76,15 @@ def _one_mode(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from malloy_evals.checks.model_definitions import check_set_with_model
     from malloy_evals.sets.importer import import_set, render_report
     from malloy_evals.sets.questions import import_questions, render_questions
     if args.questions is not None:
         added = import_questions(args.questions, args.set_dir)
         cli.emit(added, as_json=args.json, render=render_questions)
         return added.exit_code
-    report = import_set(args.source, args.out, copy_linked_data=args.copy_linked_data)
+    report = import_set(args.source, args.out, copy_linked_data=args.copy_linked_data,
+                        check=check_set_with_model)  # the report says what validate_set will
     cli.emit(report, as_json=args.json, render=render_report)
     return report.exit_code
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -32,10 +33,31 @@ CLI_ENV = {"ENABLE_TOOL_SEARCH": "false", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAF
            "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}
 
 
+# A version as npm and the CLI write it: `2.1.332`, `2.2.0-beta.1` (a leading `v` allowed).
+# `claude --version` says more around it (`2.1.332 (Claude Code)`); package.json may hold a
+# range (`^2.1.332`).
+_VERSION_RE = re.compile(r"(?<![\w.])v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)(?![\w.])")
+
+
+def parse_version(text: str | None) -> str | None:
+    """The version `text` names, alone: `2.1.332` from `2.1.332 (Claude Code)` (what `claude
+    --version` prints, and what run.json held before the version was parsed), from `^2.1.332` or
+    from `2.1.332` itself; None when it names none. The one reading of a CLI version: run.json,
+    harness.jsonl, the pin and every message compare and show what this returns."""
+    found = _VERSION_RE.search(text or "")
+    return found.group(1) if found else None
+
+
+def same_version(recorded: str | None, version: str) -> bool:
+    """Whether a version recorded in run.json (either spelling) is `version`."""
+    return parse_version(recorded) == parse_version(version)
+
+
 def pinned_version() -> str:
     """The CLI version the kit's package.json pins (`2.1.332`)."""
     doc = json.loads((paths.RUNTIME_DIR / "package.json").read_text(encoding="utf-8"))
-    return str(doc["dependencies"][PACKAGE])
+    pin = str(doc["dependencies"][PACKAGE])
+    return parse_version(pin) or pin
 
 
 def find_claude(given: str | None, env: Mapping[str, str]) -> Path:
@@ -57,8 +79,8 @@ def find_claude(given: str | None, env: Mapping[str, str]) -> Path:
 
 
 def claude_version(exe: Path, env: Mapping[str, str]) -> str:
-    """What `claude --version` prints (`2.1.332 (Claude Code)`), first line; exit 3 when it
-    will not say (a broken install is not an answerer)."""
+    """The version `claude --version` names (`2.1.332`, from its line `2.1.332 (Claude Code)`);
+    exit 3 when it will not say one (a broken install is not an answerer)."""
     try:
         out = subprocess.run([str(exe), "--version"], env=dict(env), capture_output=True,
                              text=True, timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL,
@@ -69,7 +91,10 @@ def claude_version(exe: Path, env: Mapping[str, str]) -> str:
     if out.returncode != 0 or not said:
         tail = (out.stderr or "").strip().splitlines()[-1:] or ["no output"]
         raise UnmeasuredError(f"{exe} --version exited {out.returncode}: {tail[0][:200]}")
-    return said[0].strip()
+    version = parse_version(said[0])
+    if version is None:
+        raise UnmeasuredError(f"{exe} --version names no version: {said[0].strip()[:200]!r}")
+    return version
 
 
 def claude_argv(claude: str, *, question: str, prompt: str, mcp_config: Path, max_turns: int,

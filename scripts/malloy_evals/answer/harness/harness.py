@@ -457,7 +457,8 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
                       skipped=len(plan.skipped), max_turns=options.max_turns,
                       timeout_s=options.timeout, max_cost_usd=options.max_cost_usd,
                       spent_before_usd=round(budget.spent, 6), parallel=options.parallel,
-                      sandbox=label, allow_list=policy.allow_list() if policy else None)
+                      sandbox=label, allow_list=policy.allow_list() if policy else None,
+                      claude_code_version=claude_version)
             progress(f"answering {len(plan.todo)} attempt(s) with {spec.label} over {url}"
                      + (f" ({len(plan.skipped)} already recorded, skipped)" if plan.skipped else ""))
             try:
@@ -535,13 +536,14 @@ def _claude_code(run: Run, options: HarnessOptions, protected: list[str],
     exe = claude_cli.find_claude(options.claude, env)
     version = claude_cli.claude_version(exe, env)
     recorded = run.info.get("claudeCodeVersion")
-    if recorded and recorded != version:
-        raise UsageError(f"{run.dir.name}: its attempts were answered by Claude Code {recorded}; "
+    if recorded and not claude_cli.same_version(recorded, version):
+        shown = claude_cli.parse_version(recorded) or recorded
+        raise UsageError(f"{run.dir.name}: its attempts were answered by Claude Code {shown}; "
                          f"{exe} is {version}. One run, one answerer: make a new run with "
                          "new_run.py for this version")
     pinned = claude_cli.pinned_version()
     note = "the kit's pinned install" if exe == claude_cli.PINNED_EXE else str(exe)
-    if not version.startswith(pinned + " ") and version != pinned:
+    if version != pinned:
         note += f"; the kit pins {pinned}"
     progress(f"claude-code: Claude Code {version} ({note})")
     return str(exe), version
