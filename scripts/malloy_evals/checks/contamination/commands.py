@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from malloy_evals.checks.contamination.build import (
@@ -205,21 +205,16 @@ def _see_simple(simple: Simple, cwd: Ref | None, state: State, seen: Seen,
     pattern_index = _pattern_index(prog, args)
     value_opts = _VALUE_OPTS.get(prog, frozenset())
     path_args: list[Word] = []
-    skip_next = False
-    for k, w in enumerate(args):
-        if skip_next:
-            skip_next = False
-            continue
+    # An option's own value is a pattern or a number, not a path: only operands are read.
+    for k, w, role in _roles(args, value_opts):
         v = w.value
-        if v.startswith("-") and len(v) > 1:
-            if "=" in v:
-                opt, value = v.split("=", 1)
-                # --regexp=PAT is a pattern; --exclude-dir=evals names what is NOT read.
-                names_a_read = opt not in value_opts or opt in ("--include", "--glob", "--iglob")
-                if names_a_read and not opt.startswith(("--exclude", "--ignore")):
-                    seen.touches.extend(_word_touches(value, cwd, exempt))
-            elif v in value_opts:
-                skip_next = True  # the option's value is a pattern or a number, not a path
+        if role == _OPTION and "=" in v:
+            opt, value = v.split("=", 1)
+            # --regexp=PAT is a pattern; --exclude-dir=evals names what is NOT read.
+            names_a_read = opt not in value_opts or opt in ("--include", "--glob", "--iglob")
+            if names_a_read and not opt.startswith(("--exclude", "--ignore")):
+                seen.touches.extend(_word_touches(value, cwd, exempt))
+        if role != _OPERAND:
             continue
         if k == pattern_index:
             _see_program_text(prog, v, cwd, seen, exempt)
@@ -359,20 +354,32 @@ def _pattern_index(prog: str, args: list[Word]) -> int | None:
         return None
     if any(w.value in ("--files", "--type-list") for w in args):
         return None  # `rg --files DIR` lists files and takes no pattern
-    value_opts = _VALUE_OPTS.get(prog, frozenset())
-    skip = False
-    for k, w in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        v = w.value
-        if v in _SUPPLIES_PATTERN or v.startswith(tuple(o + "=" for o in _SUPPLIES_PATTERN)):
+    supplied = tuple(o + "=" for o in _SUPPLIES_PATTERN)
+    for k, w, role in _roles(args, _VALUE_OPTS.get(prog, frozenset()) | _FILE_OPTS):
+        if role == _OPTION and (w.value in _SUPPLIES_PATTERN or w.value.startswith(supplied)):
             return None
-        if v.startswith("-") and len(v) > 1:
-            skip = v in value_opts or v in _FILE_OPTS
-            continue
-        return k
+        if role == _OPERAND:
+            return k
     return None
+
+
+_OPTION, _VALUE, _OPERAND = "option", "value", "operand"
+
+
+def _roles(args: list[Word], value_opts: frozenset[str]) -> Iterator[tuple[int, Word, str]]:
+    """Each argument with its role: an option (`-r`, `--regexp=PAT`), the value of the option
+    before it (one of `value_opts`, written apart), or an operand. The one reading of a
+    command's options that finding its paths and finding its pattern share."""
+    takes_value = False
+    for k, w in enumerate(args):
+        if takes_value:
+            takes_value = False
+            yield k, w, _VALUE
+        elif w.value.startswith("-") and len(w.value) > 1:
+            takes_value = w.value in value_opts
+            yield k, w, _OPTION
+        else:
+            yield k, w, _OPERAND
 
 
 def _opt_values(args: list[Word], names: tuple[str, ...]) -> list[str]:
