@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 
 import mcp.client.stdio  # noqa: F401 (see below)
-from malloy_evals.core import cli, paths
+from malloy_evals.core import cli
 
 # The mcp SDK binds its stdio client's `errlog` default to sys.stderr when the module is first
 # imported. Imported here, under pytest's capture, that is a real file: were it first imported
@@ -190,7 +190,7 @@ class DocCommand:
         started in `cwd` would pass them when it is given."""
         argv = self.argv if cwd is None else self.argv_in(cwd)
         if argv[0] == "malloy-evals":
-            found = paths.skill_script(argv[1])
+            found = cli.console_scripts().get(argv[1].replace("-", "_"))
             return (found.resolve() if found else None), argv[2:]
         return script_by_path(argv[1]), argv[2:]
 

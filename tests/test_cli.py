@@ -220,6 +220,7 @@ PARSING_MODULES = {
     "malloy_evals.checks.contamination.refs",                   # --needle's type
     "malloy_evals.endpoint.mcp_server", "malloy_evals.endpoint.package",
     "malloy_evals.endpoint.runner",                             # serve_local's --package, budget
+    "malloy_evals.endpoint.runtime_install",                    # the runner's (stdlib only)
 }
 HEAVY = ("jsonschema", "referencing", "yaml", *SDKS)
 

@@ -203,13 +203,13 @@ def test_reload_recompiles_in_place(needs_node, rt):
 
 def test_missing_node_modules_is_unmeasured_and_names_make(monkeypatch, tmp_path):
     monkeypatch.setattr(paths, "RUNTIME_DIR", tmp_path)
-    monkeypatch.setattr(runtime_mod.shutil, "which", lambda name: "/usr/bin/node")
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/node")
     with pytest.raises(UnmeasuredError, match="make test"):
         MalloyRuntime(MINI_MODEL).describe()
 
 
 def test_missing_node_is_unmeasured(monkeypatch):
-    monkeypatch.setattr(runtime_mod.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(UnmeasuredError, match="node is not on PATH"):
         MalloyRuntime(MINI_MODEL).describe()
 

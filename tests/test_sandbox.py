@@ -266,6 +266,28 @@ def test_program_binds_of_a_node_cli_are_its_install_folder_and_the_node_prefix(
     assert str(package) in pol.program and str(bin_dir / "claude") not in pol.program
 
 
+def test_a_protected_folder_inside_a_program_folder_is_hidden_and_one_around_it_refused(tmp_path):
+    # An installed package's virtual environment holds the kit's sample sets (site-packages/
+    # malloy_evals/kit/evals); its Python runs the scripted answerer, which must not see them.
+    venv = tmp_path / "venv"
+    evals = venv / "lib" / "site-packages" / "malloy_evals" / "kit" / "evals"
+    (evals / "bookshop").mkdir(parents=True)
+    (evals / "bookshop" / "cases.jsonl").write_text("{}\n")
+    protected = [evals.resolve()]
+    pol = sandbox.make_policy("/usr/bin/bwrap", "0.8.0", program=[venv], extra=[],
+                              protected=protected, temp_base=Path("/tmp"), env_names=[])
+    assert str(venv.resolve()) in pol.program
+    assert str(evals.resolve()) in pol.masks
+    options = pol.options(workdir=tmp_path / "work", inputs=tmp_path / "in")
+    # Bound first, then hidden under an empty folder inside it.
+    assert options.index(str(venv.resolve())) < options.index(str(evals.resolve()))
+    assert options[options.index(str(evals.resolve())) - 1] == "--tmpfs"
+    # A program inside the protected folder is still refused: it would be the set itself.
+    with pytest.raises(UsageError, match="lies inside"):
+        sandbox.make_policy("/usr/bin/bwrap", "0.8.0", program=[evals / "bookshop"], extra=[],
+                            protected=protected, temp_base=Path("/tmp"), env_names=[])
+
+
 def test_a_sandbox_bind_holding_a_set_a_run_or_evals_is_refused_with_exit_2(tmp_path, capsys):
     set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
     run = hs.new_run(tmp_path, set_dir, "sb1")

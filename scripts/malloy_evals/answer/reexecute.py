@@ -56,6 +56,7 @@ from malloy_evals.endpoint.runner import (
     BUSY,
     INTERRUPTED,
     LOAD_TIMEOUT_S,
+    cache_environment,
     server_query_timeout,
 )
 from malloy_evals.ledger.artifacts import latest_artifact
@@ -135,7 +136,7 @@ def open_endpoint(eval_set: EvalSet | str | Path, mcp_url: str | None = None, lo
         # as this client giving up (an environment failure).
         command = [sys.executable, str(script), "--package", es.package_spec,
                    "--timeout", str(server_query_timeout(timeout))]
-        client = connect(command=command, timeout=timeout)
+        client = connect(command=command, timeout=timeout, env=cache_environment())
         label = "local"
         model_sha = package_sha(es.model_dir)
         revision = f"local-{model_sha[:12]}"

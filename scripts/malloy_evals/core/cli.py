@@ -8,6 +8,7 @@ result to `emit`, and returns an exit code; `run(main)` turns kit errors into on
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import difflib
@@ -177,16 +178,61 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
     sys.exit(code if isinstance(code, int) else 0)
 
 
+# The kit's own tools the console runs besides the skill scripts (scripts/<name>.py).
+CONSOLE_TOOLS = ("demo",)
+
+
+def console_scripts() -> dict[str, Path]:
+    """What `malloy-evals NAME` runs: every skill script by its name, and the kit's tools."""
+    found = {p.stem: p for p in sorted(paths.SKILLS_DIR.glob("*/scripts/*.py"))
+             if not p.stem.startswith("_")}
+    for name in CONSOLE_TOOLS:
+        tool = paths.KIT_ROOT / "scripts" / f"{name}.py"
+        if tool.is_file():
+            found.setdefault(name, tool)
+    return found
+
+
+def _summary(script: Path) -> str:
+    """The first line of a script's docstring (what its --help says first)."""
+    try:
+        doc = ast.get_docstring(ast.parse(script.read_text(encoding="utf-8"))) or ""
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    return doc.strip().split("\n", 1)[0]
+
+
+def console_help(scripts: dict[str, Path]) -> str:
+    """`malloy-evals --help`: every script the console runs, by skill, with its first line."""
+    out = ["usage: malloy-evals <script> [args ...]", "",
+           "Runs one of the kit's scripts exactly as by path from a checkout (the same flags,",
+           "--json and exit codes); `malloy-evals <script> --help` shows its flags."]
+    groups: dict[str, list[str]] = {}
+    width = max(map(len, scripts), default=0)
+    for name, script in sorted(scripts.items()):
+        group = (script.parents[1].name if script.parent.name == "scripts"
+                 and script.parents[1].parent == paths.SKILLS_DIR else "the kit's own tools")
+        groups.setdefault(group, []).append(f"  {name.ljust(width)}  {_summary(script)}")
+    for group, lines in sorted(groups.items(), key=lambda g: (g[0].startswith("the "), g[0])):
+        out += ["", f"{group}:", *lines]
+    return "\n".join(out) + "\n"
+
+
 def console_main(argv: Sequence[str] | None = None) -> None:
-    """`malloy-evals <script-name> [args]`: run the skill script of that name, exactly as by path."""
+    """`malloy-evals <script-name> [args]`: run the skill script (or kit tool) of that name,
+    exactly as by path. `--help` lists them (exit 0); no name, or one that is not there, is a
+    usage error (exit 2)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    names = sorted(p.stem for p in paths.SKILLS_DIR.glob("*/scripts/*.py") if not p.stem.startswith("_"))
+    scripts = console_scripts()
     if not args or args[0] in ("-h", "--help"):
-        print("usage: malloy-evals <script-name> [args ...]\n\nscripts:\n  " + "\n  ".join(names))
+        (sys.stdout if args else sys.stderr).write(console_help(scripts))
         sys.exit(0 if args else EXIT_USAGE)
-    script = paths.skill_script(args[0])
+    # `setup-runtime` and `setup_runtime` name the same script: a name is typed both ways.
+    script = scripts.get(args[0].removesuffix(".py").replace("-", "_"))
     if script is None:
-        print(f"error: no script named {args[0]!r}; one of: {', '.join(names)}", file=sys.stderr)
+        near = nearest_hint([args[0]], sorted(scripts))
+        print(f"error: no script named {args[0]!r}{near}; `malloy-evals --help` lists them: "
+              f"{', '.join(sorted(scripts))}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     sys.argv = [str(script), *args[1:]]
     runpy.run_path(str(script), run_name="__main__")

@@ -2,8 +2,10 @@
 
 Every printed command is built here, from the flag names core/cli defines, so a renamed flag or
 script cannot leave a stale hint behind: tests/test_commands.py parses each one against the real
-script's parser. A command runs from the kit's root (`.venv/bin/python skills/...`); a part the
-kit cannot know (`<run>`, `<model>`) is a Placeholder, printed as it is and never quoted.
+script's parser. From a checkout a command runs from the kit's root (`.venv/bin/python
+skills/...`); from an installed package it is the console command (`malloy-evals score_run ...`),
+run from wherever the user is. A part the kit cannot know (`<run>`, `<model>`) is a Placeholder,
+printed as it is and never quoted.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from malloy_evals.core import cli, paths
 from malloy_evals.core.redact import redact_url
 
 PYTHON = ".venv/bin/python"
+CONSOLE = "malloy-evals"
 
 # The flag that names each role's provider, in the script of that role.
 PROVIDER_FLAG = {"judge": "--judge", "coverage": "--reader", "diagnose": "--diagnoser"}
@@ -55,7 +58,9 @@ class Command:
     args: tuple[str, ...]
 
     def argv(self) -> list[str]:
-        return [PYTHON, self.script, *self.args]
+        if paths.FROM_CHECKOUT:
+            return [PYTHON, self.script, *self.args]
+        return [CONSOLE, Path(self.script).stem, *self.args]
 
     def __str__(self) -> str:
         return " ".join(a if isinstance(a, Placeholder) else shlex.quote(a) for a in self.argv())
@@ -92,10 +97,11 @@ def from_kit_root(label: str | Path) -> str:
     """`label` when it names the same place from the kit's root as from here, else absolute.
 
     The printed commands start `.venv/bin/python skills/...`, so they run from the kit's root;
-    `runs/r1` typed in another folder would point somewhere else there."""
+    `runs/r1` typed in another folder would point somewhere else there. From an installed package
+    they are `malloy-evals ...` commands, run from here: `label` as it is."""
     label = str(label)
     path = Path(label)
-    if path.is_absolute() or label.startswith("<"):
+    if path.is_absolute() or label.startswith("<") or not paths.FROM_CHECKOUT:
         return label
     here = path.resolve()
     return label if (paths.KIT_ROOT / path).resolve() == here else str(here)
@@ -290,7 +296,10 @@ NEW_RUN = Mention("new_run")
 
 
 def this_command() -> str:
-    """The command line this process was started with, as it runs again from the kit's root (the
-    command that resumes an interrupted run_answers)."""
+    """The command line this process was started with, as it runs again from the kit's root, or
+    from here as the console command of an installed package (the command that resumes an
+    interrupted run_answers)."""
     script = sys.argv[0] if sys.argv else "<script>"
-    return shlex.join([".venv/bin/python", from_kit_root(script), *sys.argv[1:]])
+    if not paths.FROM_CHECKOUT:
+        return shlex.join([CONSOLE, Path(script).stem, *sys.argv[1:]])
+    return shlex.join([PYTHON, from_kit_root(script), *sys.argv[1:]])

@@ -95,7 +95,9 @@ def collect(skills_dir: Path = paths.SKILLS_DIR) -> tuple[list[SkillEntry], list
     entries: list[SkillEntry] = []
     problems: list[str] = []
     root = skills_dir.parent
-    for folder in sorted(p for p in skills_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    # `.claude-plugin` (the plugin's manifest) and `__pycache__` (find_library's) are no skills.
+    for folder in sorted(p for p in skills_dir.iterdir()
+                         if p.is_dir() and not p.name.startswith((".", "_"))):
         md = folder / "SKILL.md"
         rel = md.relative_to(root).as_posix()
         if not md.is_file():

@@ -32,13 +32,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import functools
 import itertools
 import json
 import os
 import queue
-import re
-import shutil
 import subprocess
 import threading
 import time
@@ -46,8 +43,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from malloy_evals.core import paths
+from malloy_evals.core import cli, paths
 from malloy_evals.core.errors import KitError, UnmeasuredError
+from malloy_evals.endpoint import runtime_install
 
 RUNNER_SCRIPT = paths.RUNTIME_DIR / "runner.mjs"
 DEFAULT_TIMEOUT_S = 60.0       # a request that is not a query (describe, search, reload, ...)
@@ -76,8 +74,7 @@ def default_model_cache() -> Path | None:
         return None
     if chosen:
         return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "malloy-evals" / "models"
+    return paths.user_cache_dir() / "models"
 
 
 class RunnerError(UnmeasuredError):
@@ -199,6 +196,17 @@ def calling(call: Call) -> Iterator[Call]:
         _CALL.reset(token)
 
 
+# Where the kit's caches are (the Node runtime of an installed package, compiled packages): a
+# child endpoint the kit starts is told the same, so it finds what this process installed.
+CACHE_VARIABLES = ("XDG_CACHE_HOME", "MALLOY_EVALS_MODEL_CACHE")
+
+
+def cache_environment() -> dict[str, str]:
+    """The CACHE_VARIABLES set here, for a child whose environment is otherwise minimal (the MCP
+    SDK gives a stdio server only HOME, PATH and a few others)."""
+    return {name: os.environ[name] for name in CACHE_VARIABLES if name in os.environ}
+
+
 def withdrawn_message(reason: str, *, running: bool) -> str:
     """What a query given up on reads as (its client is gone; the text goes to the logs)."""
     return (f"the query was interrupted while it ran: {reason}" if running
@@ -213,32 +221,11 @@ def server_query_timeout(client_timeout: float) -> float:
     return min(QUERY_TIMEOUT_S, max(client_timeout / 4, (client_timeout - 3 * KILL_GRACE_S) / 3))
 
 
-@functools.lru_cache(maxsize=4)
-def _node_major(node: str) -> int | None:
-    """The major version of the node binary at `node`, or None when it cannot be read."""
-    try:
-        # A ceiling for a loaded machine; the answer comes as soon as node has started.
-        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=120,
-                             check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.match(r"v(\d+)\.", out.strip())
-    return int(m.group(1)) if m else None
-
-
 def runtime_missing_reason() -> str | None:
-    """Why the Node runtime cannot start on this machine, or None when it can."""
-    node = shutil.which("node")
-    if node is None:
-        return ("node is not on PATH; Malloy re-execution needs Node 20 or newer "
-                "(install it, then run `make test` or `make demo`)")
-    major = _node_major(node)
-    if major is not None and major < 20:
-        return f"node {major} is too old; Malloy re-execution needs Node 20 or newer"
-    if not (paths.RUNTIME_DIR / "node_modules" / "@malloydata" / "malloy").is_dir():
-        return (f"the Node Malloy runtime is not installed in {paths.RUNTIME_DIR}; "
-                "run `make test` or `make demo` (they run npm install there)")
-    return None
+    """Why the Node runtime cannot start on this machine, or None when it can. From an installed
+    package, a runtime not yet in the user's cache is installed first (endpoint/runtime_install.py;
+    a progress line on stderr says so)."""
+    return runtime_install.missing_reason(cli.progress)
 
 
 class _Worker:

@@ -47,9 +47,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path[:0] = [str(d / "scripts") for d in Path(__file__).resolve().parents
-                if (d / "scripts" / "malloy_evals").is_dir()][:1]  # the kit's library, found upward
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # skills/, which holds find_library
+import find_library  # noqa: F401 (the kit's library made importable, or how to install it)
 from malloy_evals.answer.harness.plan import DEFAULT_PROMPT, SPLITS, parse_answerer
 from malloy_evals.core import cli
 

@@ -2,7 +2,8 @@
 line and the environment it needs (skills/eval-answer/reference/harness.md, "Claude Code").
 
 The kit pins the CLI in its Node runtime (`@anthropic-ai/claude-code` in
-endpoint/node_runner/package.json, installed by `make setup`); `--claude PATH` names another.
+endpoint/node_runner/package.json, installed by `make setup`, or from an installed package into the
+user's cache on first need: endpoint/runtime_install.py); `--claude PATH` names another.
 Every flag below was read off the pinned CLI itself (its `--help`, its init line and what its
 requests to a loopback Messages API offered the model), not assumed.
 """
@@ -18,7 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from malloy_evals.core import paths
+from malloy_evals.core.cli import progress
 from malloy_evals.core.errors import UnmeasuredError
+from malloy_evals.endpoint import runtime_install
 
 PACKAGE = "@anthropic-ai/claude-code"
 PINNED_EXE = paths.RUNTIME_DIR / "node_modules" / ".bin" / "claude"
@@ -55,19 +58,22 @@ def same_version(recorded: str | None, version: str) -> bool:
 
 def pinned_version() -> str:
     """The CLI version the kit's package.json pins (`2.1.332`)."""
-    doc = json.loads((paths.RUNTIME_DIR / "package.json").read_text(encoding="utf-8"))
+    doc = json.loads((paths.RUNTIME_SOURCE / "package.json").read_text(encoding="utf-8"))
     pin = str(doc["dependencies"][PACKAGE])
     return parse_version(pin) or pin
 
 
 def find_claude(given: str | None, env: Mapping[str, str]) -> Path:
-    """The executable to run: `--claude PATH` when given, else the kit's pinned install, else
+    """The executable to run: `--claude PATH` when given, else the kit's pinned install (from an
+    installed package, installed into the user's cache now when it is not there yet), else
     `claude` on the answerer's PATH; exit 3 when there is none."""
     if given:
         path = Path(given).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise UnmeasuredError(f"--claude {given}: not an executable file")
         return path.absolute()
+    if not paths.FROM_CHECKOUT and not runtime_install.status().claude_code:
+        runtime_install.install(with_claude_code=True, progress=progress)
     if PINNED_EXE.exists() and os.access(PINNED_EXE, os.X_OK):
         return PINNED_EXE
     found = shutil.which("claude", path=env.get("PATH"))

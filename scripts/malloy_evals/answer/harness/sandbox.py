@@ -456,15 +456,20 @@ def system_binds() -> tuple[list[str], list[tuple[str, str]]]:
 
 def make_policy(bwrap: str, version: str, *, program: Sequence[Path], extra: Sequence[Path],
                 protected: Sequence[Path], temp_base: Path, env_names: Sequence[str]) -> SandboxPolicy:
-    """The run's policy. A program path that would expose a protected folder is a UsageError
-    (exit 2); a protected folder (or the attempts' temporary folder) that happens to lie inside a
-    system folder or a bound program folder is hidden under an empty one. Program paths are
+    """The run's policy. A program path that would expose a protected folder (one inside it, or
+    beside a set's or a run's files) is a UsageError (exit 2); a protected folder (or the
+    attempts' temporary folder) that happens to lie inside a system folder or a bound program
+    folder is hidden under an empty one (the kit's evals/ inside the virtual environment of an
+    installed package, whose Python runs the scripted answerer). Program paths are
     bound by their real paths; one named through a link (`node_modules/.bin/claude`, a folder
     linked into a scratch copy) gets that link recreated inside, so the program runs by the
     name it was given and still finds its files where they really are."""
     inodes = protected_inodes(protected)
     for item in program:
-        why = kernel_view(item) or exposure(item, protected, walk=False, inodes=inodes)
+        real_item = item.resolve()
+        exposed = [p for p in protected if not _within(Path(p).resolve(), real_item)
+                   or Path(p).resolve() == real_item]  # those inside it are masked below
+        why = kernel_view(item) or exposure(item, exposed, walk=False, inodes=inodes)
         if why is not None:
             raise UsageError(f"the answerer's program {item} cannot be given to the sandbox: "
                              f"{why}")
