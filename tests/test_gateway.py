@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from malloy_evals.answer.harness import gateway, network
@@ -23,7 +24,7 @@ class _Recorder(BaseHTTPRequestHandler):
     """A destination that answers every request with what it received, and keeps it."""
 
     protocol_version = "HTTP/1.1"
-    seen: list[dict] = []
+    seen: ClassVar[list[dict]] = []
 
     def log_message(self, *args):
         pass
@@ -213,12 +214,11 @@ def echo():
 def test_an_allowed_host_gets_bytes_both_ways_unread(echo, tmp_path):
     port, accepted = echo
     allow = network.NetworkAllowList((network.parse_allow_host(f"127.0.0.1:{port}"),))
-    with gateway_for(allow, tmp_path) as (_gate, [sock]):
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(sock)
-            s.sendall(b"\x00not http at all\r\n")
-            s.shutdown(socket.SHUT_WR)
-            assert s.recv(100) == b"\x00not http at all\r\n"
+    with gateway_for(allow, tmp_path) as (_gate, [sock]), socket.socket(socket.AF_UNIX) as s:
+        s.connect(sock)
+        s.sendall(b"\x00not http at all\r\n")
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(100) == b"\x00not http at all\r\n"
     assert accepted == [1]
 
 

@@ -352,8 +352,9 @@ def test_a_sealed_answerer_reaches_its_endpoint_and_model_and_nothing_else_on_th
             "question": question, "standin_log": str(log), "other_port": other.port,
             "allowed_port": allowed.port, "abstract": abstract_name})))
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(program))} --mcp-config {{mcp_config}} --q {{question_file}}"
-        code, doc, err = hs.answer(
+        cmd = (f"{shlex.quote(sys.executable)} {shlex.quote(str(program))} "
+               "--mcp-config {mcp_config} --q {question_file}")
+        code, _doc, err = hs.answer(
             ["--run", str(run.dir), "--set", str(set_dir), "--mcp-url", bookshop_mcp_url,
              "--pass-env", "ANTHROPIC_BASE_URL", "--allow-host", f"127.0.0.1:{allowed.port}",
              # A destination off this machine, never called: it makes the proxy exist.
@@ -387,7 +388,7 @@ def test_a_sealed_answerer_reaches_its_endpoint_and_model_and_nothing_else_on_th
     refused = " | ".join(tried["network_refused"])
     assert tried["network_refusals"] == 6
     for said in ("'malloy_reloadPackage'", "'malloy_getStatus'", "GET /api/v0/environments",
-                 "GET /v1/models", "CONNECT 203.0.113.7:443", f"CONNECT 127.0.0.1:"):
+                 "GET /v1/models", "CONNECT 203.0.113.7:443", "CONNECT 127.0.0.1:"):
         assert said in refused, (said, refused)
     start = next(t for t in hs.harness_lines(run) if t["event"] == "start")
     routes = [d["route"] for d in start["allow_list"]["network"]["destinations"]]
