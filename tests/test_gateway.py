@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from malloy_evals.answer.harness import gateway, network
+from malloy_evals.answer.harness import gateway, netrelay, network
 from malloy_evals.llm import standin
 
 TOOLS = ["malloy_getContext", "malloy_executeQuery"]
@@ -60,7 +60,7 @@ def gateway_for(allow: network.NetworkAllowList, tmp_path: Path,
                 env: dict | None = None) -> Iterator[tuple[gateway.Gateway, list[str]]]:
     """The try's gateway over `allow`; yields it and its sockets, one per way, in order."""
     with gateway.open_gateway(allow, tmp_path, env or {}) as (gate, config):
-        listen = json.loads(config.read_text())["listen"]
+        listen = netrelay.read_config(str(config))  # as the relay inside reads it
         yield gate, list(dict.fromkeys(path for _h, _p, path in listen))
 
 
@@ -229,7 +229,7 @@ def test_the_proxy_tunnels_a_connect_to_its_destination_and_refuses_any_other(ec
     dest = network.Destination("model", "https", "127.0.0.1", port)
     way = network.Way("proxy", (("127.0.0.1", network.PROXY_PORT),), (dest,))
     gate = gateway.Gateway([way], tmp_path)
-    [[_h, _p, sock]] = gate.start()["listen"]
+    [(_h, _p, sock)] = gate.start()
     try:
         tunnel = exchange(sock, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nhello".encode(),
                           end=True)

@@ -348,9 +348,9 @@ class Gateway:
     _open: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self) -> dict[str, Any]:
-        """Listen on a socket per way; returns the relay's configuration (netrelay.py)."""
-        listen: list[list[Any]] = []
+    def start(self) -> list[tuple[str, int, str]]:
+        """Listen on a socket per way; returns the relay's listeners (host, port, socket)."""
+        listen: list[tuple[str, int, str]] = []
         for i, way in enumerate(self.ways):
             path = self.folder / f"{i}.sock"
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -359,8 +359,8 @@ class Gateway:
             self._listeners.append(sock)
             threading.Thread(target=self._accept, args=(sock, way), daemon=True,
                              name=f"gateway-{way.mode}").start()
-            listen += [[host, port, str(path)] for host, port in way.listen]
-        return {"listen": listen}
+            listen += [(host, port, str(path)) for host, port in way.listen]
+        return listen
 
     def close(self) -> None:
         with self._lock:
@@ -525,6 +525,11 @@ def _dechunk(body: bytes) -> bytes:
         out, rest = out + rest[:size], rest[size + 2:]
 
 
+def relay_config(listen: list[tuple[str, int, str]]) -> str:
+    """The relay's configuration file (netrelay.read_config): `host<TAB>port<TAB>socket` lines."""
+    return "".join(f"{host}\t{port}\t{path}\n" for host, port, path in listen)
+
+
 def socket_folder(root: Path) -> Path:
     """The folder for one try's sockets: `net/` in its attempt folder, or a short one under
     /tmp when that path is too long for a Unix socket's name."""
@@ -545,8 +550,8 @@ def open_gateway(allow_list: NetworkAllowList, root: Path,
     gateway = Gateway(allow_list.ways(), folder,
                       upstream_proxy(os.environ if env is None else env))
     try:
-        config = folder / "relay.json"
-        config.write_text(json.dumps(gateway.start()), encoding="utf-8")
+        config = folder / "relay.conf"
+        config.write_text(relay_config(gateway.start()), encoding="utf-8")
         yield gateway, config
     finally:
         gateway.close()

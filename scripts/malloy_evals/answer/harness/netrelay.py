@@ -8,18 +8,17 @@ gateway outside (gateway.py), which alone connects out and decides what may pass
 the answerer's command as its child and ends as the child ends, with its exit status.
 
 It is program code the answerer may see: it holds no set, run or key, only the listening
-addresses and the socket paths (read from a JSON file, `{"listen": [[host, port, socket], ...]}`).
-It imports nothing but the standard library, so whichever Python the sandbox already binds can
-run it (`python3 -I -S netrelay.py CONFIG -- COMMAND...`).
+addresses and the socket paths (read from a file of lines `host<TAB>port<TAB>socket path`). It
+imports nothing but a few modules of the standard library (no json, no subprocess: they would
+double its start), so whichever Python the sandbox already binds can run it
+(`python3 -I -S netrelay.py CONFIG -- COMMAND...`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 
@@ -80,14 +79,22 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def read_config(path: str) -> list[tuple[str, int, str]]:
+    """The listeners: one `host<TAB>port<TAB>socket path` a line."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh.read().splitlines():
+            host, port, unix_path = line.split("\t", 2)
+            out.append((host, int(port), unix_path))
+    return out
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         sys.stderr.write("usage: netrelay.py CONFIG -- COMMAND [ARG ...]\n")
         return 2
-    with open(argv[0], encoding="utf-8") as fh:
-        config = json.load(fh)
     # Every listener is open before the answerer starts: its first connection finds it there.
-    for host, port, unix_path in config["listen"]:
+    for host, port, unix_path in read_config(argv[0]):
         try:
             sock = listen(host, int(port))
         except OSError as exc:
@@ -96,18 +103,21 @@ def main(argv: list[str]) -> int:
             return 126
         threading.Thread(target=_serve, args=(sock, unix_path), daemon=True).start()
     try:
-        child = subprocess.Popen(argv[2:])
+        # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec:
+        # the answerer gets them back at their defaults, as any process it starts expects.
+        child = os.posix_spawnp(argv[2], argv[2:], os.environ,
+                                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     except OSError as exc:
         sys.stderr.write(f"netrelay: cannot start {argv[2]}: {exc.strerror or exc}\n")
         return 127
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
-    code = child.wait()
-    sys.stdout.flush()
-    if code < 0:  # ended by a signal: end the same way, so the harness reads the same status
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code if code >= 0 else 128 - code)
+        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    _pid, status = os.waitpid(child, 0)  # a signal forwarded meanwhile is retried (PEP 475)
+    if os.WIFSIGNALED(status):  # ended by a signal: end the same way, so the harness sees it
+        ended_by = os.WTERMSIG(status)
+        signal.signal(ended_by, signal.SIG_DFL)
+        os.kill(os.getpid(), ended_by)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 if __name__ == "__main__":
