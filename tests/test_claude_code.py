@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import socket
 import stat
+import threading
 from pathlib import Path
 
 from claude_support import (
@@ -26,7 +28,7 @@ from claude_support import (
     tool_results,
     write_script,
 )
-from harness_support import BOOKSHOP, KIT, answer, ledger, new_run
+from harness_support import BOOKSHOP, KIT, answer, harness_lines, ledger, new_run
 from malloy_evals.answer.harness import claude_cli
 from malloy_evals.llm.select import make_provider
 from malloy_evals.sets.eval_set import load_set
@@ -159,6 +161,47 @@ def test_a_turn_the_script_does_not_have_is_refused_and_logged_as_a_harness_fail
     assert refused and all("no scripted turn" in r["refused"] for r in refused)
     [failure] = [o["failure"] for o in doc["outcomes"]]
     assert "the answerer reported an error" in failure and "400 stand-in" in failure
+
+
+def test_sealed_claude_code_reaches_the_real_api_only_as_a_connect_through_the_gateway(
+        needs_claude, needs_node, tmp_path, capsys, monkeypatch, bookshop_mcp_url):
+    # No ANTHROPIC_BASE_URL: the CLI calls https://api.anthropic.com, through the proxy inside the
+    # sandbox, and the gateway goes on through the harness's own proxy, here a recorder on
+    # loopback that refuses every CONNECT (so nothing leaves this machine).
+    seen: list[bytes] = []
+    recorder = socket.create_server(("127.0.0.1", 0))
+
+    def refuse_all() -> None:
+        while True:
+            try:
+                conn, _ = recorder.accept()
+            except OSError:
+                return
+            with conn:
+                seen.append(conn.recv(4096).split(b"\r\n", 1)[0])
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=refuse_all, daemon=True).start()
+    run = new_run(tmp_path, BOOKSHOP, "cc4")
+    (tmp_path / "home").mkdir()
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-not-a-key")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{recorder.getsockname()[1]}")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("CLAUDE_CODE_MAX_RETRIES", "0")  # one refusal ends the session
+    code, doc, err = answer(["--run", str(run.dir), "--set", str(BOOKSHOP), "--mcp-url",
+                             bookshop_mcp_url, "--only", QID, "--answerer", "claude-code", "--pass-env",
+                             "CLAUDE_CODE_MAX_RETRIES", "--retries", "0", "--max-failures", "1"],
+                            capsys)
+    recorder.close()
+    assert code == 3 and doc["failed"] == 1 and _attempts(run) == [], err
+    assert seen and set(seen) == {b"CONNECT api.anthropic.com:443 HTTP/1.1"}
+    start = next(line for line in harness_lines(run) if line["event"] == "start")
+    model = [d for d in start["allow_list"]["network"]["destinations"] if d["route"] == "model"]
+    assert model == [{"route": "model", "scheme": "https", "address": "api.anthropic.com:443",
+                      "via": "proxy CONNECT"}]
+    assert "HTTPS_PROXY" in start["allow_list"]["network"]["proxy_env"]
 
 
 # ---------------------------------------------------------------- reaching for the key

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -18,7 +19,13 @@ from duck_support import duck_rows
 from flood_support import runner_pids
 from malloy_evals.core.errors import UsageError
 from malloy_evals.endpoint.mcp_client import McpProtocolError, McpToolError, PublisherRest, connect
-from malloy_evals.endpoint.mcp_server import build_envelope, parse_package_arg
+from malloy_evals.endpoint.mcp_server import (
+    CLIENT_HEADER,
+    answerer_client_url,
+    build_envelope,
+    client_url,
+    parse_package_arg,
+)
 from malloy_evals.endpoint.package import package_sha
 
 MINI = KIT_ROOT / "tests" / "fixtures" / "mini_pkg"
@@ -324,6 +331,40 @@ def test_rest_models_routes_give_paths_text_and_source_infos(needs_node, http_se
 def test_rest_unknown_package_is_404(needs_node, http_server):
     with pytest.raises(Exception, match="HTTP 404"):
         PublisherRest(http_server[1]).package("samples", "nope")
+
+
+# ---------- an answerer's client: the answerer's tools, nothing else ----------
+
+def test_an_answerers_client_is_refused_status_and_reload_and_keeps_its_own_tools(
+        needs_node, http_server):
+    base = http_server[1] + "/mcp"
+    with connect(url=answerer_client_url(base, 41), timeout=120) as answerer, \
+            connect(url=client_url(base, "operator"), timeout=120) as operator:
+        for call in (lambda: answerer.get_status(),
+                     lambda: answerer.reload_package("samples", "mini")):
+            with pytest.raises(McpToolError, match="refused to attempt-41: an answerer's client "
+                                                   "may call only malloy_getContext and "
+                                                   "malloy_executeQuery"):
+                call()
+        # Its own tools answer as ever; the operator's status and reload are untouched.
+        assert answerer.execute_query(**PKG, query="run: orders -> { aggregate: order_count }"
+                                      )["rows"] == _duck("select count(*) as order_count from "
+                                                         "read_csv('orders.csv')")
+        assert answerer.get_context(environmentName="samples", packageName="mini")
+        assert operator.get_status()["operationalState"] == "serving"
+        assert operator.reload_package("samples", "mini")["status"] == "reloaded"
+
+
+def test_the_rest_routes_are_refused_to_a_request_naming_an_answerers_client(
+        needs_node, http_server):
+    url = http_server[1] + "/api/v0/environments/samples/packages/mini/models/shop.malloy"
+    request = urllib.request.Request(url, headers={CLIENT_HEADER: "attempt-3"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 403
+    assert "refused to attempt-3" in json.loads(refused.value.read())["error"]
+    # Without the name (the scorer's own reads) the route answers.
+    assert PublisherRest(http_server[1]).model("samples", "mini", "shop.malloy")["sourceText"]
 
 
 def _get_status(base: str, path: str, headers: dict[str, str]) -> int:

@@ -9,9 +9,11 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +24,7 @@ from malloy_evals.answer.harness import sandbox
 from malloy_evals.core import paths, seal
 from malloy_evals.core.errors import UnmeasuredError, UsageError
 from malloy_evals.ledger.run import Run
+from malloy_evals.llm import standin
 from malloy_evals.report import compare, compare_page, figures
 from malloy_evals.report.arms import load_arm
 from malloy_evals.sets.eval_set import load_set
@@ -230,6 +233,192 @@ def test_kill_9_of_the_harness_mid_attempt_leaves_no_answerer_process(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# ---------------------------------------------------------------- the network, sealed
+
+# The network escaper: plain Python, no kit code. It makes the legal calls (its MCP endpoint's
+# tools, the model's Messages route) and every illegal one it can think of, and reports each.
+NET_ESCAPE = textwrap.dedent("""
+    import http.client, json, os, socket, sys, urllib.parse
+    MARKS = {marks}
+    config = json.load(open(sys.argv[sys.argv.index("--mcp-config") + 1]))
+    mcp = urllib.parse.urlsplit(config["mcpServers"]["malloy"]["url"])
+    model = urllib.parse.urlsplit(os.environ.get("ANTHROPIC_BASE_URL", "http://0.0.0.0:1"))
+    report = {{"proxy": os.environ.get("HTTPS_PROXY")}}
+
+    def ask(url, method, path, body=None):
+        try:
+            c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={{"Content-Type": "application/json",
+                               "Accept": "application/json, text/event-stream"}})
+            r = c.getresponse()
+            return [r.status, r.read().decode("utf-8", "replace")[:600]]
+        except OSError as exc:
+            return ["error", type(exc).__name__ + ": " + str(exc)]
+
+    def tool(name, args):
+        return ask(mcp, "POST", mcp.path, {{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                          "params": {{"name": name, "arguments": args}}}})
+
+    def connect(family, address):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.settimeout(20)
+                s.connect(address)
+                return "CONNECTED " + s.recv(20).decode()
+        except OSError as exc:
+            return "error " + type(exc).__name__
+
+    def through_proxy(target):
+        proxy = urllib.parse.urlsplit(report["proxy"] or "http://0.0.0.0:1")
+        try:
+            with socket.create_connection((proxy.hostname, proxy.port), timeout=20) as s:
+                s.sendall(("CONNECT " + target + " HTTP/1.1\\r\\n\\r\\n").encode())
+                return s.recv(200).decode().split("\\r\\n")[0]
+        except OSError as exc:
+            return "error " + type(exc).__name__
+
+    scope = {{"environmentName": "samples", "packageName": "bookshop"}}
+    report["get_context"] = tool("malloy_getContext", scope)
+    report["reload"] = tool("malloy_reloadPackage", scope)
+    report["status"] = tool("malloy_getStatus", {{}})
+    report["rest"] = ask(mcp, "GET", "/api/v0/environments/samples/packages/bookshop/models")
+    report["model"] = ask(model, "POST", "/v1/messages", {{"model": "claude-sonnet-4-5",
+        "max_tokens": 64, "messages": [{{"role": "user", "content": MARKS["question"]}}]}})
+    report["model_other_route"] = ask(model, "GET", "/v1/models")
+    try:
+        report["standin_log"] = "READ " + open(MARKS["standin_log"]).read(80)
+    except OSError as exc:
+        report["standin_log"] = "denied " + (exc.strerror or "")
+    report["other_port"] = connect(socket.AF_INET, ("127.0.0.1", MARKS["other_port"]))
+    report["allowed_port"] = connect(socket.AF_INET, ("127.0.0.1", MARKS["allowed_port"]))
+    report["abstract_socket"] = connect(socket.AF_UNIX, "\\0" + MARKS["abstract"])
+    report["outside"] = connect(socket.AF_INET, ("203.0.113.7", 443))
+    try:
+        socket.getaddrinfo("example.com", 443)
+        report["dns"] = "RESOLVED"
+    except OSError as exc:
+        report["dns"] = "error " + type(exc).__name__
+    report["proxy_outside"] = through_proxy("203.0.113.7:443")
+    report["proxy_endpoint"] = through_proxy("127.0.0.1:" + str(mcp.port))
+    text = "REPORT " + json.dumps(report)
+    print(json.dumps({{"type": "system", "subtype": "init", "session_id": "net", "tools": []}}))
+    print(json.dumps({{"type": "result", "subtype": "success", "is_error": False,
+                      "result": text, "num_turns": 1, "total_cost_usd": 0}}), flush=True)
+""")
+
+
+class _Listener:
+    """A listener the answerer must not reach (or, allowed, may): it greets and counts."""
+
+    def __init__(self, family: int = socket.AF_INET, address: object = ("127.0.0.1", 0)):
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.bind(address)
+        self.sock.listen()
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.sendall(b"hello from outside")
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
+
+
+def test_a_sealed_answerer_reaches_its_endpoint_and_model_and_nothing_else_on_the_network(
+        needs_node, tmp_path, capsys, monkeypatch, bookshop_mcp_url):
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "net1")
+    question = "net-escape question " + uuid.uuid4().hex
+    script = standin.parse_script({"question": question, "turns": ["scripted reply"]},
+                                  tmp_path / "script.json")
+    other, allowed = _Listener(), _Listener()
+    abstract_name = "i35-abstract-" + uuid.uuid4().hex
+    abstract = _Listener(socket.AF_UNIX, "\0" + abstract_name)
+    log = tmp_path / "standin-requests.jsonl"
+    program = tmp_path / "net_escape.py"
+    with standin.serve([script], log_path=log) as server:
+        program.write_text(NET_ESCAPE.format(marks=json.dumps({
+            "question": question, "standin_log": str(log), "other_port": other.port,
+            "allowed_port": allowed.port, "abstract": abstract_name})))
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        cmd = (f"{shlex.quote(sys.executable)} {shlex.quote(str(program))} "
+               "--mcp-config {mcp_config} --q {question_file}")
+        code, _doc, err = hs.answer(
+            ["--run", str(run.dir), "--set", str(set_dir), "--mcp-url", bookshop_mcp_url,
+             "--pass-env", "ANTHROPIC_BASE_URL", "--allow-host", f"127.0.0.1:{allowed.port}",
+             # A destination off this machine, never called: it makes the proxy exist.
+             "--allow-host", "api.example.invalid:443", "--answerer-cmd", cmd], capsys)
+        standin_requests = list(server.requests)
+    for listener in (other, allowed, abstract):
+        listener.sock.close()
+    assert code == 0, err
+    [r] = reports(run)
+    # The legal calls work: the endpoint's own tool, the model's Messages route.
+    assert r["get_context"][0] == 200 and "bookshop" in r["get_context"][1]
+    assert r["model"][0] == 200 and "scripted reply" in r["model"][1]
+    # The endpoint's other tools and routes, and the model API's other routes: refused.
+    for name in ("reload", "status"):
+        assert r[name][0] == 200 and "refuses tools/call" in r[name][1], r[name]
+    assert r["rest"][0] == 403 and r["model_other_route"][0] == 403
+    assert r["standin_log"].startswith("denied")
+    # Another loopback port, an abstract socket, an outside address, a name: nothing there.
+    assert r["other_port"] == "error ConnectionRefusedError"
+    assert r["abstract_socket"] == "error ConnectionRefusedError"
+    assert r["outside"].startswith("error ") and r["dns"].startswith("error ")
+    # The allowed host is reached; through the proxy only its destinations would be.
+    assert r["allowed_port"] == "CONNECTED hello from outside"
+    assert r["proxy"] is not None
+    assert r["proxy_outside"].startswith("HTTP/1.1 403") and r["proxy_endpoint"].startswith("HTTP/1.1 403")
+    # Seen from outside: the listeners it must not reach were never reached, the stand-in got
+    # the one legal call (nothing else landed in its log), and every refusal is in the log.
+    assert (other.accepted, abstract.accepted, allowed.accepted) == (0, 0, 1)
+    assert [(q["method"], q["path"]) for q in standin_requests] == [("POST", "/v1/messages")]
+    [tried] = [t for t in hs.harness_lines(run) if t["event"] == "try"]
+    refused = " | ".join(tried["network_refused"])
+    assert tried["network_refusals"] == 6
+    for said in ("'malloy_reloadPackage'", "'malloy_getStatus'", "GET /api/v0/environments",
+                 "GET /v1/models", "CONNECT 203.0.113.7:443", "CONNECT 127.0.0.1:"):
+        assert said in refused, (said, refused)
+    start = next(t for t in hs.harness_lines(run) if t["event"] == "start")
+    routes = [d["route"] for d in start["allow_list"]["network"]["destinations"]]
+    assert routes == ["mcp", "model", "allow-host", "allow-host"]
+    assert "--unshare-net" in start["allow_list"]["namespaces"]
+
+
+@pytest.mark.parametrize("flag, said", [
+    pytest.param("ENDPOINT", "it is the mcp destination's port", id="the_endpoints_port"),
+    pytest.param("MODEL", "it is the model destination's port", id="the_model_apis_port"),
+    pytest.param("example.org", "give HOST:PORT", id="no_port"),
+])
+def test_an_allow_host_on_the_kits_own_ports_or_malformed_is_refused_with_exit_2(
+        needs_node, tmp_path, capsys, monkeypatch, bookshop_mcp_url, flag, said):
+    set_dir = hs.make_set(tmp_path, {"bk_total_revenue": None})
+    run = hs.new_run(tmp_path, set_dir, "ah1")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:47011")
+    endpoint_port = bookshop_mcp_url.rsplit(":", 1)[1].split("/")[0]
+    value = {"ENDPOINT": f"localhost:{endpoint_port}", "MODEL": "127.0.0.1:47011"}.get(flag, flag)
+    code, _doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
+                                 bookshop_mcp_url, "--pass-env", "ANTHROPIC_BASE_URL",
+                                 "--allow-host", value, "--answerer-cmd", hs.scripted_cmd()],
+                                capsys)
+    assert code == 2 and f"--allow-host {value}" in err and said in err, err
+    assert hs.ledger(run) == [] and "sandbox" not in Run.open(run.dir).info
+    # Unsealed there is no network to open.
+    code, _doc, err = hs.answer(["--run", str(run.dir), "--set", str(set_dir), "--mcp-url",
+                                 bookshop_mcp_url, "--no-sandbox", "--allow-host", "h.example:1",
+                                 "--answerer-cmd", hs.scripted_cmd()], capsys)
+    assert code == 2 and "--allow-host goes with a sealed run" in err
 
 
 # ---------------------------------------------------------------- the allow-list

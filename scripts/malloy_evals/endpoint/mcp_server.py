@@ -24,6 +24,11 @@ the URL path `/mcp/client/NAME` (run_answers gives each attempt its own) or the
 `X-Malloy-Evals-Client` header, else told apart by its connection. Waiting queries are served one
 client at a time in turn; a query's budget starts when its request arrives; a client that hangs
 up has its query withdrawn from the queue, or interrupted inside DuckDB, at once.
+
+An answerer's client (a name starting `attempt-`, as run_answers names each try's) may call the
+answerer's tools only (`ANSWERER_TOOLS`): malloy_getStatus, malloy_reloadPackage and the REST
+routes are refused to it with an error saying so. The endpoint's own status and reload are the
+harness's and the scorer's, never an answerer's.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from malloy_evals.core import cli
 from malloy_evals.core.errors import UnmeasuredError, UsageError
@@ -88,6 +93,8 @@ MCP_PATH = "/mcp"
 CLIENT_PATH = MCP_PATH + "/client/"       # /mcp/client/NAME: the MCP route, for client NAME
 CLIENT_HEADER = "x-malloy-evals-client"   # or this header names the client
 CLIENT_NAME = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+ANSWERER_CLIENT = "attempt-"              # a client named attempt-N is an answerer's
+ANSWERER_TOOLS = ("malloy_getContext", "malloy_executeQuery")  # all an answerer's client may call
 CALL_KEY = "malloy_evals.call"            # the request's Call, in its ASGI scope
 THREADS = 256  # tool calls waiting at once (the SDK runs each in a thread; anyio's default is 40)
 
@@ -619,6 +626,12 @@ class Endpoint:
             refused = await guard.validate_request(request)
             if refused is not None:
                 return refused
+            client = request.headers.get(CLIENT_HEADER, "").strip()
+            if is_answerer_client(client):
+                return JSONResponse({"error": f"the REST routes are refused to {client}: an "
+                                              "answerer's client may use only the MCP route's "
+                                              f"{' and '.join(ANSWERER_TOOLS)}"},
+                                    status_code=403)
             try:
                 status, body = await run_in_threadpool(fn, *args)
             except UnmeasuredError as exc:
@@ -658,6 +671,30 @@ def client_url(mcp_url: str, name: str) -> str:
     if not CLIENT_NAME.fullmatch(name):
         raise ValueError(f"a client name is 1 to 128 of A-Z a-z 0-9 . _ ~ -: {name!r}")
     return mcp_url.rstrip("/") + CLIENT_PATH.removeprefix(MCP_PATH) + name
+
+
+def answerer_client_url(mcp_url: str, number: int) -> str:
+    """The MCP URL of an answerer's client: `.../mcp/client/attempt-N`, refused everything but
+    the answerer's tools."""
+    return client_url(mcp_url, f"{ANSWERER_CLIENT}{number}")
+
+
+def answerer_client_prefix(mcp_url: str) -> str:
+    """The path every answerer's client URL of this endpoint starts with."""
+    return urlsplit(client_url(mcp_url, ANSWERER_CLIENT)).path
+
+
+def is_answerer_client(client: str) -> bool:
+    """Whether a client name is an answerer's (`attempt-N`)."""
+    return client.startswith(ANSWERER_CLIENT)
+
+
+def refused_to_answerer(tool: str, client: str) -> mcp_types.CallToolResult:
+    """The tool error an answerer's client gets for a tool that is not an answerer's."""
+    return tool_error(_uri(None, fragment=tool),
+                      f"{tool} is refused to {client}: an answerer's client may call only "
+                      f"{' and '.join(ANSWERER_TOOLS)}",
+                      [f"Use {' or '.join(ANSWERER_TOOLS)}"])
 
 
 Scope = MutableMapping[str, Any]
@@ -792,6 +829,9 @@ def _server_class() -> type[MCPServer]:
 
     class PublisherShapedServer(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            client = call_of(context).client
+            if is_answerer_client(client) and name not in ANSWERER_TOOLS:
+                return refused_to_answerer(name, client)
             try:
                 return await super().call_tool(name, arguments, context)
             except ToolError as exc:

@@ -5,7 +5,10 @@ Each attempt runs in a fresh empty folder outside the kit, the set and the run, 
 configuration naming only the endpoint, sealed in a bubblewrap sandbox: it sees the system
 folders and its own program read-only, its working folder, an empty /tmp and HOME, only its own
 processes, and only PATH, LANG, TZ, what its answerer needs and --pass-env NAME from the
-environment (the network is shared). --sandbox-bind PATH adds a read-only path (refused, exit 2,
+environment. Its network is its own: it can reach the endpoint's MCP path (its answerer tools
+only) and, for claude-code, the model API's Messages routes, nothing else; --allow-host
+HOST:PORT adds a destination (refused, exit 2, for the endpoint's or the model API's own port).
+--sandbox-bind PATH adds a read-only path (refused, exit 2,
 when it holds a set, a run or the kit's evals/). No bwrap, or a kernel refusing its namespaces:
 exit 3 saying how to install it (Debian: apt-get install bubblewrap), unless --no-sandbox, which
 runs it UNSEALED (printed first and last, and in every headline of the run). Each attempt is
@@ -115,6 +118,10 @@ def build_parser() -> cli.ScriptParser:
                         "refused when it holds a set, a run or the kit's evals/")
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                    help="one more environment variable the sealed answerer gets (repeatable)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="HOST:PORT",
+                   help="one more destination the sealed answerer may connect to, passed "
+                        "unread (repeatable); refused for the endpoint's and the model API's "
+                        "own ports")
     p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
                    help="run the answerer without bubblewrap: the run reads UNSEALED everywhere")
     cli.add_check(p, _answerer)
@@ -138,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_turns=args.max_turns, timeout=args.timeout, max_cost_usd=args.max_cost_usd,
         prompt_file=args.prompt, retries=args.retries, max_failures=args.max_failures,
         max_output_mb=args.max_output_mb, sandbox=args.sandbox,
-        sandbox_binds=args.sandbox_bind, pass_env=args.pass_env,
+        sandbox_binds=args.sandbox_bind, pass_env=args.pass_env, allow_hosts=args.allow_host,
         publisher_version=args.publisher_version,
         claude=str(args.claude) if args.claude is not None else None)
     if not args.sandbox:

@@ -2,7 +2,8 @@
 it ends (skills/eval-answer/reference/harness.md).
 
 For each planned attempt: make its empty working folder and inputs, run the answerer (a command
-in its own process group, sealed in bubblewrap unless --no-sandbox (sandbox.py), or the API
+in its own process group, sealed in bubblewrap unless --no-sandbox (sandbox.py), its network
+only the run's destinations through the try's gateway (network.py, gateway.py), or the API
 loop), then either record the session through
 `record_attempt` (the very code record_attempt.py runs: contamination check, tool calls,
 redacted transcript copy) or, when it was not an attempt, log the failure to harness.jsonl and
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.answer.harness import api_loop, claude_cli, command, isolation, sandbox
+from malloy_evals.answer.harness import api_loop, claude_cli, command, isolation, network, sandbox
+from malloy_evals.answer.harness.gateway import Gateway, open_gateway
 from malloy_evals.answer.harness.local import serve_model_http
 from malloy_evals.answer.harness.plan import (
     DEFAULT_PROMPT,
@@ -55,7 +57,7 @@ from malloy_evals.core.headers import header_variables
 from malloy_evals.core.redact import Redactor, redact, redact_url
 from malloy_evals.core.vocab import is_contaminated, is_truncated
 from malloy_evals.endpoint.mcp_client import McpToolError, connect
-from malloy_evals.endpoint.mcp_server import client_url
+from malloy_evals.endpoint.mcp_server import answerer_client_prefix, answerer_client_url
 from malloy_evals.endpoint.runner import LOAD_TIMEOUT_S
 from malloy_evals.ledger.live import LiveView
 from malloy_evals.ledger.run import Run
@@ -93,6 +95,7 @@ class HarnessOptions:
     publisher_version: str | None = None   # the version the endpoint must report (--publisher-version)
     sandbox: bool = True                  # False: --no-sandbox, the run is UNSEALED
     sandbox_binds: list[str] = field(default_factory=list)   # --sandbox-bind, read-only
+    allow_hosts: list[str] = field(default_factory=list)     # --allow-host HOST:PORT
     pass_env: list[str] = field(default_factory=list)  # --pass-env and names the plan adds
 
 
@@ -259,7 +262,7 @@ class _Context:
         (reference/query-budgets.md); a given --mcp-url is used as it is."""
         if not self.options.local:
             return self.mcp_url
-        return client_url(self.mcp_url, f"attempt-{next(self.tries)}")
+        return answerer_client_url(self.mcp_url, next(self.tries))
 
 
 @contextmanager
@@ -387,6 +390,7 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
     cli.check_known(options.redo, eval_set.cases, where=cases_file, flag="--redo")
     sealed_from = sealed_protected(eval_set, run)
     extra_binds = _check_sandbox_flags(options, sealed_from)
+    allowed_hosts = [network.parse_allow_host(h) for h in options.allow_hosts]
     try:
         template = prompt_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -427,9 +431,11 @@ def run_answers(run_dir: str | Path, set_dir: str | Path, options: HarnessOption
         label = sandbox.API_LOOP if spec.kind == "anthropic" else seal.NO_SANDBOX
         if spec.kind != "anthropic" and options.sandbox:
             policy = _policy(options, claude, protected, sealed_from, extra_binds)
-            label = policy.label
         with _endpoint(eval_set, options) as url:
             tools, others, version = _answerer_tools(url, eval_set, options.publisher_version)
+            if policy is not None:
+                policy = policy.with_network(_destinations(options, url, tools, allowed_hosts))
+                label = policy.label
             allowed = [isolation.claude_tool_name(t) for t in tools]
             withheld = [isolation.claude_tool_name(t) for t in others]
             header_vars = header_variables(url) if options.mcp_url else {}
@@ -495,8 +501,13 @@ def _check_sandbox_flags(options: HarnessOptions, protected: list[Path]) -> list
         flag = "--no-sandbox" if not options.sandbox else "--sandbox-bind"
         raise UsageError(f"{flag}: anthropic:{spec.model} runs in-process with no file, shell or "
                          "process tools; there is no program to seal (it needs neither flag)")
-    if not options.sandbox and options.sandbox_binds:
-        raise UsageError("--sandbox-bind goes with a sealed run; drop it or drop --no-sandbox")
+    if spec.kind == "anthropic" and options.allow_hosts:
+        raise UsageError(f"--allow-host: anthropic:{spec.model} runs in-process and reaches only "
+                         "the endpoint and the Messages API; there is no sandbox to open")
+    for flag, given in (("--sandbox-bind", options.sandbox_binds),
+                        ("--allow-host", options.allow_hosts)):
+        if not options.sandbox and given:
+            raise UsageError(f"{flag} goes with a sealed run; drop it or drop --no-sandbox")
     return sandbox.check_sandbox_binds(options.sandbox_binds, protected,
                                        temp_base=isolation.temp_base(
                                            isolation.protected_paths(*protected)))
@@ -519,6 +530,23 @@ def _policy(options: HarnessOptions, claude: str | None, protected: list[str],
                                protected=sealed_from, temp_base=isolation.temp_base(protected),
                                env_names=sandbox.allowed_env_names(spec.kind, [
                                    *options.pass_env, *_header_names(options)]))
+
+
+def _destinations(options: HarnessOptions, url: str, tools: list[str],
+                  allowed: list[network.Destination]) -> network.NetworkAllowList:
+    """Where the run's sealed answerers may connect: the endpoint (with --local, each try its
+    own client), the model API when the answerer calls one (claude-code, or a command given
+    ANTHROPIC_BASE_URL or ANTHROPIC_API_KEY), and each --allow-host (refused when it is one of
+    those: exit 2)."""
+    mcp = network.mcp_destination(url, tools=tools, per_try_prefix=answerer_client_prefix(url)
+                                  if options.local else None)
+    kit = [mcp]
+    passed = set(options.pass_env)
+    if options.answerer.kind == "claude-code" or passed & {"ANTHROPIC_BASE_URL",
+                                                          "ANTHROPIC_API_KEY"}:
+        kit.append(network.model_destination(os.environ.get("ANTHROPIC_BASE_URL")))
+    network.check_destinations(kit, allowed)
+    return network.NetworkAllowList((*kit, *allowed))
 
 
 def _header_names(options: HarnessOptions) -> list[str]:
@@ -631,7 +659,12 @@ def _try(ctx: _Context, planned: PlannedAttempt, try_no: int) -> AttemptOutcome:
                                  mcp_url=url, header_vars=ctx.header_vars) as space:
         if options.answerer.kind == "anthropic":
             return _try_api(ctx, planned, try_no, space, started, url)
-        return _try_command(ctx, planned, try_no, space, started)
+        if ctx.policy is None:
+            return _try_command(ctx, planned, try_no, space, started)
+        # Sealed: the try's gateway listens while the answerer runs, and only then.
+        with open_gateway(ctx.policy.network.for_try(url), space.root) as (gate, relay_config):
+            return _try_command(ctx, planned, try_no, space, started, gate=gate,
+                                relay_config=relay_config)
 
 
 def _command_argv(ctx: _Context, planned: PlannedAttempt, space: isolation.AttemptSpace) -> list[str]:
@@ -656,7 +689,8 @@ def _stderr_text(path: Path) -> str:
 
 
 def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
-                 space: isolation.AttemptSpace, started: float) -> AttemptOutcome:
+                 space: isolation.AttemptSpace, started: float, *, gate: Gateway | None = None,
+                 relay_config: Path | None = None) -> AttemptOutcome:
     options = ctx.options
     cap = options.max_output_mb << 20
     # The variables the MCP configuration's headers refer to (${VAR}) go to the answerer as
@@ -672,11 +706,15 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
         # The values go to bwrap through its environment, never its command line (which every
         # process of the machine can read); bwrap hands exactly these to the answerer. Claude
         # Code's own settings (claude_cli.CLI_ENV) name nothing of the kit's and go too.
+        # Its network: the relay inside, and the proxy variables when a destination needs them.
         env = {**sandbox.sandbox_environment(os.environ, ctx.policy.env_names,
                                              path_value=env.get("PATH"), workdir=space.workdir),
-               **(extra or {})}
+               **(extra or {}), **ctx.policy.network.proxy_environment()}
+        sockets = relay_config.parent if relay_config is not None else None
         wrapper = [ctx.policy.bwrap, *ctx.policy.options(workdir=space.workdir,
-                                                          inputs=space.question_file.parent)]
+                                                          inputs=space.question_file.parent,
+                                                          sockets=sockets)]
+        argv = ctx.policy.command(argv, relay_config)
     child = command.run_child(argv, cwd=space.workdir, env=env, wrapper=wrapper,
                               timeout=options.timeout, stdout_path=space.stdout,
                               stderr_path=space.stderr, max_stdout_bytes=cap)
@@ -685,10 +723,13 @@ def _try_command(ctx: _Context, planned: PlannedAttempt, try_no: int,
     stderr = _stderr_text(space.stderr)
     cost = scan.result.get("total_cost_usd") if scan.result else None
     cost = cost if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
-    common = {"qid": planned.qid, "sample": planned.sample, "try_no": try_no,
-              "exit_status": child.exit_status, "status": child.status_text(),
-              "seconds": round(child.seconds, 3), "timed_out": child.timed_out,
-              "stdout_bytes": child.stdout_bytes}
+    common: dict[str, Any] = {"qid": planned.qid, "sample": planned.sample, "try_no": try_no,
+                              "exit_status": child.exit_status, "status": child.status_text(),
+                              "seconds": round(child.seconds, 3), "timed_out": child.timed_out,
+                              "stdout_bytes": child.stdout_bytes}
+    if gate is not None and gate.refusals:
+        # What the gateway refused the answerer (the first ones, and how many in all).
+        common.update(network_refused=gate.refused, network_refusals=gate.refusals)
     if not verdict.is_attempt and ctx.shared.stop_kind == "interrupted":
         # The child was ended because the harness was interrupted (Ctrl-C, SIGTERM): not a
         # harness failure, and nothing is counted against the answerer.

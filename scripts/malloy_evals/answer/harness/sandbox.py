@@ -6,12 +6,15 @@ and its working folder read-write, a fresh empty `/tmp` with `HOME` inside it, a
 showing only its own processes, and nothing else. It runs in new PID, IPC and UTS namespaces with
 every capability dropped, in a new session, and dies with the harness (`--die-with-parent`):
 when the attempt's first process ends, the PID namespace ends and every process it started goes
-with it. Its environment is an allow-list too (`allowed_env_names`). The network is shared:
-bubblewrap cannot filter by destination, and the answerer must reach the endpoint and the model
-API. The rules, and why each holds, are in skills/eval-answer/reference/harness.md.
+with it. Its environment is an allow-list too (`allowed_env_names`). So is its network: a
+namespace of its own (`--unshare-net`), whose only ways out are the run's destinations
+(network.py), reached through the relay inside (netrelay.py, run by a Python the sandbox
+binds) and the try's gateway outside (gateway.py). The rules, and why each holds, are in
+skills/eval-answer/reference/harness.md.
 
-`SandboxPolicy` is decided once per run (what is bound, which variables pass); its `digest`
-names that allow-list in run.json, and `argv` wraps one attempt's command in it.
+`SandboxPolicy` is decided once per run (what is bound, which variables pass, where the network
+leads); its `digest` names that allow-list in run.json, and `argv` wraps one attempt's command
+in it.
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from malloy_evals.answer.harness import netrelay
+from malloy_evals.answer.harness.network import NetworkAllowList
 from malloy_evals.core import paths
 from malloy_evals.core.errors import UnmeasuredError, UsageError
 
@@ -43,8 +49,15 @@ SYSTEM_DIRS = ("/usr", "/etc")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_TMP = "/tmp"
 SANDBOX_HOME = "/tmp/home"
-NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-                   "--new-session", "--cap-drop", "ALL")
+NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+                   "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+# The relay (netrelay.py) runs first inside: standard library only, isolated from the
+# environment and site-packages, by whichever Python the sandbox already shows (RELAY_PYTHONS,
+# then the harness's own, bound for it when nothing else is).
+RELAY_SCRIPT = Path(netrelay.__file__).resolve()
+RELAY_INSIDE = "/run/malloy-evals/netrelay.py"   # where it is bound: no path of the kit's shows
+RELAY_FLAGS = ("-I", "-S")
+RELAY_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 
 # Variables every sealed answerer gets from the harness (when set there); the answerer spec and
 # --pass-env add to them. HOME, PWD and TMPDIR are set to the sandbox's own folders.
@@ -390,6 +403,9 @@ class SandboxPolicy:
     masks: tuple[str, ...]                # protected paths inside a bound folder: hidden
     env_names: tuple[str, ...]
     program_links: tuple[tuple[str, str], ...] = ()  # (target, link): how the program is named
+    relay: tuple[str, ...] = ()           # the relay's command: its Python, flags, RELAY_INSIDE
+    relay_binds: tuple[str, ...] = ()     # its Python's, when nothing else binds one (read-only)
+    network: NetworkAllowList = field(default_factory=NetworkAllowList)  # where it may connect
 
     def allow_list(self) -> dict[str, object]:
         """The allow-list as data (harness.jsonl's start line holds it; the digest is of it)."""
@@ -398,7 +414,22 @@ class SandboxPolicy:
                 "program_links": [list(x) for x in self.program_links],
                 "masks": list(self.masks), "env": list(self.env_names),
                 "tmp": SANDBOX_TMP, "home": SANDBOX_HOME, "namespaces": list(NAMESPACE_FLAGS),
-                "attempt": ["inputs read-only", "workdir read-write"]}
+                "network": {"destinations": self.network.describe(),
+                            "proxy_env": sorted(self.network.proxy_environment()),
+                            "relay": list(self.relay), "relay_binds": list(self.relay_binds),
+                            "relay_script": [str(RELAY_SCRIPT), RELAY_INSIDE]},
+                "attempt": ["inputs read-only", "workdir read-write", "sockets read-only"]}
+
+    def with_network(self, network: NetworkAllowList) -> SandboxPolicy:
+        """This policy with the run's destinations, known once the endpoint is up."""
+        return replace(self, network=network)
+
+    def command(self, argv: Sequence[str], relay_config: Path | None) -> list[str]:
+        """The command the sandbox runs: the answerer's own, behind the relay when it has
+        ways out (`relay_config`, written by the try's gateway)."""
+        if relay_config is None:
+            return list(argv)
+        return [*self.relay, str(relay_config), "--", *argv]
 
     @property
     def digest(self) -> str:
@@ -410,31 +441,38 @@ class SandboxPolicy:
         """run.json's `sandbox`: `bwrap 0.8.0 sha256:<digest of the allow-list>`."""
         return f"bwrap {self.version} sha256:{self.digest}"
 
-    def options(self, *, workdir: Path, inputs: Path) -> list[str]:
-        """bwrap's options for one attempt in `workdir` (the command follows them, after `--`).
+    def options(self, *, workdir: Path, inputs: Path, sockets: Path | None = None) -> list[str]:
+        """bwrap's options for one attempt in `workdir` (the command follows them, after `--`);
+        `sockets` is the try's gateway folder (its Unix sockets and the relay's configuration).
         `command.run_child` hands them over through `--args FD`: the sandbox's pid 1, whose
-        command line the answerer can read, then shows the answerer's own command, no more."""
+        command line the answerer can read, then shows the command it runs, no more."""
         out: list[str] = []
         for folder in self.system:
             out += ["--ro-bind", folder, folder]
         for target, link in self.links:
             out += ["--symlink", target, link]
         out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP, "--dir", SANDBOX_HOME]
-        for item in (*self.program, *self.extra):
+        for item in (*self.program, *self.relay_binds, *self.extra):
             out += ["--ro-bind", item, item]
+        if self.relay:
+            out += ["--ro-bind", str(RELAY_SCRIPT), RELAY_INSIDE]
         for target, link in self.program_links:
             out += ["--symlink", target, link]
         for mask in self.masks:
             out += (["--tmpfs", mask] if os.path.isdir(mask)
                     else ["--ro-bind", "/dev/null", mask])
-        out += ["--ro-bind", str(inputs), str(inputs), "--bind", str(workdir), str(workdir),
-                "--chdir", str(workdir), *NAMESPACE_FLAGS]
+        out += ["--ro-bind", str(inputs), str(inputs), "--bind", str(workdir), str(workdir)]
+        if sockets is not None:
+            out += ["--ro-bind", str(sockets), str(sockets)]
+        out += ["--chdir", str(workdir), *NAMESPACE_FLAGS]
         return out
 
-    def argv(self, command: Sequence[str], *, workdir: Path, inputs: Path) -> list[str]:
+    def argv(self, command: Sequence[str], *, workdir: Path, inputs: Path,
+             sockets: Path | None = None, relay_config: Path | None = None) -> list[str]:
         """The whole bwrap command line for one attempt (for people and benchmarks; the
         harness passes the options through a pipe instead)."""
-        return [self.bwrap, *self.options(workdir=workdir, inputs=inputs), "--", *command]
+        return [self.bwrap, *self.options(workdir=workdir, inputs=inputs, sockets=sockets), "--",
+                *self.command(command, relay_config)]
 
 
 def system_binds() -> tuple[list[str], list[tuple[str, str]]]:
@@ -481,7 +519,13 @@ def make_policy(bwrap: str, version: str, *, program: Sequence[Path], extra: Seq
         first = _first_link(p.absolute())
         if first is not None and not any(_within(first, b) for b in inside):
             named[str(first)] = os.path.realpath(first)
-    bound = [Path(f).resolve() for f in folders] + real + list(extra)
+    python, relay_binds = relay_python([Path(f).resolve() for f in folders] + real)
+    for item in relay_binds:
+        why = kernel_view(item) or exposure(item, protected, walk=False, inodes=inodes)
+        if why is not None:
+            raise UsageError(f"the sandbox's network relay needs {item}, which cannot be given "
+                             f"to the sandbox: {why}")
+    bound = [Path(f).resolve() for f in folders] + real + relay_binds + list(extra)
     hidden = list(protected)
     if temp_base.resolve() != Path(SANDBOX_TMP):
         hidden.append(temp_base.resolve())
@@ -491,7 +535,28 @@ def make_policy(bwrap: str, version: str, *, program: Sequence[Path], extra: Seq
                          program=tuple(str(p) for p in real),
                          extra=tuple(str(p) for p in extra), masks=tuple(masks),
                          env_names=tuple(env_names),
-                         program_links=tuple((t, k) for k, t in sorted(named.items())))
+                         program_links=tuple((t, k) for k, t in sorted(named.items())),
+                         relay=(str(python), *RELAY_FLAGS, RELAY_INSIDE),
+                         relay_binds=tuple(str(p) for p in relay_binds))
+
+
+def _python_prefix(real: Path) -> Path:
+    return real.parent.parent if real.parent.name == "bin" else real.parent
+
+
+def relay_python(bound: Sequence[Path]) -> tuple[Path, list[Path]]:
+    """The Python that runs the relay inside, and what must be bound for it beyond `bound` (the
+    system folders and the program): the harness's own or a system Python that `bound` already
+    shows (its executable and its prefix, where its standard library lives), else the harness's
+    own with its prefix bound read-only. (The relay script is bound at RELAY_INSIDE.)"""
+    own = Path(sys.executable).resolve()
+    for candidate in (own, *(Path(p) for p in RELAY_PYTHONS)):
+        if not candidate.is_file():
+            continue
+        real = candidate.resolve()
+        if all(any(_within(p, b) for b in bound) for p in (real, _python_prefix(real))):
+            return real, []
+    return own, [_python_prefix(own)]
 
 
 def _first_link(path: Path) -> Path | None:
