@@ -80,7 +80,7 @@ def test_the_relay_listens_where_each_loopback_destination_is_and_proxies_the_re
     hosted = network.parse_allow_host("example.org:443")
     on_3128 = network.parse_allow_host("127.0.0.1:3128")
     ways = network.NetworkAllowList((mcp, model, db, hosted, on_3128)).ways()
-    assert [(w.mode, w.listen) for w in ways] == [
+    assert [(w.kind, w.listen) for w in ways] == [
         ("http", (("127.0.0.1", 41000),)),
         ("http", (("127.0.0.1", 8765), ("::1", 8765))),     # localhost: either address
         ("tcp", (("127.0.0.1", 5432),)),

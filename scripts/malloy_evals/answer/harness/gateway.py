@@ -358,7 +358,7 @@ class Gateway:
             sock.listen(64)
             self._listeners.append(sock)
             threading.Thread(target=self._accept, args=(sock, way), daemon=True,
-                             name=f"gateway-{way.mode}").start()
+                             name=f"gateway-{way.kind}").start()
             listen += [(host, port, str(path)) for host, port in way.listen]
         return listen
 
@@ -395,7 +395,7 @@ class Gateway:
         self._track(conn, True)
         upstream: socket.socket | None = None
         try:
-            if way.mode == "tcp":
+            if way.kind == "tcp":
                 upstream = self._connect(way.destinations[0])
                 _splice(conn, upstream)
                 return
@@ -404,14 +404,14 @@ class Gateway:
             if head is None:
                 return
             request = parse_head(head)
-            if way.mode == "proxy" and request.method == "CONNECT":
+            if way.kind == "proxy" and request.method == "CONNECT":
                 upstream = self._tunnel(way, request, reader, conn)
                 return
             dest, target = self._http_destination(way, request)
             upstream = self._forward(dest, request, target, reader, conn)
         except Refused as refused:
-            self._refuse(f"{way.mode}: {refused}")
-            if way.mode != "tcp":  # a raw connection gets no HTTP reply: it is only closed
+            self._refuse(f"{way.kind}: {refused}")
+            if way.kind != "tcp":  # a raw connection gets no HTTP reply: it is only closed
                 try:
                     conn.sendall(refusal_bytes(refused))
                 except OSError:
@@ -453,7 +453,7 @@ class Gateway:
         target = request.target
         candidates: tuple[Destination, ...] = way.destinations
         where = f"{way.listen[0][0]}:{way.listen[0][1]}"
-        if way.mode == "proxy":
+        if way.kind == "proxy":
             parts = urlsplit(target)
             if parts.scheme != "http" or not parts.hostname:
                 raise Refused(403, f"the sandbox's proxy refuses {request.method} {target[:200]}")

@@ -176,7 +176,7 @@ def same_place(a: Destination, b: Destination) -> bool:
 class Way:
     """One listener the relay opens inside, and what the gateway does with what comes in."""
 
-    mode: str                          # "http" (read per request), "tcp" (unread) or "proxy"
+    kind: str                          # "http" (read per request), "tcp" (unread) or "proxy"
     listen: tuple[tuple[str, int], ...]  # the addresses inside the sandbox
     destinations: tuple[Destination, ...]
 
@@ -214,7 +214,7 @@ class NetworkAllowList:
             if d.proxied:
                 continue
             for i, way in enumerate(ways):
-                if way.mode == ("http" if d.read else "tcp") and same_place(way.destinations[0], d):
+                if way.kind == ("http" if d.read else "tcp") and same_place(way.destinations[0], d):
                     ways[i] = replace(way, destinations=(*way.destinations, d))
                     break
             else:
@@ -230,7 +230,7 @@ class NetworkAllowList:
     def proxy_environment(self) -> dict[str, str]:
         """The variables that send the answerer's non-loopback traffic through the proxy inside
         (none when nothing goes through it)."""
-        proxy = next((w for w in self.ways() if w.mode == "proxy"), None)
+        proxy = next((w for w in self.ways() if w.kind == "proxy"), None)
         if proxy is None:
             return {}
         host, port = proxy.listen[0]
