@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from malloy_evals.answer.harness.netrelay import pump
 from malloy_evals.answer.harness.network import Destination, NetworkAllowList, Way, same_place
 
 HEAD_LIMIT = 64 * 1024          # a request or reply head larger than this is refused
@@ -234,29 +235,13 @@ def _reply_head(head: bytes) -> bytes:
     return b"\r\n".join([*kept, b"Connection: close"]) + b"\r\n\r\n"
 
 
-def _copy(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while True:
-            data = source.recv(_CHUNK)
-            if not data:
-                break
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            sink.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-
 def _splice(a: socket.socket, b: socket.socket, first: bytes = b"") -> None:
     """Bytes both ways until both ends are done (`first`: what `a` already sent)."""
     if first:
         b.sendall(first)
-    back = threading.Thread(target=_copy, args=(b, a), daemon=True)
+    back = threading.Thread(target=pump, args=(b, a), daemon=True)
     back.start()
-    _copy(a, b)
+    pump(a, b)
     back.join()
 
 
@@ -509,7 +494,7 @@ class Gateway:
                 break
         if back.buf:
             conn.sendall(back.buf)
-        _copy(upstream, conn)
+        pump(upstream, conn)
         return upstream
 
 

@@ -26,8 +26,9 @@ _CHUNK = 1 << 16
 _BACKLOG = 128
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    """Copy one direction until its end, then pass the end on (half-close)."""
+def pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy one direction until its end, then pass the end on (half-close). The gateway outside
+    relays the same way."""
     try:
         while True:
             data = source.recv(_CHUNK)
@@ -52,9 +53,9 @@ def _relay(conn: socket.socket, unix_path: str) -> None:
         conn.close()
         outer.close()
         return
-    back = threading.Thread(target=_pump, args=(outer, conn), daemon=True)
+    back = threading.Thread(target=pump, args=(outer, conn), daemon=True)
     back.start()
-    _pump(conn, outer)
+    pump(conn, outer)
     back.join()
     conn.close()
     outer.close()
