@@ -135,6 +135,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _demo_launcher(session.config._tmp_path_factory).start()
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A worker that started the demo and runs out of tests first waits for it (a reader on
+    another worker may still be waiting); a session cut short stops it."""
     if _LAUNCHER:
-        _LAUNCHER[0].stop()
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            _LAUNCHER[0].stop()
+        else:
+            _LAUNCHER[0].wait()

@@ -79,6 +79,12 @@ class DemoLauncher:
         partial.write_text(str(code))
         partial.replace(self.folder / "exit_code")  # readers see it whole or not at all
 
+    def wait(self) -> None:
+        """Until a demo this process started has ended (its own timeout stops it)."""
+        if self.proc is not None:
+            while not (self.folder / "exit_code").is_file() and self.proc.poll() is None:
+                time.sleep(0.2)
+
     def stop(self) -> None:
         """End a demo this process started that is still running (a session cut short)."""
         if self.proc is not None and self.proc.poll() is None:

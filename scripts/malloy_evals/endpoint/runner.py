@@ -409,11 +409,14 @@ class MalloyRuntime:
     def execute(self, query: str | None = None, *, model_path: str | None = None,
                 source_name: str | None = None, query_name: str | None = None,
                 givens: dict | None = None, trusted: bool = False,
-                row_limit: int | None = None) -> dict:
+                row_limit: int | None = None, variant: str | None = None,
+                vary: Sequence[str] = ()) -> dict:
         """Run ad-hoc Malloy, a named view (source_name + query_name) or a named query.
 
         Returns the runner's result: rows, schema, _query_row_limit, _limit_source, _limit_hit,
-        warning (only when the default cap was hit), sql and the result annotations. Raises
+        warning (only when the default cap was hit), sql and the result annotations. With
+        `variant` (shifted, subset, relabelled), the tables named in `vary` (SQL names from
+        field_sites) are read as that variant of themselves (eval-improve's value check). Raises
         MalloyQueryError when Malloy refuses or fails the query (QueryBudgetError when it is over
         its time or size budget, could not start within it, or its client went away),
         RunnerError when the runner could not answer at all. The query is made for the call of
@@ -435,6 +438,9 @@ class MalloyRuntime:
             req["givens"] = givens
         if row_limit is not None:
             req["row_limit"] = int(row_limit)
+        if variant is not None:
+            req["variant"] = variant
+            req["vary"] = list(vary)
         call = _CALL.get() or Call()
         budget = self.query_timeout if call.budget is None else call.budget
         deadline = call.arrived + budget
@@ -478,6 +484,12 @@ class MalloyRuntime:
     def model_info(self, model_path: str | None = None) -> dict:
         """One model's compiled `sourceInfos` and named queries (the Publisher's model route)."""
         return self._request({"op": "model_info", "model_path": model_path})
+
+    def field_sites(self) -> dict:
+        """Where each definition is written and what it computes, per model: `{models: [{path,
+        sites: [{source, path, kind, type, column, url, line, end_line, code, digest}]}], errors,
+        tables}` (lines 0-based; `tables` as the SQL names them, the names `vary` takes)."""
+        return self._request({"op": "field_sites"})
 
     def csv_tables(self) -> list[dict]:
         """Each CSV table of the package in one runner: {path, uses, declared} (declared null

@@ -12,120 +12,41 @@ only the first (skills/eval-improve/reference/improve.md).
 from __future__ import annotations
 
 import hashlib
-import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK, InputError
+from malloy_evals.core.errors import EXIT_FINDING, EXIT_OK
 from malloy_evals.endpoint.runner import MalloyRuntime, default_allow
+from malloy_evals.improve.cells import (
+    MIN_SIGNIFICANT,
+    NUMBER,
+    GoldenCells,
+    equal_at,
+    golden_cells,
+    significant_digits,
+)
 from malloy_evals.improve.model import added_lines, folder_digest, unified_diff
-from malloy_evals.sets.eval_set import CASES_FILE, SET_FILE, EvalSet, golden_value
+from malloy_evals.improve.values import ValueCheck, check_values
+from malloy_evals.sets.eval_set import CASES_FILE, SET_FILE, EvalSet
 
 # What of a set a model change must never touch (besides set.json and cases.jsonl).
 SET_FOLDERS = ("goldens", "truth")
-MIN_SIGNIFICANT = 4
-# A number as a model text writes it: 7845.21, 7,845.21, -0.4029, 1.2e3.
-_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
 _QUOTED = re.compile(r"'((?:[^'\\\n]|\\.)*)'|\"((?:[^\"\\\n]|\\.)*)\"|`((?:[^`\\\n]|\\.)*)`")
-
-
-@dataclass(frozen=True)
-class GoldenFigure:
-    """A value some golden holds, with the precision it is compared at."""
-
-    qid: str
-    value: float
-    decimals: int | None    # compare rounded to this many decimals; None: exactly
-
-
-@dataclass(frozen=True)
-class GoldenCells:
-    """Every golden's numbers and text cells, the things a change must never write."""
-
-    figures: list[GoldenFigure]
-    texts: dict[str, str]   # casefolded text cell -> the qid holding it
-
-
-def _decimals_written(value: float) -> int:
-    text = repr(float(value))
-    if "e" in text or "E" in text:
-        return 0
-    return len(text.split(".")[1].rstrip("0")) if "." in text else 0
-
-
-def _cells(value: Any) -> Iterator[tuple[Any, int | None]]:
-    """The cells of a golden value with the precision its `round` gives (None: as written)."""
-    if isinstance(value, dict):
-        rnd = value.get("round")
-        decimals = rnd if isinstance(rnd, int) and not isinstance(rnd, bool) else None
-        for k, v in value.items():
-            if k != "round":
-                yield v, decimals
-    elif isinstance(value, list):
-        for row in value:
-            yield from _cells(row)
-    else:
-        yield value, None
-
-
-def golden_cells(eval_set: EvalSet) -> GoldenCells:
-    """Every golden figure and text cell of the set (unreadable golden files are skipped: the
-    set's own checks report them)."""
-    figures: list[GoldenFigure] = []
-    texts: dict[str, str] = {}
-    for qid, case in eval_set.cases.items():
-        try:
-            value = golden_value(case, eval_set.dir)
-        except InputError:
-            continue
-        for cell, decimals in _cells(value):
-            if isinstance(cell, bool) or cell is None:
-                continue
-            number = _as_number(cell)
-            if number is not None:
-                figures.append(GoldenFigure(qid, number, decimals if decimals is not None
-                                            else _decimals_written(number)))
-            elif isinstance(cell, str) and cell.strip():
-                texts.setdefault(cell.strip().casefold(), qid)
-    return GoldenCells(figures, texts)
-
-
-def _as_number(cell: Any) -> float | None:
-    if isinstance(cell, (int, float)) and not isinstance(cell, bool):
-        return float(cell) if math.isfinite(float(cell)) else None
-    if isinstance(cell, str) and _NUMBER.fullmatch(cell.strip()):
-        return float(cell.strip().replace(",", ""))
-    return None
-
-
-def significant_digits(literal: str) -> int:
-    """Significant digits of a number as written: `7845.21` 6, `0.0588` 3, `1200` 2."""
-    mantissa = re.split(r"[eE]", literal.lstrip("-+"))[0].replace(",", "")
-    if "." in mantissa:
-        return len(mantissa.replace(".", "").lstrip("0"))
-    return len(mantissa.lstrip("0").rstrip("0"))
-
-
-def _equal_at(literal: float, figure: GoldenFigure) -> bool:
-    if figure.decimals is None:
-        return math.isclose(literal, figure.value, rel_tol=1e-9, abs_tol=0.0)
-    scale = 10 ** figure.decimals
-    return round(literal * scale) == round(figure.value * scale)
 
 
 def golden_figures_written(lines: list[str], cells: GoldenCells) -> list[str]:
     """Each place the added `lines` write a golden's figure or text cell, in words."""
     found = []
     for line in lines:
-        for m in _NUMBER.finditer(line):
+        for m in NUMBER.finditer(line):
             literal = m.group(0)
             if significant_digits(literal) < MIN_SIGNIFICANT:
                 continue
             value = float(literal.replace(",", ""))
-            hit = next((f for f in cells.figures if _equal_at(value, f)), None)
+            hit = next((f for f in cells.figures if equal_at(value, f)), None)
             if hit is not None:
                 found.append(f"writes {literal}, the golden figure of {hit.qid}: a model change "
                              "must make the answer derivable, never state it")
@@ -177,22 +98,29 @@ def set_touches(eval_set: EvalSet, candidate: Path,
     return list(dict.fromkeys(found))
 
 
-def compile_errors(candidate: Path) -> list[str]:
-    """The candidate package's compile errors through the Node runner (exit 3 without Node)."""
-    with MalloyRuntime(candidate, allow=default_allow(candidate)) as runtime:
-        surface = runtime.describe()
-    errors = surface.get("errors") or []
+def compile_errors(surface: Mapping[str, Any]) -> list[str]:
+    """The candidate's compile errors from its runner's `describe`: each error the compiler
+    reports with its file and line (warnings, such as one on an unchanged line, are not
+    errors), else the runner's message."""
     out = []
-    for e in errors[:5]:
-        if isinstance(e, dict):
-            where = e.get("path") or e.get("model") or ""
+    for e in surface.get("errors") or []:
+        if not isinstance(e, dict):
+            out.append(f"does not compile: {e}")
+            continue
+        where = e.get("path") or e.get("model") or ""
+        errors = [p for p in e.get("problems") or []
+                  if isinstance(p, dict) and p.get("severity") == "error"]
+        for p in errors:
+            at = p.get("at") or {}
+            line = at.get("line")
+            place = (f"{where} line {line + 1}" if isinstance(line, int) else where)
+            out.append(f"does not compile: {place}: {p.get('message')}")
+        if not errors:
             out.append(f"does not compile: {where}{': ' if where else ''}"
                        f"{e.get('message') or e.get('error') or e}")
-        else:
-            out.append(f"does not compile: {e}")
     if not surface.get("models") and not out:
         out.append("does not compile: no model loaded")
-    return out
+    return out[:5]
 
 
 @dataclass(frozen=True)
@@ -206,6 +134,7 @@ class CheckResult:
     diff: str
     reasons: list[str]
     notes: list[str] = field(default_factory=list)
+    values: dict[str, Any] | None = None    # what the value check evaluated (None: not run)
 
     @property
     def ok(self) -> bool:
@@ -220,7 +149,8 @@ def check_change(eval_set: EvalSet, candidate: Path, *,
                  started: Mapping[str, str | None] | None = None,
                  baseline_model: Path | None = None) -> CheckResult:
     """Every check of a change (the candidate against `baseline_model`, default the set's
-    model/): set untouched, no golden figure written, not empty, compiles."""
+    model/): set untouched, no golden figure written, not empty, compiles, and no golden value
+    computed out of no data (improve/values.py)."""
     before = baseline_model or eval_set.dir / "model"
     reasons = set_touches(eval_set, candidate, started)
     diff = unified_diff(before, candidate)
@@ -233,15 +163,25 @@ def check_change(eval_set: EvalSet, candidate: Path, *,
         else:
             notes.append("the change touches no text file the diff reads (only binary or "
                          "unreadable files differ)")
-    reasons += golden_figures_written(added_lines(diff), golden_cells(eval_set))
+    cells = golden_cells(eval_set)
+    reasons += golden_figures_written(added_lines(diff), cells)
+    values: ValueCheck | None = None
     if not (candidate / eval_set.target_model_path).is_file():
         reasons.append(f"the candidate has no {eval_set.target_model_path} (the set's "
                        "targetModelPath)")
     else:
-        reasons += compile_errors(candidate)
+        with MalloyRuntime(candidate, allow=default_allow(candidate), pool_size=1) as runtime:
+            errors = compile_errors(runtime.describe())
+            reasons += errors
+            if not errors and diff:
+                values = check_values(eval_set, candidate, before, runtime, cells)
+    if values is not None:
+        reasons += values.reasons
+        notes += [values.summary(), *values.notes]
     return CheckResult(set_dir=str(eval_set.dir), model_dir=str(before),
                        candidate=str(candidate), candidate_digest=folder_digest(candidate),
-                       diff=diff, reasons=reasons, notes=notes)
+                       diff=diff, reasons=reasons, notes=notes,
+                       values=values.counts() if values is not None else None)
 
 
 def render_check(r: CheckResult) -> str:

@@ -8,7 +8,8 @@
 //
 // Ops: load {package_dir, allow, options: {csv_types, memory_limit, model_cache}}, reload, describe, definitions, search
 // {text, limit, kinds, sources}, entities, model_info {model_path}, execute {model_path, query | source_name +
-// query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap}, csv_tables, ping; and
+// query_name | query_name, givens, trusted, row_limit, timeout_ms, byte_cap, variant, vary}, csv_tables,
+// field_sites, ping; and
 // interrupt {target}, which is not queued behind the request it names and gets no answer: the
 // running execute whose id is `target` stops (inside DuckDB) and answers `query-interrupted`.
 //
@@ -675,6 +676,109 @@ function definitions() {
   });
 }
 
+// ---------- field sites: where each definition is written, and what it computes ----------
+
+// Keys that say where or how a definition is written, not what it computes: two definitions that
+// differ only here are the same definition (eval-improve's value check compares a candidate's
+// definitions with the model's by the digest of the rest).
+const NOT_WHAT = new Set(['location', 'at', 'annotation', 'annotations', 'refSummary', 'code',
+  'drillExpression', 'fieldUsage', 'sourceID', 'referenceID']);
+
+function definitionDigest(def) {
+  const text = JSON.stringify(def, (k, v) => (NOT_WHAT.has(k) ? undefined : typeof v === 'bigint' ? v.toString() : v));
+  return createHash('sha256').update(text || '').digest('hex').slice(0, 32);
+}
+
+function fieldKind(f) {
+  if (f.type === 'turtle') return 'view';
+  const e = String(f.expressionType || 'scalar');
+  if (e === 'scalar') return 'dimension';
+  return e.includes('aggregate') ? 'measure' : 'calculation';
+}
+
+function siteOf(def, source, sitePath, kind) {
+  const range = def.location?.range;
+  return {
+    source, path: sitePath, kind, type: def.type === 'turtle' ? 'view' : def.type || null,
+    column: kind === 'dimension' && !def.e, // a table's own column, not an expression
+    url: def.location?.url || null, line: range?.start?.line ?? null, end_line: range?.end?.line ?? null,
+    code: typeof def.code === 'string' ? def.code : null, digest: definitionDigest(def),
+  };
+}
+
+/** Every dimension, measure, view and named query of each model, with where it is written (file
+ * URL, 0-based lines) and a digest of what it computes; fields reached through joins are listed
+ * under the source that joins them (path `join.field`), so a join's inline extension shows. And
+ * `tables`: every table the models read, as the SQL names it (the names `vary` takes). */
+function fieldSites() {
+  const read = perModel((entry) => {
+    const sites = [];
+    const walk = (struct, source, prefix, depth) => {
+      for (const f of struct.fields || []) {
+        const name = f.as || f.name;
+        if (f.join) {
+          if (depth < JOIN_DEPTH) walk(f, source, `${prefix}${name}.`, depth + 1);
+          continue;
+        }
+        sites.push(siteOf(f, source, prefix + name, fieldKind(f)));
+      }
+    };
+    for (const [name, def] of Object.entries(entry.model._modelDef.contents || {})) {
+      if (!def || typeof def !== 'object') continue;
+      if (def.type === 'query') sites.push(siteOf(def, null, name, 'query'));
+      else if (Array.isArray(def.fields) && def.type !== 'query_source') walk(def, name, '', 0);
+    }
+    return { sites };
+  });
+  return { ...read, tables: tablePaths() };
+}
+
+// ---------- variants: the package's tables changed in a known way, for one query ----------
+//
+// eval-improve's value check asks whether a definition's value follows from the data: it runs the
+// same query with the tables it names replaced by a variant and sees what moves. `shifted` adds 1
+// to every number (keys on both sides of a join move together, so joins still match), `subset`
+// drops every third row, `relabelled` appends RELABEL_MARK to every text (filters on a written
+// text stop matching; text read from the data carries the mark).
+const VARIANTS = new Set(['shifted', 'subset', 'relabelled']);
+const RELABEL_MARK = '\u00a7';
+const NUMERIC_TYPE = /^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|FLOAT|DOUBLE|REAL|DECIMAL)/;
+
+async function tableColumns(sqlName) {
+  if (!state.columns) state.columns = new Map();
+  if (!state.columns.has(sqlName)) state.columns.set(sqlName, await duckRows(`DESCRIBE SELECT * FROM ${sqlName}`));
+  return state.columns.get(sqlName);
+}
+
+async function variantTable(sqlName, variant) {
+  if (variant === 'subset') {
+    return `SELECT * EXCLUDE (__variant_row) FROM (SELECT *, row_number() OVER () AS __variant_row FROM ${sqlName}) WHERE __variant_row % 3 <> 0`;
+  }
+  const columns = (await tableColumns(sqlName)).map(({ column_name: name, column_type: type }) => {
+    const c = sqlIdent(name);
+    const t = String(type).toUpperCase();
+    if (variant === 'shifted' && NUMERIC_TYPE.test(t)) return `${c} + 1 AS ${c}`;
+    if (variant === 'relabelled' && t === 'VARCHAR') return `${c} || ${sqlString(RELABEL_MARK)} AS ${c}`;
+    return c;
+  });
+  return `SELECT ${columns.join(', ')} FROM ${sqlName}`;
+}
+
+/** `sql` reading each table of `vary` (SQL names from field_sites) as its `variant`. */
+async function variantSql(sql, variant, vary) {
+  if (!VARIANTS.has(variant)) throw new RequestError(`unknown variant: ${JSON.stringify(variant)}; one of ${[...VARIANTS].join(', ')}`);
+  const known = new Set(tablePaths());
+  for (const sqlName of Array.isArray(vary) ? vary : []) {
+    if (!known.has(sqlName)) throw new RequestError(`vary: ${JSON.stringify(sqlName)} is not a table the package reads`);
+    const quoted = sqlName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const pattern = new RegExp(`(\\b(?:FROM|JOIN)\\s+)${quoted}(?=\\s+AS\\s)`, 'gi');
+    if (!pattern.test(sql)) continue;
+    const body = await variantTable(sqlName, variant);
+    sql = sql.replace(new RegExp(pattern.source, 'gi'), (_m, head) => `${head}(${body})`);
+  }
+  return sql;
+}
+
 /** A search text as lunr is given it: the Publisher's sanitising (its query operators
  * ~^:*+-" become spaces), then each word trimmed of the punctuation around it, as lunr's own
  * trimmer trims the words it indexes (lunr applies it to documents, not to queries, so on the
@@ -769,7 +873,9 @@ async function execute(req, mine = { withdrawn: false, stop: null }) {
   // kit's canonical queries over the truth package) keep their own limit.
   const cap = ownLimit ? (req.trusted ? ownLimit : Math.min(ownLimit, serverCap)) : serverCap;
   const limitSource = ownLimit && cap === ownLimit ? 'query' : 'server_default';
-  const sql = state.csvTables.size ? await withDeclaredReads(prepared.sql) : prepared.sql;
+  let sql = prepared.sql;
+  if (req.variant) sql = await variantSql(sql, req.variant, req.vary);
+  else if (state.csvTables.size) sql = await withDeclaredReads(sql);
   // Rows are streamed and the stream stops at the cap, so DuckDB never hands over more rows
   // than are kept; their JSON size is counted against the byte cap as they arrive.
   const rows = [];
@@ -864,6 +970,8 @@ async function handle(req) {
       return modelInfo(req);
     case 'csv_tables':
       return csvTables();
+    case 'field_sites':
+      return fieldSites();
     case 'execute': {
       const mine = (running = { id: req.id, withdrawn: withdrawnEarly === req.id, stop: null });
       withdrawnEarly = null;
