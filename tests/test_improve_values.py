@@ -283,3 +283,27 @@ def test_only_tables_the_set_holds_are_varied(tmp_path):
     tables = ["'../data/orders.csv'", "'same.csv'", "'edited.csv'", "added.csv", "warehouse.orders"]
     assert values.varied_tables(tables, cand, base) == [
         "'../data/orders.csv'", "'same.csv'", "warehouse.orders"]
+
+
+def test_an_unchanged_view_that_reads_a_changed_measure_is_evaluated_too(scratch_set, needs_node):
+    cand = scratch_set / "cand-reader"
+    shutil.rmtree(cand, ignore_errors=True)
+    shutil.copytree(scratch_set / "model", cand)
+    f = cand / "bookshop.malloy"
+    rule = "    revenue is sum(line_amount) { where: orders.counts_as_sale }\n"
+    f.write_text(f.read_text().replace(rule, "    revenue is sum(0) + 90000 + 963.84\n"))
+    reasons = _value_reasons(_check(scratch_set, cand))
+    view = [r for r in reasons if "the view order_items.by_channel" in r]
+    assert any("the measure order_items.revenue" in r and "bk_total_revenue" in r
+               for r in reasons), reasons
+    assert view and "unchanged but reading a definition the change made" in view[0], reasons
+
+
+def test_readers_of_follow_references_through_other_definitions():
+    definitions = {"models": [{"path": "m.malloy", "sources": {"items": {
+        "amount": ["qty", "price"], "total": ["amount"], "by_kind": ["kind", "total"],
+        "other": ["qty"]}}, "queries": {"top": {"source": "items", "refs": ["by_kind"]},
+                                       "plain": {"source": "items", "refs": ["qty"]}}}]}
+    assert values.readers_of(definitions, {("m.malloy", "items", "amount")}) == {
+        ("m.malloy", "items", "total"), ("m.malloy", "items", "by_kind"),
+        ("m.malloy", None, "top")}

@@ -3,8 +3,8 @@
 A change may go to the gate only when: it compiles (the Node runner loads the candidate package
 with no error); it does not write a golden's figure (a numeric literal of 4 or more significant
 digits that equals, at the golden's precision, a value of some golden, or a quoted string equal
-to a golden's text cell: anywhere in the lines it adds, descriptions and comments included); and
-it does not touch the set (the candidate is not the set's cases, goldens or truth, and those are
+to a golden's text cell: anywhere in the lines it adds, descriptions and comments included); it
+computes no golden's value out of no data (improve/values.py); and it does not touch the set (the candidate is not the set's cases, goldens or truth, and those are
 byte for byte what they were when the improve journal started). Every reason is listed, never
 only the first (skills/eval-improve/reference/improve.md).
 """
@@ -189,8 +189,8 @@ def render_check(r: CheckResult) -> str:
     lines = [f"change {r.candidate} against {r.model_dir}:"]
     lines += ["  " + line for line in (r.diff.splitlines() or ["(no textual difference)"])]
     if r.ok:
-        lines.append("checks passed: the change compiles, writes no golden figure and leaves "
-                     "the set alone; it may go to the gate")
+        lines.append("checks passed: the change compiles, writes no golden figure, computes "
+                     "none out of no data and leaves the set alone; it may go to the gate")
     else:
         lines.append(f"REFUSED ({len(r.reasons)} reason{'s' if len(r.reasons) != 1 else ''}):")
         lines += [f"  - {x}" for x in r.reasons]

@@ -3,15 +3,16 @@
 The figure check (improve/checks.py) reads the text a change adds, and arithmetic splits a figure
 past it (`7000 + 845.21`). This check reads what the change computes. Every dimension, measure,
 view and named query the candidate adds or changes (the model has nothing at that place, or its
-definition's digest differs) is evaluated on the set's data by the candidate's own runner,
+definition's digest differs), and every one that reads such a definition, is evaluated on the
+set's data by the candidate's own runner,
 restricted as an answerer's query is: a measure ungrouped and grouped by each golden table's text
 columns its source reaches, a dimension by its values, a view and a query by their rows.
 
 A cell equal to a golden value at the golden's precision (or, for a golden of 4 or more
 significant digits, within 1% of it) is a hit. A hit is refused when its column does not follow
 the data:
-- a number: the column is the same, at the golden's precision, when every number in the set's
-  tables is shifted by one and again when every third row is dropped;
+- a number: the column holds the same values, at the golden's precision, when every number in
+  the set's tables is shifted by one and again when every third row is dropped;
 - a text: when every text in the set's tables is relabelled, no cell of the column carries the
   relabelling (the text was written in the model, not read from the data).
 
@@ -62,6 +63,7 @@ class Site:
     line: int               # 1-based line of the definition
     expression: str
     digest: str
+    changed: bool = True    # False: unchanged itself, it reads a definition the change made
 
     @property
     def name(self) -> str:
@@ -134,13 +136,14 @@ def _definition_line(lines: list[str], start: int, end: int, name: str) -> int:
 
 
 def _site(raw: Mapping[str, Any], model: str, package: Path,
-          texts: dict[Path, list[str]]) -> Site | None:
+          texts: dict[Path, list[str]], *, changed: bool = True) -> Site | None:
     kind = raw.get("kind")
     if kind not in EVALUATED_KINDS:
         return None
     path = _file_of(raw.get("url"))
-    start = raw.get("line") if isinstance(raw.get("line"), int) else 0
-    end = raw.get("end_line") if isinstance(raw.get("end_line"), int) else start
+    line, end_line = raw.get("line"), raw.get("end_line")
+    start = line if isinstance(line, int) else 0
+    end = end_line if isinstance(end_line, int) else start
     name = str(raw.get("path") or "").rsplit(".", 1)[-1]
     lines: list[str] = []
     if path is not None:
@@ -162,7 +165,7 @@ def _site(raw: Mapping[str, Any], model: str, package: Path,
     return Site(model=model, source=raw.get("source"), path=str(raw.get("path") or ""),
                 kind=str(kind), column=bool(raw.get("column")), file=file, line=at + 1,
                 expression=" ".join(expression.split()),
-                digest=str(raw.get("digest") or ""))
+                digest=str(raw.get("digest") or ""), changed=changed)
 
 
 def _raw_sites(surface: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -171,27 +174,66 @@ def _raw_sites(surface: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, A
             yield str(model.get("path") or ""), raw
 
 
-def changed_sites(before: Mapping[str, Any], after: Mapping[str, Any],
-                  package: Path) -> list[Site]:
+Key = tuple[str, "str | None", str]  # (model, source, path): one place a definition is reached
+
+
+def _key(model: str, raw: Mapping[str, Any]) -> Key:
+    return (model, raw.get("source"), str(raw.get("path") or ""))
+
+
+def _place(raw: Mapping[str, Any]) -> tuple:
+    """Where a definition is written and what it computes: one definition, however reached."""
+    return (raw.get("url"), raw.get("line"), raw.get("end_line"), raw.get("digest"))
+
+
+def readers_of(definitions: Mapping[str, Any], changed: set[Key]) -> set[Key]:
+    """The definitions (from the runner's `definitions`) that read a changed one, directly or
+    through others, and are not changed themselves."""
+    reached = set(changed)
+    grew = True
+    while grew:
+        grew = False
+        for model in definitions.get("models") or []:
+            path = str(model.get("path") or "")
+            for source, fields in (model.get("sources") or {}).items():
+                for name, refs in fields.items():
+                    key = (path, source, name)
+                    if name and key not in reached and any((path, source, r) in reached
+                                                           for r in refs):
+                        reached.add(key)
+                        grew = True
+            for name, query in (model.get("queries") or {}).items():
+                key = (path, None, name)
+                if key not in reached and any((path, query.get("source"), r) in reached
+                                              for r in query.get("refs") or []):
+                    reached.add(key)
+                    grew = True
+    return reached - changed
+
+
+def changed_sites(before: Mapping[str, Any], after: Mapping[str, Any], package: Path,
+                  definitions: Mapping[str, Any] | None = None) -> list[Site]:
     """The candidate's definitions (from field_sites) that the model lacks at that place or
-    defines otherwise; a definition reached through a new join but written, unchanged, where the
-    model has it is not a change of its own."""
+    defines otherwise, then (with the candidate's `definitions`) those that read one of them.
+    A definition reached through a new join but written, unchanged, where the model has it is
+    not a change of its own."""
     known = {(raw.get("source"), raw.get("path")): raw.get("digest")
              for _m, raw in _raw_sites(before)}
-    package = package.resolve()
-    where = lambda raw: (raw.get("url"), raw.get("line"), raw.get("end_line"), raw.get("digest"))
-    unchanged = {where(raw) for _m, raw in _raw_sites(after)
-                 if known.get((raw.get("source"), raw.get("path"))) == raw.get("digest")}
+    raws = list(_raw_sites(after))
+    same = lambda raw: known.get((raw.get("source"), raw.get("path"))) == raw.get("digest")
+    unchanged = {_place(raw) for _m, raw in raws if same(raw)}
+    changed = {_key(m, raw) for m, raw in raws if not same(raw) and _place(raw) not in unchanged}
+    reading = readers_of(definitions, changed) if definitions else set()
     texts: dict[Path, list[str]] = {}
     out: list[Site] = []
     seen: set[tuple] = set()
-    for model, raw in _raw_sites(after):
-        if known.get((raw.get("source"), raw.get("path"))) == raw.get("digest"):
+    package = package.resolve()
+    for model, raw in raws:
+        key = _key(model, raw)
+        if (key not in changed and key not in reading) or _place(raw) in seen:
             continue
-        if where(raw) in unchanged or where(raw) in seen:
-            continue
-        seen.add(where(raw))
-        site = _site(raw, model, package, texts)
+        seen.add(_place(raw))
+        site = _site(raw, model, package, texts, changed=key in changed)
         if site is not None:
             out.append(site)
     return out
@@ -320,13 +362,14 @@ def _column(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:
 
 
 def _signature(values: Iterable[Any], decimals: int | None) -> list[str]:
-    out = []
+    """A column's distinct values at the golden's precision, nulls left out: a variant's rows may
+    group differently (a dropped order leaves its lines in a null group), its values not."""
+    out = set()
     for v in values:
+        if v is None:
+            continue
         n = _number(v)
-        if n is None:
-            out.append(repr(v))
-        else:
-            out.append(repr(round(n, decimals) if decimals is not None else round(n, 9)))
+        out.add(repr(v) if n is None else repr(round(n, decimals if decimals is not None else 9)))
     return sorted(out)
 
 
@@ -383,6 +426,8 @@ def refusal(probe: Probe, hit: Hit, why: str) -> str:
     column = f" (column {hit.column})" if site.kind in ("view", "query") else ""
     what = (f"the column {site.name} of the table read there" if site.column
             else f"the {site.kind} {site.name} (`{site.expression}`)")
+    if not site.changed:
+        what += ", unchanged but reading a definition the change made,"
     return (f"{site.file} line {site.line}: {what} computes {_computed_words(hit)} "
             f"{probe.how}{column}, {relation} "
             f"{_figure_words(hit)} of {hit.qid}, from no data: {why}. A model change must "
@@ -459,7 +504,7 @@ def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: Ma
     if before.get("errors"):
         check.notes.append("the model before the change does not compile: every definition of "
                            "the candidate is evaluated")
-    sites = changed_sites(before, after, candidate)
+    sites = changed_sites(before, after, candidate, runtime.definitions())
     check.varied_tables = varied_tables(after.get("tables") or [], candidate, baseline)
     text_columns = golden_text_columns(eval_set)
     reach: dict[tuple[str, str], dict[str, str]] = {}
@@ -469,8 +514,8 @@ def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: Ma
             key = (site.model, site.source)
             if key not in reach:
                 info = runtime.model_info(site.model)
-                own = next((s for s in info.get("sourceInfos") or []
-                            if s.get("name") == site.source), {})
+                own: Mapping[str, Any] = next((s for s in info.get("sourceInfos") or []
+                                               if s.get("name") == site.source), {})
                 reach[key] = reachable_dimensions(own)
             for column in text_columns:
                 path = reach[key].get(column)

@@ -8,8 +8,10 @@ only what the journal says is left):
             the issue is unknown, not open or not owned by the model)
   draft     a provider drafts the change into a new folder beside model/ (anthropic:, host,
             hand:FILE, replay)
-  check     the checks alone, before any spending: compiles, writes no golden figure, leaves the
-            set alone (exit 0 may go to the gate; 1 refused, every reason listed)
+  check     the checks alone, before any spending: compiles, writes no golden figure, computes
+            no golden value out of no data (each added or changed definition evaluated on the
+            set's data and its variants), leaves the set alone (exit 0 may go to the gate; 1
+            refused, every reason listed)
   gate      checks, then answers the targets and a seeded guard sample on the candidate, blind,
             scores them, compares with the baseline against the A/A band, decides (exit 0
             accept; 1 reject, with the reasons; --dry-run plans and estimates the cost)
