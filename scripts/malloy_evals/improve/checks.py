@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from malloy_evals.improve.cells import (
     significant_digits,
 )
 from malloy_evals.improve.model import added_lines, folder_digest, unified_diff
-from malloy_evals.improve.values import ValueCheck, check_values
+from malloy_evals.improve.values import ValueCheck, baseline_sites, check_values
 from malloy_evals.sets.eval_set import CASES_FILE, SET_FILE, EvalSet
 
 # What of a set a model change must never touch (besides set.json and cases.jsonl).
@@ -170,11 +171,16 @@ def check_change(eval_set: EvalSet, candidate: Path, *,
         reasons.append(f"the candidate has no {eval_set.target_model_path} (the set's "
                        "targetModelPath)")
     else:
-        with MalloyRuntime(candidate, allow=default_allow(candidate), pool_size=1) as runtime:
+        # The model before the change compiles beside the candidate meanwhile: its definitions
+        # are what the value check compares with.
+        with ThreadPoolExecutor(max_workers=1) as pool, \
+                MalloyRuntime(candidate, allow=default_allow(candidate), pool_size=1) as runtime:
+            sites_before = pool.submit(baseline_sites, before, candidate) if diff else None
             errors = compile_errors(runtime.describe())
             reasons += errors
-            if not errors and diff:
-                values = check_values(eval_set, candidate, before, runtime, cells)
+            if not errors and sites_before is not None:
+                values = check_values(eval_set, candidate, before, runtime, cells,
+                                      sites_before.result())
     if values is not None:
         reasons += values.reasons
         notes += [values.summary(), *values.notes]

@@ -480,7 +480,7 @@ def _unfollowed(runtime: MalloyRuntime, probe: Probe, rows: list[dict], hit: Hit
     return why + (f" ({'; '.join(failures)})" if failures else "")
 
 
-def _baseline_sites(baseline: Path, candidate: Path) -> dict:
+def baseline_sites(baseline: Path, candidate: Path) -> dict:
     """field_sites of the baseline model, compiled beside the candidate (a checkpoint kept in a
     journal folder would not find the data its relative paths name)."""
     if baseline.resolve().parent == candidate.resolve().parent:
@@ -496,11 +496,13 @@ def _baseline_sites(baseline: Path, candidate: Path) -> dict:
 
 
 def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: MalloyRuntime,
-                 cells: GoldenCells) -> ValueCheck:
-    """The value check of `candidate` (compiled in `runtime`) against `baseline`."""
+                 cells: GoldenCells, before: Mapping[str, Any] | None = None) -> ValueCheck:
+    """The value check of `candidate` (compiled in `runtime`) against `baseline` (its
+    field_sites `before` when already read)."""
     check = ValueCheck()
     after = runtime.field_sites()
-    before = _baseline_sites(baseline, candidate)
+    if before is None:
+        before = baseline_sites(baseline, candidate)
     if before.get("errors"):
         check.notes.append("the model before the change does not compile: every definition of "
                            "the candidate is evaluated")
