@@ -307,3 +307,26 @@ def test_readers_of_follow_references_through_other_definitions():
     assert values.readers_of(definitions, {("m.malloy", "items", "amount")}) == {
         ("m.malloy", "items", "total"), ("m.malloy", "items", "by_kind"),
         ("m.malloy", None, "top")}
+
+
+def test_a_baseline_kept_elsewhere_is_compiled_beside_the_candidate_and_removed(
+        scratch_set, tmp_path, needs_node):
+    checkpoint = tmp_path / "journal" / "checkpoint"  # where a journal keeps it: no ../data there
+    shutil.copytree(scratch_set / "model", checkpoint)
+    cand = _candidate(scratch_set, "cand-elsewhere",
+                      (MEASURES, "    refunded_amount is sum(0) + 784521 / 100\n"))
+    result = checks.check_change(load_set(scratch_set), cand, baseline_model=checkpoint)
+    assert result.values["sites"] == 1, result.notes  # compared with it: one change, not all
+    assert any(REFUNDED in r for r in _value_reasons(result)), result.reasons
+    assert not list(scratch_set.glob(".value-check-*"))
+
+
+def test_a_baseline_that_does_not_compile_has_every_definition_evaluated(
+        scratch_set, tmp_path, needs_node):
+    broken = tmp_path / "broken"
+    shutil.copytree(scratch_set / "model", broken)
+    (broken / "bookshop.malloy").write_text("source: nothing is duckdb.table('none.csv')\n")
+    cand = _candidate(scratch_set, "cand-against-broken")
+    result = checks.check_change(load_set(scratch_set), cand, baseline_model=broken)
+    assert any("could not be compiled" in n for n in result.notes), result.notes
+    assert result.values["sites"] > 20 and result.ok, result.reasons  # the model reads its data

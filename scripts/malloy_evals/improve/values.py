@@ -486,7 +486,10 @@ def baseline_sites(baseline: Path, candidate: Path) -> dict:
     if baseline.resolve().parent == candidate.resolve().parent:
         with MalloyRuntime(baseline, allow=default_allow(baseline), pool_size=1) as runtime:
             return runtime.field_sites()
-    place = Path(tempfile.mkdtemp(prefix=".value-check-", dir=candidate.resolve().parent))
+    try:
+        place = Path(tempfile.mkdtemp(prefix=".value-check-", dir=candidate.resolve().parent))
+    except OSError as exc:
+        return {"models": [], "errors": [f"no folder beside the candidate to compile it in: {exc}"]}
     try:
         shutil.copytree(baseline, place, symlinks=True, dirs_exist_ok=True)
         with MalloyRuntime(place, allow=default_allow(place), pool_size=1) as runtime:
@@ -504,8 +507,11 @@ def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: Ma
     if before is None:
         before = baseline_sites(baseline, candidate)
     if before.get("errors"):
-        check.notes.append("the model before the change does not compile: every definition of "
-                           "the candidate is evaluated")
+        first = before["errors"][0]
+        why = first.get("message", first) if isinstance(first, Mapping) else first
+        check.notes.append("the model before the change could not be compiled "
+                           f"({str(why).splitlines()[0]}): every definition of the candidate "
+                           "is evaluated")
     sites = changed_sites(before, after, candidate, runtime.definitions())
     check.varied_tables = varied_tables(after.get("tables") or [], candidate, baseline)
     text_columns = golden_text_columns(eval_set)
