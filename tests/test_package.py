@@ -118,12 +118,18 @@ def link_dependencies(wheel: Path, folder: Path) -> list[str]:
 
 
 def _build(root: Path) -> Installed:
-    dist, work = root / "dist", root / "work"
+    dist, work, source = root / "dist", root / "work", root / "source"
     dist.mkdir()
     work.mkdir()
-    # The sdist from the checkout (PEP 517's hook, offline), then the wheel from the sdist alone.
+    # The sdist from the checkout's tracked files as they are now (PEP 517's hook, offline),
+    # then the wheel from the sdist alone. Built from a copy: setuptools stages the sdist's tree
+    # and its egg-info in the folder it builds from, and the checkout must stay untouched while
+    # other tests read its status.
+    for name in tracked_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(KIT / name, source / name)
     build_sdist = "import sys; from setuptools import build_meta as b; b.build_sdist(sys.argv[1])"
-    _run([sys.executable, "-c", build_sdist, str(dist)], KIT)
+    _run([sys.executable, "-c", build_sdist, str(dist)], source)
     [sdist] = dist.glob("*.tar.gz")
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
           "--no-index", "--quiet", "-w", str(dist), str(sdist)], work)
