@@ -330,3 +330,24 @@ def test_a_baseline_that_does_not_compile_has_every_definition_evaluated(
     result = checks.check_change(load_set(scratch_set), cand, baseline_model=broken)
     assert any("could not be compiled" in n for n in result.notes), result.notes
     assert result.values["sites"] > 20 and result.ok, result.reasons  # the model reads its data
+
+
+def test_a_constant_inside_a_nest_is_refused(scratch_set, needs_node):
+    view = ("  #(doc) Constant, nested.\n  view: nested_refunds is {\n"
+            "    group_by: orders.status\n"
+            "    nest: parts is { aggregate: refunded is sum(0) + 7000 + 845.21 }\n  }\n\n")
+    cand = _candidate(scratch_set, "cand-nest", ("  #(doc) Revenue per calendar month", view))
+    reasons = _value_reasons(_check(scratch_set, cand))
+    assert any("the view order_items.nested_refunds" in r and "(column parts.refunded)" in r
+               and REFUNDED in r for r in reasons), reasons
+
+
+def test_a_view_filtered_on_a_written_text_that_groups_by_the_data_is_accepted(
+        scratch_set, needs_node):
+    view = ("  #(doc) What returned orders paid, per genre.\n  view: returned_by_genre is {\n"
+            "    where: orders.status = 'returned'\n    group_by: books.genre\n"
+            "    aggregate: paid is sum(line_amount)\n  }\n\n")
+    cand = _candidate(scratch_set, "cand-filtered", ("  #(doc) Revenue per calendar month", view))
+    result = _check(scratch_set, cand)
+    assert result.ok, result.reasons  # its genres (golden texts) read the data
+    assert result.values["variant_queries"] >= 1

@@ -357,6 +357,26 @@ def find_hits(rows: Sequence[Mapping[str, Any]], cells: GoldenCells) -> list[Hit
     return list(hits.values())
 
 
+def flat_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with each nested result (a `nest:`) as rows of its own, its columns named
+    `nest.column`, so a figure inside a nest is a cell like any other."""
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        own: dict[str, Any] = {}
+        nests = []
+        for k, v in row.items():
+            if isinstance(v, Mapping):  # a nest of one row, or a record
+                nests.append((k, [v]))
+            elif isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v):
+                nests.append((k, v))
+            else:
+                own[k] = v
+        out.append(own)
+        for k, inner in nests:
+            out += [{f"{k}.{c}": x for c, x in r.items()} for r in flat_rows(inner)]
+    return out
+
+
 def _column(rows: Sequence[Mapping[str, Any]], column: str) -> list[Any]:
     return [row.get(column) for row in rows]
 
@@ -446,7 +466,7 @@ def _run(runtime: MalloyRuntime, probe: Probe, check: ValueCheck, *, variant: st
                                  vary=vary)
     except MalloyQueryError as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return list(result.get("rows") or [])
+    return flat_rows(result.get("rows") or [])
 
 
 def _unfollowed(runtime: MalloyRuntime, probe: Probe, rows: list[dict], hit: Hit,
@@ -461,7 +481,11 @@ def _unfollowed(runtime: MalloyRuntime, probe: Probe, rows: list[dict], hit: Hit
 
     if hit.decimals is None:  # a text
         relabelled = variant_rows(TEXT_VARIANT)
-        if isinstance(relabelled, list) and carries_mark(_column(relabelled, hit.column)):
+        # No rows at all: a filter on a written text (`status = 'returned'`) matched nothing
+        # relabelled, so there is nothing to read either way; the text check still reads the
+        # filter's own text.
+        if isinstance(relabelled, list) and (
+                not relabelled or carries_mark(_column(relabelled, hit.column))):
             return None
         failed = f" (it fails there: {relabelled})" if isinstance(relabelled, str) else ""
         return ("when every text in the set's tables is relabelled, none of its values carries "
