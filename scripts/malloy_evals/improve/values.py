@@ -532,7 +532,9 @@ def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: Ma
         before = baseline_sites(baseline, candidate)
     if before.get("errors"):
         first = before["errors"][0]
-        why = first.get("message", first) if isinstance(first, Mapping) else first
+        problems = first.get("problems") if isinstance(first, Mapping) else None
+        why = (problems[0].get("message") if problems and isinstance(problems[0], Mapping)
+               else first.get("message", first) if isinstance(first, Mapping) else first)
         check.notes.append("the model before the change could not be compiled "
                            f"({str(why).splitlines()[0]}): every definition of the candidate "
                            "is evaluated")
