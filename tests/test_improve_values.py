@@ -25,6 +25,7 @@ MEASURES = "    #(doc) Copies sold on orders that count as a sale (shipped or pe
 ORDER_MEASURES = "    order_count is count()\n"
 BOOK_MEASURES = "    avg_list_price is list_price.avg()\n"
 LINE_DIMENSIONS = "    line_amount is quantity * unit_price\n"
+CUSTOMER_MEASURES = "    customer_count is count()\n"
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,9 @@ REFUSED_SHAPES = [
      [(MEASURES, ("    refunds is max(pick 7000 + 845.21 when orders.status = 'returned' "
                  "else 0)\n"))],
      "refunds is", REFUNDED, "7845.21 at 2 decimals"),
+    ("a-count-times-zero",
+     [(CUSTOMER_MEASURES, "    members is count() * 0 + 200 + 31\n")],
+     "members is", "bk_member_count", "the golden 231 of bk_member_count"),
     ("concatenated-text",
      [(BOOK_MEASURES, ("    avg_list_price_again is list_price.avg()\n  dimension:\n"
                       "    best_genre is concat('Mys', 'tery')\n  measure:\n"))],

@@ -341,12 +341,12 @@ def find_hits(rows: Sequence[Mapping[str, Any]], cells: GoldenCells) -> list[Hit
     hits: dict[tuple[str, str, Any], Hit] = {}
     for row in rows:
         for column, value in row.items():
-            if isinstance(value, str) and _number(value) is None:
+            number = _number(value)  # a number, or one written as text (a big integer)
+            if isinstance(value, str) and number is None:
                 qid = cells.texts.get(value.strip().casefold())
                 if qid is not None and (column, qid, value) not in hits:
                     hits[(column, qid, value)] = Hit(column, value, qid, value, None)
                 continue
-            number = _number(value) if not isinstance(value, str) else None
             if number is None:
                 continue
             for figure in figures:
@@ -426,6 +426,8 @@ def _shown(value: float, decimals: int) -> str:
 def _figure_words(hit: Hit) -> str:
     if hit.decimals is None:
         return f"{hit.golden!r}"
+    if hit.decimals == 0:
+        return _shown(hit.golden, 0)
     return (f"{_shown(hit.golden, hit.decimals)} at {hit.decimals} "
             f"decimal{'s' if hit.decimals != 1 else ''}")
 
