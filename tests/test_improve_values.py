@@ -17,6 +17,7 @@ from malloy_evals.improve import checks, values
 from malloy_evals.improve.cells import golden_cells
 from malloy_evals.sets.eval_set import load_set
 from script_support import run_outcome
+from set_support import bookshop_copy
 
 KIT = Path(__file__).resolve().parents[1]
 SET = KIT / "evals" / "bookshop"
@@ -30,14 +31,8 @@ CUSTOMER_MEASURES = "    customer_count is count()\n"
 
 @pytest.fixture(scope="module")
 def scratch_set(tmp_path_factory) -> Path:
-    """What a model change is checked against: the sample set's files, its model and data."""
-    root = tmp_path_factory.mktemp("values") / "bookshop"
-    root.mkdir()
-    for name in ("model", "data", "goldens"):
-        shutil.copytree(SET / name, root / name)
-    for name in ("set.json", "cases.jsonl"):
-        shutil.copy(SET / name, root / name)
-    return root
+    """What a model change is checked against: a copy of the sample set, its model and data."""
+    return bookshop_copy(tmp_path_factory.mktemp("values") / "bookshop")
 
 
 def _candidate(set_dir: Path, name: str, *edits: tuple[str, str],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from malloy_evals.core.errors import InputError
@@ -36,6 +36,7 @@ class GoldenCells:
 
     figures: list[GoldenFigure]
     texts: dict[str, str]   # casefolded text cell -> the qid holding it
+    text_columns: list[str] = field(default_factory=list)  # golden tables' text columns, in order
 
 
 def _decimals_written(value: float) -> int:
@@ -65,24 +66,30 @@ def golden_cells(eval_set: EvalSet) -> GoldenCells:
     set's own checks report them)."""
     figures: list[GoldenFigure] = []
     texts: dict[str, str] = {}
+    text_columns: dict[str, None] = {}
     for qid, case in eval_set.cases.items():
         try:
             value = golden_value(case, eval_set.dir)
         except InputError:
             continue
+        for row in value if isinstance(value, list) else []:  # a table: what its rows group by
+            for k, v in row.items() if isinstance(row, dict) else ():
+                if isinstance(v, str) and as_number(v) is None:
+                    text_columns.setdefault(k, None)
         for cell, decimals in _cells(value):
             if isinstance(cell, bool) or cell is None:
                 continue
-            number = _as_number(cell)
+            number = as_number(cell)
             if number is not None:
                 figures.append(GoldenFigure(qid, number, decimals if decimals is not None
                                             else _decimals_written(number)))
             elif isinstance(cell, str) and cell.strip():
                 texts.setdefault(cell.strip().casefold(), qid)
-    return GoldenCells(figures, texts)
+    return GoldenCells(figures, texts, list(text_columns))
 
 
-def _as_number(cell: Any) -> float | None:
+def as_number(cell: Any) -> float | None:
+    """A finite number, or one written as text (`7,845.21`); else None."""
     if isinstance(cell, (int, float)) and not isinstance(cell, bool):
         return float(cell) if math.isfinite(float(cell)) else None
     if isinstance(cell, str) and NUMBER.fullmatch(cell.strip()):

@@ -179,8 +179,7 @@ def check_change(eval_set: EvalSet, candidate: Path, *,
             errors = compile_errors(runtime.describe())
             reasons += errors
             if not errors and sites_before is not None:
-                values = check_values(eval_set, candidate, before, runtime, cells,
-                                      sites_before.result())
+                values = check_values(candidate, before, runtime, cells, sites_before.result())
     if values is not None:
         reasons += values.reasons
         notes += [values.summary(), *values.notes]

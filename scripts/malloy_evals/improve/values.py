@@ -22,7 +22,6 @@ edits inside the candidate folder: a constant in a table the change writes is a 
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import tempfile
@@ -32,10 +31,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from malloy_evals.core.errors import InputError
 from malloy_evals.endpoint.runner import MalloyQueryError, MalloyRuntime, default_allow
-from malloy_evals.improve.cells import GoldenCells, GoldenFigure, equal_at, significant_digits
-from malloy_evals.sets.eval_set import EvalSet, golden_value
+from malloy_evals.improve.cells import (
+    GoldenCells,
+    GoldenFigure,
+    as_number,
+    equal_at,
+    significant_digits,
+)
 
 NUMBER_VARIANTS = ("shifted", "subset")  # a number that follows the data moves under one of them
 TEXT_VARIANT = "relabelled"
@@ -247,24 +250,6 @@ def quote_path(path: str) -> str:
     return ".".join(f"`{part}`" for part in path.split("."))
 
 
-def golden_text_columns(eval_set: EvalSet) -> list[str]:
-    """The text columns of the set's golden tables (what their rows are grouped by), in order."""
-    out: dict[str, None] = {}
-    for case in eval_set.cases.values():
-        try:
-            value = golden_value(case, eval_set.dir)
-        except InputError:  # an unreadable golden is the set checks' business
-            continue
-        if not isinstance(value, list):
-            continue
-        for row in value:
-            if isinstance(row, Mapping):
-                for k, v in row.items():
-                    if isinstance(v, str) and _number(v) is None:
-                        out.setdefault(k, None)
-    return list(out)
-
-
 def reachable_dimensions(source_info: Mapping[str, Any], depth: int = 2) -> dict[str, str]:
     """Each dimension name a source reaches (its own, then through joins, nearest first) -> the
     shortest path to it."""
@@ -307,16 +292,6 @@ def probes(site: Site, groupings: Sequence[str]) -> list[Probe]:
 # Hits and whether they follow the data
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(float(value)) else None
-    if isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", value.strip()):
-        return float(value)
-    return None
-
-
 def figure_digits(value: float) -> int:
     """Significant digits of a golden figure's value (3.0 has 1, 7845.21 has 6, 7000 has 1)."""
     text = f"{abs(value):.12g}"
@@ -341,7 +316,7 @@ def find_hits(rows: Sequence[Mapping[str, Any]], cells: GoldenCells) -> list[Hit
     hits: dict[tuple[str, str, Any], Hit] = {}
     for row in rows:
         for column, value in row.items():
-            number = _number(value)  # a number, or one written as text (a big integer)
+            number = as_number(value)  # a number, or one written as text (a big integer)
             if isinstance(value, str) and number is None:
                 qid = cells.texts.get(value.strip().casefold())
                 if qid is not None and (column, qid, value) not in hits:
@@ -388,7 +363,7 @@ def _signature(values: Iterable[Any], decimals: int | None) -> list[str]:
     for v in values:
         if v is None:
             continue
-        n = _number(v)
+        n = as_number(v)
         out.add(repr(v) if n is None else repr(round(n, decimals if decimals is not None else 9)))
     return sorted(out)
 
@@ -435,7 +410,7 @@ def _figure_words(hit: Hit) -> str:
 def _computed_words(hit: Hit) -> str:
     if isinstance(hit.computed, str):
         return f"the text {hit.computed!r}"
-    n = _number(hit.computed)
+    n = as_number(hit.computed)
     if n is None:
         return repr(hit.computed)
     # Two decimals more than the golden keeps, so a near figure shows how near it is.
@@ -524,10 +499,10 @@ def baseline_sites(baseline: Path, candidate: Path) -> dict:
         shutil.rmtree(place, ignore_errors=True)
 
 
-def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: MalloyRuntime,
-                 cells: GoldenCells, before: Mapping[str, Any] | None = None) -> ValueCheck:
+def check_values(candidate: Path, baseline: Path, runtime: MalloyRuntime, cells: GoldenCells,
+                 before: Mapping[str, Any] | None = None) -> ValueCheck:
     """The value check of `candidate` (compiled in `runtime`) against `baseline` (its
-    field_sites `before` when already read)."""
+    field_sites `before` when already read) and the set's golden `cells`."""
     check = ValueCheck()
     after = runtime.field_sites()
     if before is None:
@@ -542,7 +517,6 @@ def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: Ma
                            "is evaluated")
     sites = changed_sites(before, after, candidate, runtime.definitions())
     check.varied_tables = varied_tables(after.get("tables") or [], candidate, baseline)
-    text_columns = golden_text_columns(eval_set)
     reach: dict[tuple[str, str], dict[str, str]] = {}
     for site in sites:
         groupings: list[str] = []
@@ -553,7 +527,7 @@ def check_values(eval_set: EvalSet, candidate: Path, baseline: Path, runtime: Ma
                 own: Mapping[str, Any] = next((s for s in info.get("sourceInfos") or []
                                                if s.get("name") == site.source), {})
                 reach[key] = reachable_dimensions(own)
-            for column in text_columns:
+            for column in cells.text_columns:
                 path = reach[key].get(column)
                 if path and path not in groupings:
                     groupings.append(path)

@@ -328,6 +328,8 @@ async function load(pkgDir, allow, options = {}) {
     pkgDir, allow: allow || [], options, conn, runtime, models: new Map(), entities: [], index: null,
     csvTables: new Map(), // table name as the SQL writes it -> {filePath, uses, detected, stamp, read, ...}
     queries: new Map(), // compiled queries: cache key -> PreparedResult, least recently used first
+    tables: null, // every table the models read, as the SQL names it (read when a variant first asks)
+    columns: new Map(), // a varied table's columns: SQL name -> DESCRIBE rows
     modelCache: 'off', // 'read': every model came from the cache; 'compiled': compiled here
   };
   const folder = typeof options.model_cache === 'string' && options.model_cache ? cacheFolder(options.model_cache) : null;
@@ -466,6 +468,13 @@ async function declaredRead(filePath, stamp) {
   }
 }
 
+/** A table reference in compiled SQL, `FROM <sqlName> AS ...` or `JOIN <sqlName> AS ...` (the
+ * keyword captured), as a pattern for `flags`. */
+function tableReference(sqlName, flags) {
+  const quoted = sqlName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return new RegExp(`(\\b(?:FROM|JOIN)\\s+)${quoted}(?=\\s+AS\\s)`, flags);
+}
+
 /** The package's CSV tables, registered at load; each is detected when a second query reads it
  * (a runner that answers one query, as `reexecute.py --local` does, never pays for detection). */
 function registerCsvTables() {
@@ -474,11 +483,9 @@ function registerCsvTables() {
     const m = sqlName.match(/^'((?:[^']|'')*)'$/);
     const filePath = m ? m[1].replace(/''/g, "'") : null;
     if (!filePath || !/\.csv$/i.test(filePath) || /[*?[{]|:\/\//.test(filePath)) continue;
-    const quoted = sqlName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-    const pattern = `(\\b(?:FROM|JOIN)\\s+)${quoted}(?=\\s+AS\\s)`;
     state.csvTables.set(sqlName, {
       filePath, uses: 0, detected: false, stamp: null, read: null,
-      finds: new RegExp(pattern, 'i'), replaces: new RegExp(pattern, 'gi'),
+      finds: tableReference(sqlName, 'i'), replaces: tableReference(sqlName, 'gi'),
     });
   }
 }
@@ -745,7 +752,6 @@ const RELABEL_MARK = '\u00a7';
 const NUMERIC_TYPE = /^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|FLOAT|DOUBLE|REAL|DECIMAL)/;
 
 async function tableColumns(sqlName) {
-  if (!state.columns) state.columns = new Map();
   if (!state.columns.has(sqlName)) state.columns.set(sqlName, await duckRows(`DESCRIBE SELECT * FROM ${sqlName}`));
   return state.columns.get(sqlName);
 }
@@ -767,14 +773,12 @@ async function variantTable(sqlName, variant) {
 /** `sql` reading each table of `vary` (SQL names from field_sites) as its `variant`. */
 async function variantSql(sql, variant, vary) {
   if (!VARIANTS.has(variant)) throw new RequestError(`unknown variant: ${JSON.stringify(variant)}; one of ${[...VARIANTS].join(', ')}`);
-  const known = new Set(tablePaths());
+  if (!state.tables) state.tables = new Set(tablePaths());
   for (const sqlName of Array.isArray(vary) ? vary : []) {
-    if (!known.has(sqlName)) throw new RequestError(`vary: ${JSON.stringify(sqlName)} is not a table the package reads`);
-    const quoted = sqlName.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-    const pattern = new RegExp(`(\\b(?:FROM|JOIN)\\s+)${quoted}(?=\\s+AS\\s)`, 'gi');
-    if (!pattern.test(sql)) continue;
+    if (!state.tables.has(sqlName)) throw new RequestError(`vary: ${JSON.stringify(sqlName)} is not a table the package reads`);
+    if (!tableReference(sqlName, 'i').test(sql)) continue;
     const body = await variantTable(sqlName, variant);
-    sql = sql.replace(new RegExp(pattern.source, 'gi'), (_m, head) => `${head}(${body})`);
+    sql = sql.replace(tableReference(sqlName, 'gi'), (_m, head) => `${head}(${body})`);
   }
   return sql;
 }
